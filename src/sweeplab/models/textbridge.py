@@ -1,0 +1,171 @@
+"""TextBridge: a causal dilated-TCN text encoder distilled onto teacher sentence embeddings.
+
+Reads top to bottom in the order data flows: embedding -> TCN blocks -> masked mean -> projection.
+Specification: shared/DESIGN.md ("TextBridge"). Plain PyTorch; no Lightning, MLflow or Hydra here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FREEZE_MODES = ("none", "trunk", "trunk_except_last")
+INIT_MODES = ("torch", "original")
+
+
+@dataclass
+class TextBridgeConfig:
+    vocab_size: int = 30000
+    d_model: int = 256
+    d_hidden: int = 512
+    n_blocks: int = 4
+    kernel_size: int = 5
+    dilations: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    out_dim: int = 768
+    max_len: int = 128
+    use_tanh: bool = False
+    init: str = "torch"  # "original": the EnergyFlowSwift init (decides what a frozen random trunk is)
+    freeze: str = "none"  # none | trunk | trunk_except_last
+
+    def __post_init__(self) -> None:
+        if self.init not in INIT_MODES:
+            raise ValueError(f"model.init={self.init!r} is not one of {INIT_MODES}")
+        if self.freeze not in FREEZE_MODES:
+            raise ValueError(f"model.freeze={self.freeze!r} is not one of {FREEZE_MODES}")
+        for name in ("vocab_size", "d_model", "d_hidden", "n_blocks", "kernel_size", "out_dim", "max_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)}")
+
+    def dilation(self, block_index: int) -> int:
+        return self.dilations[block_index] if block_index < len(self.dilations) else 1
+
+
+class TCNBlock(nn.Module):
+    """y = (x + Conv1x1(GELU_tanh(CausalConv(LayerNorm(x))))) * mask."""
+
+    def __init__(self, d_model: int, d_hidden: int, kernel_size: int, dilation: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=1e-5)
+        self.left_pad = (kernel_size - 1) * dilation
+        self.conv = nn.Conv1d(d_model, d_hidden, kernel_size, dilation=dilation)
+        self.proj = nn.Conv1d(d_hidden, d_model, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # x: (B, L, D); mask: (B, L) in {0, 1}, same dtype as x
+        h = self.norm(x).transpose(1, 2)  # (B, D, L) for Conv1d
+        h = F.pad(h, (self.left_pad, 0))  # left only: position t sees t, t-d, ..., never the future
+        h = self.proj(F.gelu(self.conv(h), approximate="tanh"))
+        return (x + h.transpose(1, 2)) * mask.unsqueeze(-1)
+
+
+class TextBridgeEncoder(nn.Module):
+    def __init__(self, config: TextBridgeConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(
+            TCNBlock(config.d_model, config.d_hidden, config.kernel_size, config.dilation(i))
+            for i in range(config.n_blocks)
+        )
+        self.head = nn.Linear(config.d_model, config.out_dim)
+        if config.init == "original":
+            self._original_init()
+        self.apply_freeze(config.freeze)
+
+    def trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+        """Token features after the embedding and the first `upto` blocks (all blocks by default): (B, L, D)."""
+        mask = attention_mask.to(self.embedding.weight.dtype)
+        x = self.embedding(input_ids)
+        for block in self.blocks[:upto]:
+            x = block(x, mask)
+        return x
+
+    def pool_and_project(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.to(x.dtype).unsqueeze(-1)
+        pooled = (x * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        z = self.head(pooled)
+        return torch.tanh(z) if self.config.use_tanh else z
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, L) token ids and 0/1 mask -> (B, out_dim) sentence embedding."""
+        return self.pool_and_project(self.trunk(input_ids, attention_mask), attention_mask)
+
+    def forward_from_features(self, features: torch.Tensor, attention_mask: torch.Tensor, start_block: int) -> torch.Tensor:
+        """Finish a forward pass from features computed by `trunk(..., upto=start_block)`."""
+        mask = attention_mask.to(features.dtype)
+        x = features
+        for block in self.blocks[start_block:]:
+            x = block(x, mask)
+        return self.pool_and_project(x, attention_mask)
+
+    # --- what trains -------------------------------------------------------------------------
+    def apply_freeze(self, mode: str) -> None:
+        if mode not in FREEZE_MODES:
+            raise ValueError(f"model.freeze={mode!r} is not one of {FREEZE_MODES}")
+        for p in self.parameters():
+            p.requires_grad_(True)
+        if mode == "none":
+            return
+        frozen = [self.embedding, *self.blocks]
+        if mode == "trunk_except_last":
+            frozen = frozen[:-1]
+        for module in frozen:
+            for p in module.parameters():
+                p.requires_grad_(False)
+
+    @property
+    def first_trainable_block(self) -> int:
+        """Index of the first block with trainable weights (n_blocks when the whole trunk is frozen).
+
+        Everything before it is a fixed function of the input, so its output can be computed once and reused.
+        """
+        if self.embedding.weight.requires_grad:
+            return 0
+        for i, block in enumerate(self.blocks):
+            if any(p.requires_grad for p in block.parameters()):
+                return i
+        return len(self.blocks)
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def flops_per_sample(self, seq_len: int, training: bool = True) -> float:
+        """Matmul FLOPs of one sample (2 per multiply-add); training adds the backward passes that run."""
+        c = self.config
+        per_block = 2 * seq_len * (c.d_model * c.d_hidden * c.kernel_size + c.d_hidden * c.d_model)
+        head = 2 * c.d_model * c.out_dim
+        forward = c.n_blocks * per_block + head
+        if not training:
+            return float(forward)
+        # Backward costs 2x forward for layers that train (weight + input grads), input grads only up to the first
+        # trainable layer; frozen layers before it need no backward at all.
+        first = self.first_trainable_block
+        trained_blocks = c.n_blocks - first
+        backward = 2 * (trained_blocks * per_block + head)
+        return float(forward + backward)
+
+    @torch.no_grad()
+    def _original_init(self) -> None:
+        nn.init.uniform_(self.embedding.weight, -0.02, 0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Conv1d):
+                bound = 1.0 / (module.in_channels * module.kernel_size[0])
+                nn.init.uniform_(module.weight, -bound, bound)
+                nn.init.uniform_(module.bias, -0.001, 0.001)
+            elif isinstance(module, nn.Linear):
+                nn.init.uniform_(module.weight, -1.0 / module.in_features, 1.0 / module.in_features)
+                nn.init.uniform_(module.bias, -0.001, 0.001)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+
+def receptive_field(config: TextBridgeConfig) -> int:
+    return 1 + sum((config.kernel_size - 1) * config.dilation(i) for i in range(config.n_blocks))
+
+
+__all__ = ["TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "receptive_field", "FREEZE_MODES", "INIT_MODES"]
