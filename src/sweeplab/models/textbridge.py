@@ -15,6 +15,15 @@ from torch import nn
 FREEZE_MODES = ("none", "trunk", "trunk_except_last")
 INIT_MODES = ("torch", "original")
 
+# Named sizes (`model.size=...`); explicit keys override them. "default" is DESIGN.md's, "late" the original's later
+# runs, "tiny" runs a smoke test in seconds on a CPU.
+SIZES: dict[str, dict] = {
+    "default": {},
+    "late": {"d_model": 768, "n_blocks": 2, "kernel_size": 3, "dilations": [1, 2]},
+    "small": {"d_model": 128, "d_hidden": 256, "n_blocks": 2, "kernel_size": 3, "dilations": [1, 2]},
+    "tiny": {"d_model": 32, "d_hidden": 64, "n_blocks": 2, "kernel_size": 3, "dilations": [1, 2]},
+}
+
 
 @dataclass
 class TextBridgeConfig:
@@ -168,4 +177,4 @@ def receptive_field(config: TextBridgeConfig) -> int:
     return 1 + sum((config.kernel_size - 1) * config.dilation(i) for i in range(config.n_blocks))
 
 
-__all__ = ["TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "receptive_field", "FREEZE_MODES", "INIT_MODES"]
+__all__ = ["SIZES", "TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "receptive_field", "FREEZE_MODES", "INIT_MODES"]

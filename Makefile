@@ -1,0 +1,48 @@
+# sweeplab: `make sweep` and `make test` bootstrap everything (virtualenv, torch 2.13.0 CPU, the package).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTHON ?= python3
+TORCH_PIN := torch==2.13.0
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install data sweep test test-all lint ui report bench profile export clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# torch first and pinned: an unpinned torch pulls several GB of CUDA packages
+	$(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install torch 2.13.0 (CPU) and sweeplab with its dev tools
+
+data: $(STAMP) ## prepare the offline demo data (CPython's language reference, local tokenizer and teacher)
+	$(PY) -m sweeplab.data.prepare --out data/textbridge_demo
+
+sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)
+	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(ARGS)
+
+test: $(STAMP) ## run the test suite (slow and GPU tests excluded)
+	$(PY) -m pytest -q $(ARGS)
+
+test-all: $(STAMP) ## run every CPU test, slow ones included
+	$(PY) -m pytest -q -m "not gpu" $(ARGS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check src tests
+
+report: $(STAMP) ## table (Markdown + CSV) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
+	$(PY) -m sweeplab.report $(ARGS)
+
+ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000
+	$(VENV)/bin/mlflow ui --backend-store-uri "$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" --host 127.0.0.1 --port 5000
+
+clean: ## remove outputs, sweeps and the local MLflow store (keeps .venv and data/)
+	rm -rf outputs multirun/*/ mlflow.db mlartifacts reports

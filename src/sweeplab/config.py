@@ -1,0 +1,124 @@
+"""Config validation: bind every config group to the signature of what it configures, without building anything.
+
+Hydra already refuses unknown keys given on the command line (the composed config is in struct mode). What it
+cannot see is a typo inside a YAML file, a wrong type, or a value out of range. `bind()` checks a mapping against a
+dataclass or a class's `__init__` signature in milliseconds, so a bad sweep fails before any job trains
+(the torchtune way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, Union
+
+from sweeplab.errors import ConfigError
+
+_META_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_"})
+
+
+def _accepted(cls: type) -> dict[str, Any]:
+    """Parameter name -> type annotation (Any when unannotated) of a dataclass or a class's __init__."""
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
+    init = cls.__init__
+    try:
+        hints = typing.get_type_hints(init)
+    except Exception:
+        hints = {}
+    params = inspect.signature(init).parameters
+    return {
+        name: hints.get(name, Any)
+        for name, p in params.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return value in typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin in (list, tuple, typing.Sequence):
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return isinstance(value, (list, tuple)) and all(_matches(v, item_tp) for v in value)
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def bind(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Check `values` against `cls`'s parameters: unknown keys, wrong types. Returns the keyword arguments."""
+    accepted = _accepted(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key in _META_KEYS or key in ignore:
+            continue
+        if key not in accepted:
+            close = [k for k in accepted if k.startswith(key[:3])]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}.{key}", f"unknown key{hint}; accepted: {', '.join(sorted(accepted))}")
+        if not _matches(value, accepted[key]):
+            raise ConfigError(f"{where}.{key}", f"expected {_type_name(accepted[key])}, got {value!r}")
+        kwargs[key] = value
+    return kwargs
+
+
+def build(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str] = frozenset()) -> Any:
+    """`bind`, then construct; a ValueError raised by the constructor's own checks is re-raised naming `where`."""
+    kwargs = bind(cls, values, where, ignore)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(where, str(exc)) from None
+
+
+def require(condition: bool, key: str, problem: str) -> None:
+    if not condition:
+        raise ConfigError(key, problem)
+
+
+def build_sized(cls: type, sizes: Mapping[str, Mapping[str, Any]], values: Mapping[str, Any], where: str) -> Any:
+    """Build a model config dataclass from `size` (a named preset) plus explicit keys; null keys come from the size.
+
+    `family` and `size` are the config group's own keys, not the dataclass's.
+    """
+    size = values.get("size", "default")
+    if size not in sizes:
+        raise ConfigError(f"{where}.size", f"unknown size {size!r}; accepted: {', '.join(sizes)}")
+    explicit = {k: v for k, v in values.items() if v is not None}
+    kwargs = {**sizes[size], **bind(cls, explicit, where, ignore=frozenset({"family", "size"}))}
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(where, str(exc)) from None

@@ -1,0 +1,322 @@
+"""Build the offline TextBridge demo dataset: corpus sentences -> tokenizer -> tokens -> teacher targets -> files.
+
+    python -m sweeplab.data.prepare --out data/textbridge_demo [--vocab-size 8000] [--teacher-path DIR] [--force]
+
+The output directory holds the same samples in all three formats (demo.tokens.jsonl, demo.efb1, demo.text.jsonl),
+the tokenizer (tokenizer.json) and manifest.json (settings, counts, target_dim, vocab_size, file names).
+Idempotent: a directory whose manifest records the same settings is returned untouched. Atomic: everything is built
+in a temp directory beside `out_dir` and renamed into place, so a failure never leaves a half-built dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeplab.data.corpus import demo_sentences
+from sweeplab.data.formats import MANIFEST_NAME, Sample, atomic_write, current_umask, write_efb1, write_jsonl
+
+MANIFEST_VERSION = 1
+DEMO_FILES = {
+    "tokens_jsonl": "demo.tokens.jsonl",
+    "efb1": "demo.efb1",
+    "text_jsonl": "demo.text.jsonl",
+    "tokenizer": "tokenizer.json",
+}
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo dataset is made from (see `prepare_textbridge_demo`)."""
+
+    n_sentences: int | None = None
+    vocab_size: int = 8000
+    max_len: int = 128
+    teacher_path: str | None = None
+    teacher_seed: int = 0
+    teacher_layers: int = 2
+    teacher_dim: int = 768
+    normalize_targets: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_len", "teacher_layers", "teacher_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"prepare: {name} must be > 0, got {getattr(self, name)}")
+        if self.n_sentences is not None and self.n_sentences <= 0:
+            raise ValueError(f"prepare: n_sentences must be > 0 (or None for all), got {self.n_sentences}")
+        if self.teacher_path is not None and not Path(self.teacher_path).is_dir():
+            raise ValueError(
+                f"teacher path {self.teacher_path}: no such directory (expected a local Hugging Face model directory)"
+            )
+
+
+def prepare_textbridge_demo(
+    out_dir: str | os.PathLike,
+    *,
+    n_sentences: int | None = None,
+    vocab_size: int = 8000,
+    max_len: int = 128,
+    teacher_path: str | os.PathLike | None = None,
+    teacher_seed: int = 0,
+    teacher_layers: int = 2,
+    teacher_dim: int = 768,
+    normalize_targets: bool = False,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Build (or find up to date) the demo dataset in `out_dir` and return its path.
+
+    `n_sentences=None` takes every sentence of the corpus. `teacher_path` names a local HF encoder directory; without
+    it the teacher is a seeded random DistilBERT of `teacher_layers` layers and width `teacher_dim`.
+    """
+    options = DemoOptions(
+        n_sentences=n_sentences,
+        vocab_size=vocab_size,
+        max_len=max_len,
+        teacher_path=None if teacher_path is None else str(teacher_path),
+        teacher_seed=teacher_seed,
+        teacher_layers=teacher_layers,
+        teacher_dim=teacher_dim,
+        normalize_targets=normalize_targets,
+    )
+    out_dir, _ = build_demo(out_dir, options, force=force, progress=progress)
+    return out_dir
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict | None:
+    """The manifest of a prepared directory, or None when there is none (or it is unreadable)."""
+    try:
+        return json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def build_demo(
+    out_dir: str | os.PathLike, options: DemoOptions, *, force: bool = False, progress: bool = True
+) -> tuple[Path, bool]:
+    """`prepare_textbridge_demo`, also saying whether it built anything (False: it was already up to date)."""
+    out_dir = Path(out_dir).expanduser().absolute()
+    sentences = demo_sentences()[: options.n_sentences]
+    settings = _settings(sentences, options)
+
+    if not force and _is_up_to_date(out_dir, settings):
+        return out_dir, False
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        # Parallel jobs (a sweep) may all find the dataset missing; the first builds it, the others find it here.
+        if not force and _is_up_to_date(out_dir, settings):
+            return out_dir, False
+        _check_replaceable(out_dir)
+        _remove_leftovers(out_dir)
+        build_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+        try:
+            build_dir.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; the dataset is for everyone who may read it
+            _build(build_dir, sentences, settings, options, progress=progress)
+            _move_into_place(build_dir, out_dir)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+    return out_dir, True
+
+
+def _settings(sentences: list[str], options: DemoOptions) -> dict:
+    """Everything the output depends on; a manifest with equal settings means the directory is up to date."""
+    settings = {
+        "manifest_version": MANIFEST_VERSION,
+        "n_sentences": options.n_sentences,
+        # the corpus is CPython's own documentation: it changes with the Python version
+        "corpus_sha256": hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest(),
+        "vocab_size": options.vocab_size,
+        "max_len": options.max_len,
+        "normalize_targets": options.normalize_targets,
+    }
+    if options.teacher_path is None:
+        settings["teacher"] = {
+            "kind": "random_distilbert",
+            "seed": options.teacher_seed,
+            "layers": options.teacher_layers,
+            "dim": options.teacher_dim,
+        }
+    else:
+        path = Path(options.teacher_path).expanduser().absolute()
+        settings["teacher"] = {"kind": "local", "path": str(path), "fingerprint": _directory_fingerprint(path)}
+    return settings
+
+
+def _directory_fingerprint(path: Path) -> str:
+    # Names, sizes and mtimes: a model saved again into the same directory must not pass for the old one.
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        stat = file.stat()
+        h.update(f"{file.relative_to(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _is_up_to_date(out_dir: Path, settings: dict) -> bool:
+    manifest = read_manifest(out_dir)
+    if manifest is None or manifest.get("settings") != settings:
+        return False
+    return all((out_dir / name).is_file() for name in manifest.get("files", {}).values())
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    # Only an earlier build (it has a manifest) or an empty directory may be replaced: never delete a user's files.
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir}: exists and is not a directory; choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST_NAME).is_file():
+        raise ValueError(
+            f"{out_dir}: exists, is not empty and holds no {MANIFEST_NAME}; choose another --out or empty it"
+        )
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    # Temp/old directories of a killed build; safe to remove while we hold the lock (no other build of out_dir runs).
+    for pattern in (f".{out_dir.name}.tmp-*", f".{out_dir.name}.old-*"):
+        for leftover in out_dir.parent.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoOptions, *, progress: bool) -> None:
+    from sweeplab.data.teacher import Teacher
+    from sweeplab.data.tokenizer import TextTokenizer
+
+    started = time.perf_counter()
+    tokenizer = TextTokenizer.train(sentences, vocab_size=options.vocab_size)
+    tokenizer.save(build_dir / DEMO_FILES["tokenizer"])
+    input_ids, attention_masks, n_truncated = tokenizer.encode(sentences, options.max_len)
+
+    if options.teacher_path is None:
+        teacher = Teacher.random_distilbert(
+            tokenizer,
+            seed=options.teacher_seed,
+            n_layers=options.teacher_layers,
+            dim=options.teacher_dim,
+            max_len=options.max_len,
+            normalize=options.normalize_targets,
+        )
+    else:
+        teacher = Teacher.from_pretrained(
+            options.teacher_path, max_len=options.max_len, normalize=options.normalize_targets
+        )
+    targets = teacher.encode(sentences, batch_size=64, progress=progress)
+
+    samples = [
+        Sample(target=target, text=text, input_ids=ids, attention_mask=mask)
+        for text, ids, mask, target in zip(sentences, input_ids, attention_masks, targets)
+    ]
+    write_jsonl(build_dir / DEMO_FILES["tokens_jsonl"], samples, mode="tokens")
+    write_efb1(build_dir / DEMO_FILES["efb1"], samples)
+    write_jsonl(build_dir / DEMO_FILES["text_jsonl"], samples, mode="text")
+
+    import tokenizers
+    import torch
+    import transformers
+
+    manifest = {
+        "dataset": "textbridge_demo",
+        "settings": settings,
+        "num_samples": len(samples),
+        "num_truncated": n_truncated,
+        "target_dim": int(targets.shape[1]),
+        "vocab_size": tokenizer.vocab_size,
+        "pad_id": tokenizer.pad_id,
+        "teacher": teacher.description,
+        "formats": [key for key in DEMO_FILES if key != "tokenizer"],
+        "files": DEMO_FILES,
+        "build_seconds": round(time.perf_counter() - started, 2),
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+        },
+    }
+    # Written last: a directory with a manifest is a complete one.
+    with atomic_write(build_dir / MANIFEST_NAME) as f:
+        f.write(json.dumps(manifest, indent=2).encode("utf-8"))
+
+
+def _move_into_place(build_dir: Path, out_dir: Path) -> None:
+    """Rename the finished build onto out_dir; an outdated out_dir is moved aside first and deleted after."""
+    if not out_dir.exists():
+        os.rename(build_dir, out_dir)
+        return
+    old_dir = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+    os.rename(out_dir, old_dir)
+    try:
+        os.rename(build_dir, out_dir)
+    except OSError:
+        os.rename(old_dir, out_dir)
+        raise
+    shutil.rmtree(old_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; parallel first-time builds there are not serialised
+        yield
+        return
+    with open(lock_path, "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.data.prepare", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="data/textbridge_demo", help="output directory (default: %(default)s)")
+    parser.add_argument("--n-sentences", type=int, default=None, help="use the first N corpus sentences (default: all)")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--max-len", type=int, default=128)
+    parser.add_argument(
+        "--teacher-path", default=None, help="local Hugging Face encoder directory (default: random DistilBERT)"
+    )
+    parser.add_argument("--teacher-seed", type=int, default=0)
+    parser.add_argument("--teacher-layers", type=int, default=2)
+    parser.add_argument("--teacher-dim", type=int, default=768)
+    parser.add_argument("--normalize-targets", action="store_true", help="L2-normalise the teacher targets")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the directory is up to date")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        options = DemoOptions(
+            n_sentences=args.n_sentences,
+            vocab_size=args.vocab_size,
+            max_len=args.max_len,
+            teacher_path=args.teacher_path,
+            teacher_seed=args.teacher_seed,
+            teacher_layers=args.teacher_layers,
+            teacher_dim=args.teacher_dim,
+            normalize_targets=args.normalize_targets,
+        )
+        out_dir, built = build_demo(args.out, options, force=args.force, progress=not args.no_progress)
+    except ValueError as e:  # DataFormatError included: expected mistakes get one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    manifest = read_manifest(out_dir) or {}
+    status = "wrote" if built else "up to date, kept"
+    print(
+        f"{status} {out_dir}: {manifest.get('num_samples')} samples, target_dim {manifest.get('target_dim')}, "
+        f"vocab {manifest.get('vocab_size')}, {manifest.get('num_truncated')} truncated to max_len "
+        f"-> {', '.join(DEMO_FILES.values())}, {MANIFEST_NAME}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

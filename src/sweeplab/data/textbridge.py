@@ -1,0 +1,271 @@
+"""TextBridge batches: (input_ids, attention_mask, target) from a JSONL/EFB1 file or the offline demo dataset.
+
+Records are read lazily (`formats.open_dataset`); the train/val split is seeded, so one seed gives one split on every
+run (the original's split was an unseeded shuffle). Batches are padded on the right to the longest sample in them.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, Dataset
+
+from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
+from sweeplab.data.tokenizer import TextTokenizer
+
+TOO_LONG_MODES = ("truncate", "error")
+_TEXT_PASS_CHUNK = 1024  # texts tokenised per call in the setup pass over text-mode data
+_NO_LIMIT = 2**31 - 1  # a max_len that cuts nothing
+
+
+class TextBridgeDataset(Dataset):
+    """Samples `indices` of a source as dicts of tensors, cut to `max_len` (text is tokenised on access)."""
+
+    def __init__(self, source: SampleSource, indices: np.ndarray, max_len: int, tokenizer: TextTokenizer | None):
+        if not source.has_tokens and tokenizer is None:
+            raise ValueError(f"{source.path}: text-mode data needs a tokenizer")
+        self.source = source
+        self.indices = indices
+        self.max_len = max_len
+        self.tokenizer = tokenizer
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> dict[str, torch.Tensor]:
+        sample = self.source[int(self.indices[k])]
+        if sample.input_ids is not None:
+            input_ids = torch.from_numpy(sample.input_ids[: self.max_len].astype(np.int64))
+            attention_mask = torch.from_numpy(sample.attention_mask[: self.max_len].astype(np.int64))
+        else:
+            ids, masks, _ = self.tokenizer.encode([sample.text], self.max_len)
+            input_ids = torch.tensor(ids[0], dtype=torch.int64)
+            attention_mask = torch.tensor(masks[0], dtype=torch.int64)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "target": torch.from_numpy(sample.target)}
+
+
+def collate_textbridge(batch: list[dict[str, torch.Tensor]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad on the right to the longest sample: input_ids int64 (B, L) with `pad_id`, attention_mask int64 0/1 (B, L),
+    target float32 (B, D)."""
+    longest = max(1, max(len(item["input_ids"]) for item in batch))  # L >= 1 keeps all-empty batches well-shaped
+    input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.int64)
+    attention_mask = torch.zeros((len(batch), longest), dtype=torch.int64)
+    for row, item in enumerate(batch):
+        length = len(item["input_ids"])
+        input_ids[row, :length] = item["input_ids"]
+        attention_mask[row, :length] = item["attention_mask"]
+    target = torch.stack([item["target"] for item in batch]).to(torch.float32)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "target": target}
+
+
+class TextBridgeDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        path: str | None = None,
+        demo_dir: str = "data/textbridge_demo",
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+        max_len: int = 128,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        tokenizer_path: str | None = None,
+        too_long: str = "truncate",
+        drop_last: bool = True,
+    ):
+        super().__init__()
+        if too_long not in TOO_LONG_MODES:
+            raise ValueError(f"data.too_long={too_long!r} is not one of {TOO_LONG_MODES}")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
+        for name, value in (("batch_size", batch_size), ("max_len", max_len)):
+            if value <= 0:
+                raise ValueError(f"data.{name} must be > 0, got {value}")
+        # No save_hyperparameters(): Lightning refuses to fit when a datamodule hparam and a model hparam share a
+        # name with different values (max_len, batch_size); the run logs the resolved Hydra config instead.
+        self.path = path
+        self.demo_dir = demo_dir
+        self.batch_size = batch_size
+        self.val_fraction = val_fraction
+        self.seed = seed
+        self.max_len = max_len
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.tokenizer_path = tokenizer_path
+        self.too_long = too_long
+        self.drop_last = drop_last
+
+        self.source: SampleSource | None = None
+        self.tokenizer: TextTokenizer | None = None
+        self.train_dataset: TextBridgeDataset | None = None
+        self.val_dataset: TextBridgeDataset | None = None
+        self._max_token_id = -1
+
+    # --- Lightning hooks ----------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self.path is None:
+            self._ensure_demo()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.source is not None:  # one split for every stage
+            return
+        source = open_dataset(self._data_path())
+        self.tokenizer = self._load_tokenizer(source)
+        lengths, self._max_token_id = self._token_lengths(source)
+        self._check_lengths(source, lengths)
+
+        n = len(source)
+        n_val = round(n * self.val_fraction)
+        if self.val_fraction > 0:
+            n_val = max(1, n_val)
+        if n - n_val < 1:
+            raise DataFormatError(
+                f"{source.path}: {n} records leave nothing to train on with val_fraction={self.val_fraction}"
+            )
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).numpy()
+        self.val_dataset = TextBridgeDataset(source, np.sort(order[:n_val]), self.max_len, self.tokenizer)
+        self.train_dataset = TextBridgeDataset(source, order[n_val:], self.max_len, self.tokenizer)
+        self.source = source
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup()
+        drop_last = self.drop_last
+        if drop_last and self.num_train < self.batch_size:
+            rank_zero_warn(
+                f"data: {self.num_train} training samples < batch_size {self.batch_size}; keeping the partial batch "
+                "(drop_last would leave no batch at all)"
+            )
+            drop_last = False
+        return self._loader(
+            self.train_dataset,
+            shuffle=True,
+            drop_last=drop_last,
+            generator=torch.Generator().manual_seed(self.seed),
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        self.setup()
+        return self._loader(self.val_dataset, shuffle=False, drop_last=False)
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self.source is not None:
+            self.source.close()
+
+    # --- what the model needs to know ---------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary; without a tokenizer, the largest token id in the data + 1."""
+        self.setup()
+        return self.tokenizer.vocab_size if self.tokenizer is not None else self._max_token_id + 1
+
+    @property
+    def pad_id(self) -> int:
+        self.setup()
+        return self.tokenizer.pad_id if self.tokenizer is not None else 0
+
+    @property
+    def target_dim(self) -> int:
+        self.setup()
+        return self.source.target_dim
+
+    @property
+    def num_train(self) -> int:
+        self.setup()
+        return len(self.train_dataset)
+
+    @property
+    def num_val(self) -> int:
+        self.setup()
+        return len(self.val_dataset)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise DataFormatError naming the first record with a token id >= vocab_size (an embedding would crash)."""
+        self.setup()
+        if self._max_token_id < vocab_size:
+            return
+        source = self.source
+        for index in range(len(source)):
+            sample = source[index]
+            if sample.input_ids is not None:
+                ids = sample.input_ids
+            else:
+                ids = np.asarray(self.tokenizer.encode([sample.text], _NO_LIMIT)[0][0], dtype=np.int64)
+            if ids.size and ids.max() >= vocab_size:
+                raise DataFormatError(
+                    f"{source.locate(index)}: token id {int(ids.max())} >= model vocab_size {vocab_size} (largest id in "
+                    f"the data: {self._max_token_id}); set model.vocab_size >= {self._max_token_id + 1} or use the "
+                    "tokenizer the data was made with"
+                )
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _ensure_demo(self) -> Path:
+        from sweeplab.data.prepare import prepare_textbridge_demo, read_manifest
+
+        # Any prepared demo is used as it is: one built with other settings (`prepare --vocab-size ...`) was asked for.
+        if read_manifest(self.demo_dir) is not None:
+            return Path(self.demo_dir)
+        return prepare_textbridge_demo(self.demo_dir)
+
+    def _data_path(self) -> Path:
+        return self._ensure_demo() if self.path is None else Path(self.path)
+
+    def _load_tokenizer(self, source: SampleSource) -> TextTokenizer | None:
+        if self.tokenizer_path is not None:
+            return TextTokenizer.load(self.tokenizer_path)
+        beside = source.path.parent / "tokenizer.json"
+        if beside.is_file():
+            return TextTokenizer.load(beside)
+        if not source.has_tokens:
+            raise DataFormatError(
+                f"{source.path}: text-mode JSONL needs a tokenizer: put tokenizer.json beside it or set data.tokenizer_path"
+            )
+        return None  # token data: ids are used as they are, the vocabulary comes from the data
+
+    def _token_lengths(self, source: SampleSource) -> tuple[np.ndarray, int]:
+        """Token count per record and the largest id. Token data has them from the index pass; text data is
+        tokenised once here (only counts are kept) so too-long texts are known before training starts."""
+        if source.has_tokens:
+            return source.token_lengths, source.max_token_id
+        lengths = np.empty(len(source), dtype=np.int64)
+        max_token_id = -1
+        for start in range(0, len(source), _TEXT_PASS_CHUNK):
+            stop = min(start + _TEXT_PASS_CHUNK, len(source))
+            texts = [source[i].text for i in range(start, stop)]
+            ids_list, _, _ = self.tokenizer.encode(texts, max_len=_NO_LIMIT)
+            lengths[start:stop] = [len(ids) for ids in ids_list]
+            max_token_id = max([max_token_id, *(max(ids) for ids in ids_list if ids)])
+        return lengths, max_token_id
+
+    def _check_lengths(self, source: SampleSource, lengths: np.ndarray) -> None:
+        too_long = np.flatnonzero(lengths > self.max_len)
+        if too_long.size == 0:
+            return
+        if self.too_long == "error":
+            first = int(too_long[0])
+            raise DataFormatError(
+                f"{source.locate(first)}: {int(lengths[first])} tokens > data.max_len={self.max_len} "
+                f"({too_long.size} records in all); raise data.max_len or set data.too_long=truncate"
+            )
+        rank_zero_warn(
+            f"{source.path}: {too_long.size} of {len(source)} samples are longer than data.max_len={self.max_len} "
+            "tokens and are truncated"
+        )
+
+    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            collate_fn=functools.partial(collate_textbridge, pad_id=self.pad_id),
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+            **kwargs,
+        )
+
+
+__all__ = ["TextBridgeDataModule", "TextBridgeDataset", "collate_textbridge", "TOO_LONG_MODES"]

@@ -1,0 +1,92 @@
+"""TextBridge distillation: loss α·(1 − cos) + β·MSE against teacher embeddings, retrieval metrics on validation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sweeplab.models.textbridge import TextBridgeConfig, TextBridgeEncoder
+from sweeplab.tasks.base import SweepTask
+from sweeplab.tasks.optim import OptimConfig
+
+
+@dataclass
+class LossConfig:
+    alpha: float = 0.7  # weight of (1 - cosine)
+    beta: float = 0.7  # weight of the MSE
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta < 0:
+            raise ValueError(f"alpha and beta must be >= 0, got alpha={self.alpha}, beta={self.beta}")
+        if self.alpha == 0 and self.beta == 0:
+            raise ValueError("alpha and beta are both 0: the loss would be constant; set at least one > 0")
+
+
+def cosine_per_sample(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    t = t / t.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    return (z * t).sum(-1)
+
+
+def distill_loss(z: torch.Tensor, t: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, mean cosine, MSE); computed in fp32 whatever the autocast dtype."""
+    z, t = z.float(), t.float()
+    cos = cosine_per_sample(z, t).mean()
+    mse = F.mse_loss(z, t)
+    return cfg.alpha * (1 - cos) + cfg.beta * mse, cos, mse
+
+
+def retrieval_metrics(z: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """P@1 and MRR: each student embedding ranks all teacher embeddings by cosine; the right one is its own."""
+    sim = F.normalize(z.float(), dim=-1, eps=1e-6) @ F.normalize(t.float(), dim=-1, eps=1e-6).T
+    own = sim.diagonal().unsqueeze(1)
+    rank = (sim > own).sum(1) + 1  # ties count in the model's favour
+    return (rank == 1).float().mean(), (1.0 / rank.float()).mean()
+
+
+class TextBridgeTask(SweepTask):
+    family = "textbridge"
+    monitor = "val/cos"
+    monitor_mode = "max"
+
+    def __init__(self, model: TextBridgeConfig, loss: LossConfig, optim: OptimConfig):
+        super().__init__(
+            TextBridgeEncoder(model), optim, {"model": asdict(model), "loss": asdict(loss), "optim": asdict(optim)}
+        )
+        self.loss_config = loss
+        self._val_z: list[torch.Tensor] = []
+        self._val_t: list[torch.Tensor] = []
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, attention_mask)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        z = self.model(batch["input_ids"], batch["attention_mask"])
+        loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log_dict({"train/cos": cos, "train/mse": mse}, on_step=True, on_epoch=False)
+        self.log_lr()
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        z = self.model(batch["input_ids"], batch["attention_mask"])
+        loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
+        n = self.samples_in(batch)
+        self.log_dict({"val/loss": loss, "val/cos": cos, "val/mse": mse}, on_epoch=True, batch_size=n)
+        self._val_z.append(z.detach().float())
+        self._val_t.append(batch["target"].detach().float())
+
+    def on_validation_epoch_end(self) -> None:
+        if self._val_z:
+            p_at_1, mrr = retrieval_metrics(torch.cat(self._val_z), torch.cat(self._val_t))
+            self.log_dict({"val/p_at_1": p_at_1, "val/mrr": mrr})
+        self._val_z.clear()
+        self._val_t.clear()
+
+    def tokens_in(self, batch: dict) -> torch.Tensor:
+        return batch["attention_mask"].sum()
+
+    def flops_in(self, batch: dict) -> float:
+        return self.samples_in(batch) * self.model.flops_per_sample(int(batch["input_ids"].shape[1]))

@@ -1,0 +1,45 @@
+"""Shared fixtures: a small demo dataset made once per session, a throwaway MLflow store, config composition."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    """The demo dataset, small: 300 sentences, 500-token vocabulary, a 1-layer 64-d random teacher."""
+    from sweeplab.data.prepare import prepare_textbridge_demo
+
+    out = tmp_path_factory.mktemp("data") / "textbridge_demo"
+    return prepare_textbridge_demo(
+        out, n_sentences=300, vocab_size=500, max_len=64, teacher_layers=1, teacher_dim=64, progress=False
+    )
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path, monkeypatch) -> str:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # artifacts, outputs/ and multirun/ land in the test's own directory
+    return uri
+
+
+def compose_train(overrides: list[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def smoke_config(demo_dir: Path, *overrides: str) -> DictConfig:
+    """debug=smoke on the small demo data, 64-d targets; extra overrides win."""
+    cfg = compose_train(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", *overrides])
+    with open_dict(cfg):
+        cfg.trainer.enable_progress_bar = False
+    return cfg

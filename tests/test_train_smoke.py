@@ -1,0 +1,48 @@
+"""A smoke training run records the named metrics, params, tags and config in a real (temporary) MLflow store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import smoke_config
+from mlflow.tracking import MlflowClient
+
+from sweeplab.training import train
+
+TRAIN_METRICS = {"train/loss", "train/cos", "train/mse", "lr", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec"}
+VAL_METRICS = {"val/loss", "val/cos", "val/mse", "val/p_at_1", "val/mrr"}
+SUMMARY = {"summary/step_time_s_median", "summary/samples_per_sec", "summary/peak_mem_mb"}
+
+
+def _only_run(uri):
+    client = MlflowClient(uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "sweeplab"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    return client, run
+
+
+def test_smoke_run_logs_the_named_metrics(demo_dir, mlflow_uri):
+    best = train(smoke_config(demo_dir, "loss.alpha=1.0", "loss.beta=0.5"))
+    client, run = _only_run(mlflow_uri)
+    assert run.info.status == "FINISHED"
+    assert TRAIN_METRICS | VAL_METRICS | SUMMARY <= set(run.data.metrics)
+    assert run.data.params["loss.alpha"] == "1.0" and run.data.params["data.batch_size"] == "16"
+    assert run.data.tags["mlflow.runName"] == "textbridge bs=16 a=1 b=0.5 cpu"
+    for tag in ("backend", "device", "torch", "lightning", "git_commit", "sweep_id"):
+        assert tag in run.data.tags
+    assert best == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == sorted(set(steps)) and steps[-1] == 20 - 1 or steps[-1] == 20
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "config.yaml" in artifacts
+
+
+def test_bad_input_fails_with_one_line_and_no_running_run(demo_dir, mlflow_uri, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "loss.alpha=0", "loss.beta=0"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+    assert "loss: alpha and beta are both 0" in result.stderr
+    assert "Traceback" not in result.stderr
