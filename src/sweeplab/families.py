@@ -26,6 +26,8 @@ class Family:
     fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any]
     build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask]
     run_name: Callable[[Any], str]  # what differs between jobs, readable in the MLflow compare view
+    model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None  # from a checkpoint's hparams
+    build_model: Callable[[Any], Any] | None = None  # config -> plain nn.Module (export, reference loops)
     build_task_config: Callable[[Mapping[str, Any]], Any] | None = None  # the `loss` group, checked up front
 
 
@@ -68,11 +70,84 @@ def _textbridge_task(model_config, loss_values: Mapping[str, Any], optim: OptimC
     return TextBridgeTask(model_config, _textbridge_loss(loss_values), optim)
 
 
+def _textbridge_config_from_dict(values: Mapping[str, Any]):
+    from sweeplab.models.textbridge import TextBridgeConfig
+
+    return TextBridgeConfig(**values)
+
+
+def _textbridge_build_model(config):
+    from sweeplab.models.textbridge import TextBridgeEncoder
+
+    return TextBridgeEncoder(config)
+
+
 def _textbridge_name(cfg) -> str:
     return f"textbridge bs={cfg.data.batch_size} a={cfg.loss.alpha:g} b={cfg.loss.beta:g}"
 
 
+# --- paGating language model ----------------------------------------------------------------------
+def _lm_model(values: Mapping[str, Any]):
+    from sweeplab.models.gpt import SIZES, GPTConfig
+
+    return build_sized(GPTConfig, {**SIZES, "default": SIZES["small"]}, values, "model")
+
+
+def _lm_data(values: Mapping[str, Any], model_config) -> L.LightningDataModule:
+    from sweeplab.data.lm import LMDataModule
+
+    return build(LMDataModule, {**values, "block_size": model_config.block_size}, "data")
+
+
+def _lm_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
+    if model_values.get("vocab_size") is not None and model_values["vocab_size"] < dm.vocab_size:
+        raise ConfigError(
+            "model.vocab_size", f"{model_values['vocab_size']} is smaller than the tokenizer's {dm.vocab_size}"
+        )
+    return replace(model_config, vocab_size=model_values.get("vocab_size") or dm.vocab_size)
+
+
+def _lm_task(model_config, loss_values: Mapping[str, Any], optim: OptimConfig) -> SweepTask:
+    from sweeplab.tasks.lm import LMTask
+
+    return LMTask(model_config, optim)
+
+
+def _lm_loss(values: Mapping[str, Any]) -> None:
+    if values:
+        raise ConfigError(f"loss.{next(iter(values))}", "the language model's loss (cross-entropy) takes no settings")
+
+
+def _lm_config_from_dict(values: Mapping[str, Any]):
+    from sweeplab.models.gpt import GPTConfig
+
+    return GPTConfig(**values)
+
+
+def _lm_build_model(config):
+    from sweeplab.models.gpt import GPT
+
+    return GPT(config)
+
+
+def _lm_name(cfg) -> str:
+    m = cfg.model
+    ffn = f"unit={m.unit} a={m.alpha}" if m.ffn == "pagating" else "ffn=mlp"
+    return f"pagating_lm {m.size} {ffn} lr={cfg.optim.lr:g} bs={cfg.data.batch_size}"
+
+
 FAMILIES: dict[str, Family] = {
+    "pagating_lm": Family(
+        "pagating_lm",
+        _lm_model,
+        _lm_data,
+        _lm_fit,
+        _lm_task,
+        _lm_name,
+        model_config_from_dict=_lm_config_from_dict,
+        build_model=_lm_build_model,
+        build_task_config=_lm_loss,
+    ),
     "textbridge": Family(
         "textbridge",
         _textbridge_model,
@@ -80,6 +155,8 @@ FAMILIES: dict[str, Family] = {
         _textbridge_fit,
         _textbridge_task,
         _textbridge_name,
+        model_config_from_dict=_textbridge_config_from_dict,
+        build_model=_textbridge_build_model,
         build_task_config=_textbridge_loss,
     ),
 }

@@ -19,8 +19,10 @@ log = logging.getLogger("sweeplab")
 def main(cfg: DictConfig) -> float | None:
     from sweeplab.training import train
 
-    # Lightning adds its own console handler; Hydra's root handlers already print (and file) its messages.
-    logging.getLogger("lightning.pytorch").handlers.clear()
+    # Lightning adds its own console handlers; Hydra's root handlers already print (and file) its messages.
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
 
     try:
         return train(cfg)

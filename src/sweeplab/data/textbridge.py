@@ -169,6 +169,12 @@ class TextBridgeDataModule(L.LightningDataModule):
         return self.tokenizer.pad_id if self.tokenizer is not None else 0
 
     @property
+    def source_path(self) -> Path:
+        """The data file in use (a directory `path` resolved to the file it holds)."""
+        self.setup()
+        return self.source.path
+
+    @property
     def target_dim(self) -> int:
         self.setup()
         return self.source.target_dim

@@ -1,0 +1,74 @@
+"""paGating language modelling: next-token cross-entropy on packed blocks (no padding, so none in the loss)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from sweeplab.callbacks.alpha import AlphaScheduleCallback
+from sweeplab.models.gpt import GPT, GPTConfig
+from sweeplab.tasks.base import SweepTask
+from sweeplab.tasks.optim import OptimConfig
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy in fp32; labels of -100 (none from packed blocks) would be ignored."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+
+
+class LMTask(SweepTask):
+    family = "pagating_lm"
+    monitor = "val/ppl"
+    monitor_mode = "min"
+
+    def __init__(self, model: GPTConfig, optim: OptimConfig, alpha_log_every_n_steps: int = 50):
+        super().__init__(GPT(model), optim, {"model": asdict(model), "optim": asdict(optim)})
+        self.alpha_log_every_n_steps = alpha_log_every_n_steps
+        self._val_loss_sum = torch.zeros(())
+        self._val_tokens = 0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = lm_loss(self.model(batch["input_ids"]), batch["labels"])
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log_lr()
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_loss_sum = torch.zeros((), device=self.device)
+        self._val_tokens = 0
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        n_tokens = batch["labels"].numel()
+        self._val_loss_sum += lm_loss(self.model(batch["input_ids"]), batch["labels"]) * n_tokens
+        self._val_tokens += n_tokens
+
+    def on_validation_epoch_end(self) -> None:
+        if self._val_tokens:
+            loss = self._val_loss_sum / self._val_tokens  # token-weighted over the whole validation set
+            self.log_dict({"val/loss": loss, "val/ppl": torch.exp(loss)})
+
+    def extra_callbacks(self) -> list[L.Callback]:
+        return [AlphaScheduleCallback(log_every_n_steps=self.alpha_log_every_n_steps)]
+
+    def tokens_in(self, batch: dict) -> int:
+        return int(batch["input_ids"].numel())
+
+    def flops_in(self, batch: dict) -> float:
+        return self.tokens_in(batch) * self.model.flops_per_token(int(batch["input_ids"].shape[1]))
+
+    def summary_metrics(self, trainer: L.Trainer) -> dict[str, float]:
+        summary = super().summary_metrics(trainer)
+        summary["summary/flops_per_token"] = self.model.flops_per_token()
+        summary.update({f"summary/alpha/{k}": v for k, v in self.model.alpha_values().items()})
+        return summary
+
+
+def perplexity(loss: float) -> float:
+    return math.exp(loss)
