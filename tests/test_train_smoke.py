@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import smoke_config
 from mlflow.tracking import MlflowClient
 
+from conftest import smoke_config
 from sweeplab.training import train
 
 TRAIN_METRICS = {"train/loss", "train/cos", "train/mse", "lr", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec"}

@@ -17,8 +17,9 @@ from sweeplab.models.pagating import alpha_values, set_alpha_step
 
 
 class AlphaScheduleCallback(L.Callback):
-    def __init__(self, log_every_n_steps: int = 50):
-        if log_every_n_steps <= 0:
+    def __init__(self, log_every_n_steps: int | None = None):
+        """log_every_n_steps: None follows the Trainer's own `log_every_n_steps`."""
+        if log_every_n_steps is not None and log_every_n_steps <= 0:
             raise ValueError(f"log_every_n_steps must be > 0, got {log_every_n_steps}")
         self.log_every_n_steps = log_every_n_steps
         self._last_step: int | None = None
@@ -30,6 +31,8 @@ class AlphaScheduleCallback(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # after a checkpoint resume global_step is already the restored count: put the schedules there
         self._last_step = trainer.global_step
+        if self.log_every_n_steps is None:
+            self.log_every_n_steps = trainer.log_every_n_steps
         set_alpha_step(self._model(pl_module), trainer.global_step)
         self._log(trainer, pl_module)
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from sweeplab.models.pagating import alpha_values, check_alpha, make_unit
+from sweeplab.models.pagating import UNIT_NAMES, alpha_values, check_alpha, make_unit
 
 FFN_KINDS = ("pagating", "mlp")
 MASK_VALUE = -1e4  # not -inf or finfo.min: an fp16 Core ML program turns those into -inf and NaN
@@ -63,6 +63,8 @@ class GPTConfig:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.ffn == "pagating":
             check_alpha(self.alpha)
+            if self.unit not in UNIT_NAMES:
+                raise ValueError(f"model.unit={self.unit!r} is not one of {', '.join(UNIT_NAMES)}")
         self.unit_options = dict(self.unit_options or {})  # an OmegaConf DictConfig becomes a plain dict
 
     @classmethod

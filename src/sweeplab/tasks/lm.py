@@ -25,7 +25,7 @@ class LMTask(SweepTask):
     monitor = "val/ppl"
     monitor_mode = "min"
 
-    def __init__(self, model: GPTConfig, optim: OptimConfig, alpha_log_every_n_steps: int = 50):
+    def __init__(self, model: GPTConfig, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
         super().__init__(GPT(model), optim, {"model": asdict(model), "optim": asdict(optim)})
         self.alpha_log_every_n_steps = alpha_log_every_n_steps
         self._val_loss_sum = torch.zeros(())

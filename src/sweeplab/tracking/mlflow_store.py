@@ -12,7 +12,7 @@ import os
 import subprocess
 import tempfile
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +126,9 @@ class JobRun:
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
         import time
+
+        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]

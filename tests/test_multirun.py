@@ -1,0 +1,55 @@
+"""A real Hydra multirun through the command line: jobs nest under one parent run, the table is printed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from mlflow.tracking import MlflowClient
+
+
+def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sweeplab.train", "-m", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64",
+            "data.batch_size=8,16", "trainer.max_steps=10", "trainer.val_check_interval=5",
+        ],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(mlflow_uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "sweeplab"]
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert sorted(r.data.params["data.batch_size"] for r in children) == ["16", "8"]
+    assert {r.data.tags["sweep_id"] for r in children} == {parents[0].data.tags["sweep_id"]}
+    # the comparison table is printed and attached to the parent run
+    assert "| textbridge bs=8 a=0.7 b=0.7 cpu | FINISHED |" in result.stdout
+    assert {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")} == {"report/report.md", "report/report.csv"}
+    (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
+    assert (sweep_dir / "report.md").exists() and (sweep_dir / "0" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_lm_alpha_sweep_logs_ppl_and_alpha_curves(mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sweeplab.train", "-m", "model=pagating_lm", "debug=smoke",
+            "model.alpha=cosine,learnable", "trainer.max_steps=12", "trainer.log_every_n_steps=2",
+        ],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(mlflow_uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "sweeplab"]
+    children = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("sweeplab.role") != "sweep"]
+    assert len(children) == 2
+    for run in children:
+        assert {"val/ppl", "val/loss", "train/tokens_per_sec", "alpha/layer_0", "alpha/layer_1"} <= set(run.data.metrics)
+    cosine = next(r for r in children if r.data.params["model.alpha"] == "cosine")
+    history = [m.value for m in client.get_metric_history(cosine.info.run_id, "alpha/layer_0")]
+    assert history[0] == 1.0 and history[-1] < history[0]  # the schedule was stepped during training
