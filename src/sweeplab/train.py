@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -13,11 +14,19 @@ from sweeplab.errors import is_user_error
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 log = logging.getLogger("sweeplab")
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on torch >= 2.10
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from sweeplab.training import train
+    from sweeplab.training import record_failed_job, train
 
     # Lightning adds its own console handlers; Hydra's root handlers already print (and file) its messages.
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
@@ -27,12 +36,28 @@ def main(cfg: DictConfig) -> float | None:
     try:
         return train(cfg)
     except Exception as exc:
-        if not is_user_error(exc):
+        expected = is_user_error(exc)
+        if _in_multirun():
+            # One failed job must not end the sweep: it is recorded as a FAILED run (reason in its `error` tag),
+            # the other jobs run, the report lists it and the sweep's exit code says so.
+            log.error("job failed: %s", exc if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
+            record_failed_job(cfg, exc)
+            return None
+        if not expected:
             raise
-        log.error("%s", exc)
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def run() -> None:
     main()
+    from sweeplab.tracking import sweep_callback
+
+    failed = getattr(sweep_callback, "FAILED_JOBS", 0)
+    if failed:
+        print(f"error: {failed} job(s) of the sweep failed; see the report above and each run's `error` tag", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

@@ -16,12 +16,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends
+from sweeplab.callbacks.faults import FaultInjection
+from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.config import bind, build
 from sweeplab.errors import ConfigError
 from sweeplab.families import get_family
+from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import OptimConfig
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, resume
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,15 @@ class LoggerConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every_n_steps: int = 50  # periodic last.ckpt, what `resume=true` continues from
+
+    def __post_init__(self) -> None:
+        if self.every_n_steps <= 0:
+            raise ValueError(f"every_n_steps must be > 0, got {self.every_n_steps}")
+
+
+@dataclass
 class JobPlan:
     """Everything validated, nothing built yet."""
 
@@ -68,6 +80,8 @@ class JobPlan:
     logger: LoggerConfig
     container: dict
     datamodule: L.LightningDataModule  # constructed (arguments checked), no data read yet
+    guard: dict
+    checkpoint: CheckpointConfig
 
 
 def plan(cfg: DictConfig) -> JobPlan:
@@ -84,6 +98,11 @@ def plan(cfg: DictConfig) -> JobPlan:
     backend_config = build(backends.BackendConfig, container["backend"], "backend")
     timing = bind(ThroughputTimer, container.get("timing", {}), "timing", ignore=frozenset({"sync", "clock"}))
     logger = build(LoggerConfig, container["logger"], "logger")
+    guard = bind(NonFiniteGuard, container.get("guard", {}), "guard")
+    build(NonFiniteGuard, guard, "guard")  # its own range checks
+    checkpoint = build(CheckpointConfig, container.get("checkpoint", {}), "checkpoint")
+    if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
+        raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
     compile_mode = str(container.get("compile", "off"))
     backend = backends.resolve_backend(backend_config.name)
     backends.check_combination(backend, trainer.precision, compile_mode)
@@ -92,7 +111,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     datamodule = family.build_datamodule(container["data"], model_config)
     return JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, timing,
-        logger, container, datamodule,
+        logger, container, datamodule, guard, checkpoint,
     )
 
 
@@ -123,8 +142,32 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     }
 
 
+# Overrides a run name never repeats: group choices and keys the family's name already shows, or plumbing.
+_NAME_SKIP = ("debug", "sweep", "experiment", "paths.", "hydra", "logger", "data.batch_size", "loss.alpha", "loss.beta",
+              "backend", "trainer.precision", "compile", "model=", "data=", "loss=")
+
+
+def _override_parts() -> list[str]:
+    """`key=value` of this job's command-line overrides that the name does not show yet, keys shortened."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+    parts = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if not value or override.startswith(_NAME_SKIP) or key.startswith(_NAME_SKIP):
+            continue
+        parts.append(f"{key.rsplit('.', 1)[-1]}={value}")
+    return parts
+
+
 def run_name(p: JobPlan, cfg: DictConfig) -> str:
-    parts = [p.family.run_name(cfg), p.backend]
+    parts = [p.family.run_name(cfg)]
+    parts += [part for part in _override_parts() if part not in parts[0]]
+    parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)
     if p.compile_mode != "off":
@@ -137,34 +180,15 @@ def train(cfg: DictConfig) -> float | None:
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
-
-    datamodule = p.datamodule
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
-    task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
-    if p.compile_mode != "off":
-        task.model.compile(mode=None if p.compile_mode == "default" else p.compile_mode)
-
     output_dir, sweep_dir = _hydra_runtime()
-    checkpoint = ModelCheckpoint(
-        dirpath=output_dir / "checkpoints",
-        filename="best-step{step}",
-        monitor=task.monitor,
-        mode=task.monitor_mode,
-        save_last=True,
-        auto_insert_metric_name=False,
-    )
-    timer = ThroughputTimer(**p.timing)
-    callbacks = [timer, checkpoint, *task.extra_callbacks()]
+    uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
+    resume_ckpt, resume_run_id = _resume_target(p, uri)
+    if resume_ckpt is not None:
+        output_dir = resume_ckpt.parent.parent  # keep writing checkpoints where the interrupted run did
 
     if not p.logger.enabled:
-        trainer = _trainer(p, callbacks, logger=False, output_dir=output_dir)
-        trainer.fit(task, datamodule=datamodule)
-        _final_validation(trainer, task, datamodule, p)
-        return _monitored(trainer, checkpoint, task)
+        return _fit(p, output_dir, logger=False, job=None, resume_ckpt=resume_ckpt)
 
-    uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     job = mlflow_store.JobRun(
         uri,
         p.logger.experiment_name,
@@ -172,24 +196,77 @@ def train(cfg: DictConfig) -> float | None:
         tags=run_tags(p, sweep_dir),
         params=mlflow_store.flatten(p.container),
         parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+        run_id=resume_run_id,
     )
     with job:
-        from lightning.pytorch.loggers import MLFlowLogger
+        from sweeplab.tracking.resume import ResumingMLFlowLogger, logged_steps
 
-        job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
-        logger = MLFlowLogger(experiment_name=p.logger.experiment_name, tracking_uri=uri, run_id=job.run_id)
-        trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
-        trainer.fit(task, datamodule=datamodule)
-        if trainer.interrupted:
-            raise KeyboardInterrupt("training interrupted")
-        _final_validation(trainer, task, datamodule, p)
+        if resume_ckpt is None:
+            job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
+            job.set_tag("output_dir", str(output_dir))
+            job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
+        else:
+            job.set_tag("resumed_from", str(resume_ckpt))
+        logger = ResumingMLFlowLogger(
+            experiment_name=p.logger.experiment_name,
+            tracking_uri=uri,
+            run_id=job.run_id,
+            already_logged=logged_steps(uri, job.run_id) if resume_ckpt is not None else None,
+        )
+        return _fit(p, output_dir, logger=logger, job=job, resume_ckpt=resume_ckpt)
+
+
+def _resume_target(p: JobPlan, uri: str) -> tuple[Path | None, str | None]:
+    """(last checkpoint, MLflow run id) to continue from, or (None, None) for a fresh run."""
+    setting = p.container.get("resume", False)
+    if setting is False or setting is None:
+        return None, None
+    if setting is True:
+        run_id, ckpt = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
+        return ckpt, run_id
+    ckpt = Path(str(setting))
+    if ckpt.is_dir():
+        ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
+    return ckpt, resume.checkpoint_run_id(ckpt)  # read_checkpoint names a missing/truncated/foreign file
+
+
+def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) -> float | None:
+    datamodule = p.datamodule
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
+    task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+    task.mlflow_run_id = job.run_id if job is not None else None
+    if p.compile_mode != "off":
+        task.model.compile(mode=None if p.compile_mode == "default" else p.compile_mode)
+
+    best = ModelCheckpoint(
+        dirpath=output_dir / "checkpoints",
+        filename="best-step{step}",
+        monitor=task.monitor,
+        mode=task.monitor_mode,
+        auto_insert_metric_name=False,
+    )
+    last = ModelCheckpoint(  # periodic: what a killed run resumes from
+        dirpath=output_dir / "checkpoints", every_n_train_steps=p.checkpoint.every_n_steps, save_top_k=0, save_last=True
+    )
+    timer = ThroughputTimer(**p.timing)
+    callbacks = [timer, NonFiniteGuard(**p.guard), best, last, *task.extra_callbacks()]
+    if (fault := FaultInjection.from_env()) is not None:
+        callbacks.append(fault)
+
+    trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
+    if trainer.interrupted:
+        raise KeyboardInterrupt("training interrupted")
+    _final_validation(trainer, task, datamodule, p)
+    if job is not None:
         summary = {**timer.summary, **task.summary_metrics(trainer)}
         job.log_metrics(summary, step=trainer.global_step)
-        job.set_tag("output_dir", str(output_dir))
-        if checkpoint.best_model_path:
-            job.set_tag("checkpoint", checkpoint.best_model_path)
+        if best.best_model_path:
+            job.set_tag("checkpoint", best.best_model_path)
         log.info("run %s: %s", job.run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
-        return _monitored(trainer, checkpoint, task)
+    return _monitored(trainer, best, task)
 
 
 def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer:
@@ -208,6 +285,7 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=p.optim.grad_clip or None,
         gradient_clip_algorithm="norm",
+        plugins=[AtomicCheckpointIO()],
         deterministic=t.deterministic,
         enable_progress_bar=t.enable_progress_bar,
         enable_model_summary=False,
@@ -228,3 +306,28 @@ def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, task) -> float |
         return float(checkpoint.best_model_score)
     value = trainer.callback_metrics.get(task.monitor)
     return float(value) if value is not None else None
+
+
+def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
+    """Make sure a failed sweep job has a FAILED MLflow run, also when it failed before its run existed."""
+    if getattr(exc, "sweeplab_run_id", None):  # JobRun already marked its run FAILED
+        return
+    logger = cfg.get("logger") or {}
+    if not logger.get("enabled", True):
+        return
+    try:
+        uri = mlflow_store.resolve_uri(logger.get("tracking_uri"))
+        _, sweep_dir = _hydra_runtime()
+        family = (cfg.get("model") or {}).get("family", "?")
+        with mlflow_store.JobRun(
+            uri,
+            logger.get("experiment_name", "sweeplab"),
+            f"{family} (failed before training)",
+            tags={"family": str(family), "sweep_id": Path(sweep_dir).name if sweep_dir else ""},
+            params={},
+            parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+        ):
+            raise exc
+    except BaseException as again:
+        if again is not exc:
+            log.warning("could not record the failed job in MLflow: %s", again)

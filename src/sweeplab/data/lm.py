@@ -29,10 +29,12 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 
 from sweeplab.data.corpus import demo_lm_splits
 from sweeplab.data.formats import atomic_write
+from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
 
 SPLITS = ("train", "valid", "test")
@@ -295,12 +297,16 @@ class LMDataModule(L.LightningDataModule):
         if not self.datasets:
             self.setup()
         dataset = self.datasets[split]
-        return DataLoader(
+        # stateful: a checkpoint records how far into the epoch the sampler got, so a resumed run sees exactly
+        # the batches an uninterrupted one would have
+        if shuffle:
+            drop_last = len(dataset) >= self.batch_size  # static train shapes (torch.compile, CUDA graphs)
+            batching = {"batch_sampler": ResumableShuffleBatchSampler(len(dataset), self.batch_size, self.seed, drop_last)}
+        else:
+            batching = {"batch_size": self.batch_size, "shuffle": False}
+        return StatefulDataLoader(
             dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(self.seed) if shuffle else None,
-            drop_last=shuffle and len(dataset) >= self.batch_size,  # static train shapes (torch.compile, CUDA graphs)
+            **batching,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

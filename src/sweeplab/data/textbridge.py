@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
+from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
 
 TOO_LONG_MODES = ("truncate", "error")
@@ -141,12 +143,8 @@ class TextBridgeDataModule(L.LightningDataModule):
                 "(drop_last would leave no batch at all)"
             )
             drop_last = False
-        return self._loader(
-            self.train_dataset,
-            shuffle=True,
-            drop_last=drop_last,
-            generator=torch.Generator().manual_seed(self.seed),
-        )
+        sampler = ResumableShuffleBatchSampler(len(self.train_dataset), self.batch_size, self.seed, drop_last)
+        return self._loader(self.train_dataset, batch_sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()
@@ -263,9 +261,12 @@ class TextBridgeDataModule(L.LightningDataModule):
         )
 
     def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
-        return DataLoader(
+        # stateful: a checkpoint records how far into the epoch the sampler got, so a resumed run sees exactly
+        # the batches an uninterrupted one would have
+        if "batch_sampler" not in kwargs:
+            kwargs["batch_size"] = self.batch_size
+        return StatefulDataLoader(
             dataset,
-            batch_size=self.batch_size,
             collate_fn=functools.partial(collate_textbridge, pad_id=self.pad_id),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,

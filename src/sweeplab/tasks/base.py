@@ -21,6 +21,8 @@ class SweepTask(L.LightningModule):
         self.optim_config = optim
         # plain dicts only: checkpoints stay loadable with torch.load(weights_only=True)
         self.save_hyperparameters({"family": self.family, **hparams}, logger=False)  # the run logs the full config
+        self.last_loss: torch.Tensor | None = None  # read by the non-finite guard before the optimizer step
+        self.mlflow_run_id: str | None = None  # kept in checkpoints, so a resumed run continues the same MLflow run
 
     def configure_optimizers(self):
         optimizer = build_optimizer(self.model, self.optim_config)
@@ -43,6 +45,9 @@ class SweepTask(L.LightningModule):
 
     def flops_in(self, batch: dict) -> float | None:
         return None
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["sweeplab"] = {"mlflow_run_id": self.mlflow_run_id}
 
     # --- what the training app asks of every task ----------------------------------------------------
     def extra_callbacks(self) -> list[L.Callback]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from torch import nn
 
 from sweeplab.errors import UserError
@@ -64,3 +67,27 @@ def load_model(path: str | Path, expect_family: str | None = None) -> LoadedMode
         )
     model.eval()
     return LoadedModel(family_name, model, model_config, hparams, Path(path), int(checkpoint.get("global_step", 0)))
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file and renamed: a kill mid-save never leaves a truncated checkpoint.
+
+    Loading uses weights_only=True: a checkpoint can only hold tensors and plain data, never code.
+    """
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        return read_checkpoint(path)

@@ -36,6 +36,7 @@ class LMTask(SweepTask):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = lm_loss(self.model(batch["input_ids"]), batch["labels"])
+        self.last_loss = loss.detach()
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         self.log_lr()
         return loss

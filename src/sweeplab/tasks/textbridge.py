@@ -65,6 +65,7 @@ class TextBridgeTask(SweepTask):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         z = self.model(batch["input_ids"], batch["attention_mask"])
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
+        self.last_loss = loss.detach()
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         self.log_dict({"train/cos": cos, "train/mse": mse}, on_step=True, on_epoch=False)
         self.log_lr()

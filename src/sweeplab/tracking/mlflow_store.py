@@ -153,6 +153,8 @@ class JobRun:
             return False
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
+            exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
+        with contextlib.suppress(Exception):
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, status)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
+FAILED_JOBS = 0  # failed jobs of the last sweep in this process: `sweeplab.train` exits non-zero when > 0
 
 
 class MLflowSweepCallback(Callback):
@@ -63,6 +64,8 @@ class MLflowSweepCallback(Callback):
             for path in report.files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
+                global FAILED_JOBS
+                FAILED_JOBS = report.failed
                 status = "FAILED"
                 client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
         finally:

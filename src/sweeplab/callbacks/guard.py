@@ -1,0 +1,72 @@
+"""Stop (or skip) a training step whose loss or gradient norm is not finite, naming the step.
+
+Checked after backward and before the optimizer step, so a bad step never reaches the weights. Each check reads one
+boolean back from the device (a host sync); `check_every_n_steps > 1` trades that cost for a later stop in
+"stop" mode (the first bad step is still named exactly: it is recorded on the device). "skip" checks every step.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import lightning as L
+import torch
+
+from sweeplab.errors import UserError
+
+log = logging.getLogger(__name__)
+MODES = ("stop", "skip", "off")
+
+
+class NonFiniteError(UserError):
+    pass
+
+
+class NonFiniteGuard(L.Callback):
+    def __init__(self, mode: str = "stop", check_every_n_steps: int = 1, max_consecutive_skips: int = 10):
+        if mode not in MODES:
+            raise ValueError(f"guard.mode={mode!r} is not one of {MODES}")
+        if check_every_n_steps < 1:
+            raise ValueError(f"guard.check_every_n_steps must be >= 1, got {check_every_n_steps}")
+        self.mode = mode
+        self.check_every_n_steps = 1 if mode == "skip" else check_every_n_steps
+        self.max_consecutive_skips = max_consecutive_skips
+        self.skipped_steps: list[int] = []
+        self._consecutive = 0
+        self._first_bad: torch.Tensor | None = None  # on the device: -1, or the first bad step
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
+        if self.mode == "off":
+            return
+        loss = getattr(pl_module, "last_loss", None)
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=pl_module.device)
+        finite = torch.isfinite(grad_norm)
+        if loss is not None:
+            finite = finite & torch.isfinite(loss)
+        step = trainer.global_step
+        if self.mode == "skip":
+            if bool(finite):
+                self._consecutive = 0
+                return
+            optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without gradients
+            self.skipped_steps.append(step)
+            self._consecutive += 1
+            log.warning("non-finite loss or gradient at step %d: step skipped", step)
+            if self._consecutive > self.max_consecutive_skips:
+                raise NonFiniteError(
+                    f"{self._consecutive} non-finite steps in a row up to step {step}: the run diverged; "
+                    "lower optim.lr or check the data"
+                )
+            return
+        if self._first_bad is None:
+            self._first_bad = torch.full((), -1, dtype=torch.long, device=grad_norm.device)
+        self._first_bad = torch.where((self._first_bad < 0) & ~finite, step, self._first_bad)
+        if (step + 1) % self.check_every_n_steps == 0:
+            first_bad = int(self._first_bad)
+            if first_bad >= 0:
+                loss_text = f"{float(loss):.4g}" if loss is not None else "?"
+                raise NonFiniteError(
+                    f"non-finite loss or gradient norm at step {first_bad} (loss={loss_text}, "
+                    f"grad_norm={float(grad_norm):.4g}): lower optim.lr, check the data, or set guard.mode=skip"
+                )

@@ -1,0 +1,54 @@
+"""A shuffling batch sampler that a checkpoint can stop and restart exactly, across epochs.
+
+torchdata's StatefulDataLoader restores the position inside the current epoch, but the next epoch's shuffle comes
+from a generator whose state it does not carry over, so a resumed run sees different batches from the second epoch
+on. Here the permutation of epoch e is a pure function of (seed, e), and the state is just (epoch, batches
+yielded): the resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+
+class ResumableShuffleBatchSampler(Sampler[list[int]]):
+    def __init__(self, num_samples: int, batch_size: int, seed: int, drop_last: bool = True):
+        if num_samples <= 0 or batch_size <= 0:
+            raise ValueError(f"num_samples and batch_size must be > 0, got {num_samples}, {batch_size}")
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.batches_yielded = 0  # within `epoch`
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.num_samples // self.batch_size
+        return -(-self.num_samples // self.batch_size)
+
+    def permutation(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.num_samples, generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self.permutation(self.epoch)
+        for b in range(self.batches_yielded, len(self)):
+            self.batches_yielded = b + 1
+            yield order[b * self.batch_size : (b + 1) * self.batch_size]
+        self.epoch += 1
+        self.batches_yielded = 0
+
+    def state_dict(self) -> dict[str, int]:
+        if self.batches_yielded >= len(self):  # saved right at the end of an epoch: resume at the next one
+            return {"epoch": self.epoch + 1, "batches_yielded": 0}
+        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self.batches_yielded = int(state["batches_yielded"])
+        if self.batches_yielded >= len(self):
+            self.epoch, self.batches_yielded = self.epoch + 1, 0
