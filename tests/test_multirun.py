@@ -53,3 +53,31 @@ def test_lm_alpha_sweep_logs_ppl_and_alpha_curves(mlflow_uri, tmp_path, monkeypa
     cosine = next(r for r in children if r.data.params["model.alpha"] == "cosine")
     history = [m.value for m in client.get_metric_history(cosine.info.run_id, "alpha/layer_0")]
     assert history[0] == 1.0 and history[-1] < history[0]  # the schedule was stepped during training
+
+
+def test_failing_jobs_are_recorded_and_the_sweep_runs_on_and_exits_nonzero(demo_dir, mlflow_uri, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sweeplab.train", "-m", "debug=smoke", "model.out_dim=64", "trainer.max_steps=6",
+            f"data.path={demo_dir},{tmp_path / 'missing.jsonl'}", "optim.lr=3e-4,1e30",
+        ],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    assert "error: 3 job(s) of the sweep failed" in result.stderr
+    client = MlflowClient(mlflow_uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "sweeplab"]
+    runs = client.search_runs([experiment.experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("sweeplab.role") == "sweep")
+    children = [r for r in runs if r is not parent]
+    assert parent.info.status == "FAILED" and parent.data.tags["failed_jobs"] == "3"
+    by_status = {}
+    for run in children:
+        by_status.setdefault(run.info.status, []).append(run)
+    assert len(by_status["FINISHED"]) == 1 and len(by_status["FAILED"]) == 3
+    reasons = sorted(r.data.tags["error"] for r in by_status["FAILED"])
+    assert sum("missing.jsonl: no such file" in reason for reason in reasons) == 2
+    assert sum("non-finite loss or gradient norm at step" in reason for reason in reasons) == 1
+    for run in by_status["FAILED"]:
+        assert "error.txt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert result.stdout.count("| FAILED: ") == 3

@@ -32,6 +32,7 @@ def main(cfg: DictConfig) -> float | None:
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables"
 
     try:
         return train(cfg)

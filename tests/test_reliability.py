@@ -1,0 +1,108 @@
+"""Guards against lost work: non-finite steps, crashing and out-of-memory jobs, atomic and safe checkpoints."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from omegaconf import open_dict
+
+from conftest import smoke_config
+from sweeplab.errors import UserError
+from sweeplab.tasks.checkpoint import AtomicCheckpointIO, read_checkpoint
+from sweeplab.training import train
+
+
+def _only_run(uri):
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    return client, run
+
+
+def test_skip_mode_drops_a_non_finite_step_and_finishes(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_FAULT_NAN_GRAD_AT_STEP", "7")
+    cfg = smoke_config(demo_dir, "guard.mode=skip", "trainer.max_steps=12")
+    train(cfg)
+    client, run = _only_run(mlflow_uri)
+    assert run.info.status == "FINISHED"
+    assert all(torch.isfinite(torch.tensor(m.value)) for m in client.get_metric_history(run.info.run_id, "train/loss"))
+
+
+def test_stop_mode_names_the_first_bad_step_and_marks_the_run_failed(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_FAULT_NAN_GRAD_AT_STEP", "7")
+    with pytest.raises(UserError, match="non-finite loss or gradient norm at step 7"):
+        train(smoke_config(demo_dir, "trainer.max_steps=12", "guard.check_every_n_steps=4"))
+    client, run = _only_run(mlflow_uri)
+    assert run.info.status == "FAILED" and "at step 7" in run.data.tags["error"]
+
+
+def test_an_out_of_memory_job_is_recorded_failed_with_the_reason(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_FAULT_OOM_AT_STEP", "3")
+    with pytest.raises(torch.OutOfMemoryError):
+        train(smoke_config(demo_dir))
+    client, run = _only_run(mlflow_uri)
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("OutOfMemoryError: CUDA out of memory")
+    assert "error.txt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_a_checkpoint_save_that_dies_midway_leaves_no_file(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+
+    def dying_save(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(OSError, match="disk full"):
+        AtomicCheckpointIO().save_checkpoint({"state_dict": {}}, target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_checkpoint_survives_a_failed_overwrite(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": {"family": "x"}}, target)
+    before = target.read_bytes()
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        AtomicCheckpointIO().save_checkpoint({"state_dict": {}}, target)
+    assert target.read_bytes() == before
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("code ran while loading a checkpoint",))
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    evil = tmp_path / "evil.ckpt"
+    with open(evil, "wb") as f:
+        torch.save({"state_dict": {}, "payload": _Payload(), "hyper_parameters": {"family": "textbridge"}}, f,
+                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    with pytest.raises(UserError, match="not a readable PyTorch checkpoint"):
+        read_checkpoint(evil)
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(1)}}, foreign)
+    with pytest.raises(UserError, match="not written by sweeplab"):
+        read_checkpoint(foreign)
+    plain = tmp_path / "plain.pt"
+    torch.save({"w": torch.ones(1)}, plain)
+    with pytest.raises(UserError, match="not a Lightning checkpoint"):
+        read_checkpoint(plain)
+
+
+def test_a_run_killed_by_ctrl_c_is_marked_killed(demo_dir, mlflow_uri, monkeypatch):
+    import lightning as L
+
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(L.Trainer, "fit", interrupt)
+    cfg = smoke_config(demo_dir)
+    with open_dict(cfg):
+        cfg.trainer.max_steps = 5
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    _, run = _only_run(mlflow_uri)
+    assert run.info.status == "KILLED"
