@@ -260,12 +260,13 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
     _final_validation(trainer, task, datamodule, p)
+    summary = {**timer.summary, **task.summary_metrics(trainer)}
     if job is not None:
-        summary = {**timer.summary, **task.summary_metrics(trainer)}
         job.log_metrics(summary, step=trainer.global_step)
         if best.best_model_path:
             job.set_tag("checkpoint", best.best_model_path)
-        log.info("run %s: %s", job.run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
+    run_id = job.run_id if job is not None else "(not tracked)"
+    log.info("run %s: %s", run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
     return _monitored(trainer, best, task)
 
 

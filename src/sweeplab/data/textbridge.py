@@ -40,7 +40,8 @@ class TextBridgeDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, k: int) -> dict[str, torch.Tensor]:
-        sample = self.source[int(self.indices[k])]
+        sample_id = int(self.indices[k])
+        sample = self.source[sample_id]
         if sample.input_ids is not None:
             input_ids = torch.from_numpy(sample.input_ids[: self.max_len].astype(np.int64))
             attention_mask = torch.from_numpy(sample.attention_mask[: self.max_len].astype(np.int64))
@@ -48,12 +49,17 @@ class TextBridgeDataset(Dataset):
             ids, masks, _ = self.tokenizer.encode([sample.text], self.max_len)
             input_ids = torch.tensor(ids[0], dtype=torch.int64)
             attention_mask = torch.tensor(masks[0], dtype=torch.int64)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "target": torch.from_numpy(sample.target)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "target": torch.from_numpy(sample.target),
+            "sample_id": sample_id,  # position in the source: what per-sample caches are keyed by
+        }
 
 
 def collate_textbridge(batch: list[dict[str, torch.Tensor]], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad on the right to the longest sample: input_ids int64 (B, L) with `pad_id`, attention_mask int64 0/1 (B, L),
-    target float32 (B, D)."""
+    target float32 (B, D), sample_id int64 (B,)."""
     longest = max(1, max(len(item["input_ids"]) for item in batch))  # L >= 1 keeps all-empty batches well-shaped
     input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.int64)
     attention_mask = torch.zeros((len(batch), longest), dtype=torch.int64)
@@ -62,7 +68,8 @@ def collate_textbridge(batch: list[dict[str, torch.Tensor]], pad_id: int = 0) ->
         input_ids[row, :length] = item["input_ids"]
         attention_mask[row, :length] = item["attention_mask"]
     target = torch.stack([item["target"] for item in batch]).to(torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "target": target}
+    sample_id = torch.tensor([item.get("sample_id", -1) for item in batch], dtype=torch.int64)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "target": target, "sample_id": sample_id}
 
 
 class TextBridgeDataModule(L.LightningDataModule):
@@ -260,6 +267,10 @@ class TextBridgeDataModule(L.LightningDataModule):
             "tokens and are truncated"
         )
 
+    @property
+    def collate(self):
+        return functools.partial(collate_textbridge, pad_id=self.pad_id)
+
     def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
         # stateful: a checkpoint records how far into the epoch the sampler got, so a resumed run sees exactly
         # the batches an uninterrupted one would have
@@ -267,7 +278,7 @@ class TextBridgeDataModule(L.LightningDataModule):
             kwargs["batch_size"] = self.batch_size
         return StatefulDataLoader(
             dataset,
-            collate_fn=functools.partial(collate_textbridge, pad_id=self.pad_id),
+            collate_fn=self.collate,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

@@ -38,6 +38,10 @@ class TextBridgeConfig:
     use_tanh: bool = False
     init: str = "torch"  # "original": the EnergyFlowSwift init (decides what a frozen random trunk is)
     freeze: str = "none"  # none | trunk | trunk_except_last
+    # Training only: with a frozen trunk, compute its output once per sample and reuse it every step (the frozen
+    # layers are a fixed function of the input). Ignored by forward(); up to cache_max_mb of memory on the device.
+    cache_frozen: bool = True
+    cache_max_mb: int = 4096
 
     def __post_init__(self) -> None:
         if self.init not in INIT_MODES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 
 import torch
@@ -10,6 +11,8 @@ import torch.nn.functional as F
 from sweeplab.models.textbridge import TextBridgeConfig, TextBridgeEncoder
 from sweeplab.tasks.base import SweepTask
 from sweeplab.tasks.optim import OptimConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +49,48 @@ def retrieval_metrics(z: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, t
     return (rank == 1).float().mean(), (1.0 / rank.float()).mean()
 
 
+class FrozenFeatureCache:
+    """The frozen trunk's output for every sample, computed once, on the training device.
+
+    With `model.freeze=trunk` that is the pooled sentence vector (N, D); with `trunk_except_last` the token features
+    entering the last block (N, L_max, D), zero beyond each sample's length (blocks zero padded positions).
+    """
+
+    def __init__(self, model: TextBridgeEncoder, dataset, collate, batch_size: int, device: torch.device):
+        self.start_block = model.first_trainable_block
+        self.pooled = self.start_block >= model.config.n_blocks
+        n = len(dataset.source)
+        lengths = [len(dataset[k]["input_ids"]) for k in range(len(dataset))]
+        l_max = max(lengths) if lengths else 1
+        d = model.config.d_model
+        self.features = torch.zeros((n, d) if self.pooled else (n, l_max, d), device=device)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
+        from tqdm.auto import tqdm
+
+        with torch.no_grad():
+            for batch in tqdm(loader, desc="caching frozen trunk", leave=False):
+                ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+                x = model.trunk(ids, mask, upto=self.start_block)
+                if self.pooled:
+                    m = mask.to(x.dtype).unsqueeze(-1)
+                    self.features[batch["sample_id"].to(device)] = (x * m).sum(1) / m.sum(1).clamp_min(1e-9)
+                else:
+                    self.features[batch["sample_id"].to(device), : x.shape[1]] = x.float()
+
+    @staticmethod
+    def size_mb(model: TextBridgeEncoder, n_samples: int, l_max: int) -> float:
+        pooled = model.first_trainable_block >= model.config.n_blocks
+        return n_samples * (1 if pooled else l_max) * model.config.d_model * 4 / 2**20
+
+    def forward(self, model: TextBridgeEncoder, batch: dict) -> torch.Tensor:
+        if self.pooled:
+            z = model.head(self.features[batch["sample_id"]])
+            return torch.tanh(z) if model.config.use_tanh else z
+        length = batch["input_ids"].shape[1]
+        x = self.features[batch["sample_id"], :length]
+        return model.forward_from_features(x, batch["attention_mask"], self.start_block)
+
+
 class TextBridgeTask(SweepTask):
     family = "textbridge"
     monitor = "val/cos"
@@ -56,14 +101,32 @@ class TextBridgeTask(SweepTask):
             TextBridgeEncoder(model), optim, {"model": asdict(model), "loss": asdict(loss), "optim": asdict(optim)}
         )
         self.loss_config = loss
+        self.feature_cache: FrozenFeatureCache | None = None
         self._val_z: list[torch.Tensor] = []
         self._val_t: list[torch.Tensor] = []
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids, attention_mask)
 
+    def on_fit_start(self) -> None:
+        model, dm = self.model, self.trainer.datamodule
+        if not model.config.cache_frozen or model.first_trainable_block == 0 or dm is None:
+            return
+        dataset = dm.train_dataset
+        size = FrozenFeatureCache.size_mb(model, len(dataset.source), dm.max_len)
+        if size > model.config.cache_max_mb:
+            log.warning("frozen-trunk cache would take up to %.0f MB > model.cache_max_mb: computing it every step", size)
+            return
+        self.feature_cache = FrozenFeatureCache(model, dataset, dm.collate, dm.batch_size, self.device)
+
+    def on_fit_end(self) -> None:
+        self.feature_cache = None  # a cache of one fit; weights of a later fit could differ
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        z = self.model(batch["input_ids"], batch["attention_mask"])
+        if self.feature_cache is not None:
+            z = self.feature_cache.forward(self.model, batch)
+        else:
+            z = self.model(batch["input_ids"], batch["attention_mask"])
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
         self.last_loss = loss.detach()
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
