@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends
@@ -255,6 +255,9 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     if (fault := FaultInjection.from_env()) is not None:
         callbacks.append(fault)
 
+    if p.trainer.enable_progress_bar:
+        # the bar reads the loss back from the device when it refreshes: once per logging interval, not every step
+        callbacks.append(TQDMProgressBar(refresh_rate=p.trainer.log_every_n_steps))
     trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
     if trainer.interrupted:
