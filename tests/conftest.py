@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,19 @@ def demo_dir(tmp_path_factory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def _empty_mlflow_db(tmp_path_factory) -> Path:
+    """An initialised, empty MLflow sqlite store; creating the schema takes seconds, copying it does not."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def mlflow_uri(tmp_path, monkeypatch) -> str:
+def mlflow_uri(tmp_path, monkeypatch, _empty_mlflow_db) -> str:
+    shutil.copy(_empty_mlflow_db, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)  # artifacts, outputs/ and multirun/ land in the test's own directory

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,13 +143,15 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     }
 
 
-# Overrides a run name never repeats: group choices and keys the family's name already shows, or plumbing.
-_NAME_SKIP = ("debug", "sweep", "experiment", "paths.", "hydra", "logger", "data.batch_size", "loss.alpha", "loss.beta",
-              "backend", "trainer.precision", "compile", "model=", "data=", "loss=")
+SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback: the keys whose values differ between jobs
+_IN_NAME_ALREADY = ("batch_size", "alpha", "beta", "lr", "unit", "size", "backend", "precision", "compile")
 
 
 def _override_parts() -> list[str]:
-    """`key=value` of this job's command-line overrides that the name does not show yet, keys shortened."""
+    """`key=value` for this job's swept keys that the family's name does not show, keys shortened."""
+    swept = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
+    if not swept:
+        return []
     try:
         from hydra.core.hydra_config import HydraConfig
 
@@ -158,15 +161,14 @@ def _override_parts() -> list[str]:
     parts = []
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if not value or override.startswith(_NAME_SKIP) or key.startswith(_NAME_SKIP):
-            continue
-        parts.append(f"{key.rsplit('.', 1)[-1]}={value}")
+        if key in swept:
+            parts.append(f"{key.rsplit('.', 1)[-1].replace('/', '.')}={value}")
     return parts
 
 
 def run_name(p: JobPlan, cfg: DictConfig) -> str:
     parts = [p.family.run_name(cfg)]
-    parts += [part for part in _override_parts() if part not in parts[0]]
+    parts += [part for part in _override_parts() if part.split("=")[0] not in _IN_NAME_ALREADY]
     parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)
