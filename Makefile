@@ -41,6 +41,9 @@ lint: $(STAMP) ## ruff
 report: $(STAMP) ## table (Markdown + CSV) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
 	$(PY) -m sweeplab.report $(ARGS)
 
+export: $(STAMP) ## export a checkpoint to Core ML and verify it (ARGS="ckpt_path=PATH | run_id=ID [export.layout=ane ...]")
+	$(PY) -m sweeplab.export $(ARGS)
+
 ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000
 	$(VENV)/bin/mlflow ui --backend-store-uri "$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" --host 127.0.0.1 --port 5000
 

@@ -12,7 +12,7 @@ from conftest import CONF_DIR, compose_train
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.training import plan
 
-GROUPS = ["model", "optim", "trainer", "backend", "logger", "timing", "sweep", "debug"]
+GROUPS = ["model", "optim", "trainer", "backend", "logger", "timing", "sweep", "debug", "export"]
 
 
 def options(group: str) -> list[str]:

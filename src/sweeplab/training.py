@@ -99,6 +99,9 @@ def plan(cfg: DictConfig) -> JobPlan:
     backend_config = build(backends.BackendConfig, container["backend"], "backend")
     timing = bind(ThroughputTimer, container.get("timing", {}), "timing", ignore=frozenset({"sync", "clock"}))
     logger = build(LoggerConfig, container["logger"], "logger")
+    from sweeplab.export.options import options_from_config
+
+    options_from_config(container.get("export"))  # coremltools is imported only when exporting
     guard = bind(NonFiniteGuard, container.get("guard", {}), "guard")
     build(NonFiniteGuard, guard, "guard")  # its own range checks
     checkpoint = build(CheckpointConfig, container.get("checkpoint", {}), "checkpoint")
@@ -270,6 +273,13 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         job.log_metrics(summary, step=trainer.global_step)
         if best.best_model_path:
             job.set_tag("checkpoint", best.best_model_path)
+    if best.best_model_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
+        from sweeplab.export import export_after_training
+
+        export_after_training(
+            p.container.get("export"), best.best_model_path, output_dir / "export",
+            job.run_id if job is not None else None, job.uri if job is not None else None,
+        )
     run_id = job.run_id if job is not None else "(not tracked)"
     log.info("run %s: %s", run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
     return _monitored(trainer, best, task)

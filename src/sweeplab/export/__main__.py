@@ -1,0 +1,85 @@
+"""The export app: `python -m sweeplab.export ckpt_path=PATH` (or `run_id=ID`) [export.KEY=VALUE ...].
+
+See conf/export_model.yaml and conf/export/coreml.yaml. Expected mistakes print one `error: ...` line to stderr and
+exit with status 2; nothing is left at the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab.errors import UserError, is_user_error
+
+CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
+APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
+log = logging.getLogger("sweeplab.export")
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """Unknown keys fail here as one ConfigError line (Hydra's own message for them spans several lines)."""
+    from dataclasses import fields
+
+    from sweeplab.errors import ConfigError
+    from sweeplab.export.options import ExportOptions
+
+    options = sorted(f.name for f in fields(ExportOptions))
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if "=" not in override or key.startswith("hydra") or key in APP_KEYS:
+            continue
+        if key.startswith("export."):
+            if key.removeprefix("export.") not in options:
+                raise ConfigError(key, f"unknown key; accepted: {', '.join(options)}")
+        else:
+            raise ConfigError(key, f"unknown key; accepted: {', '.join(APP_KEYS)}, export.<option>")
+
+
+def run(cfg: DictConfig) -> Path:
+    from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint, options_from_config
+
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    options = options_from_config(container.get("export"))  # every option checked before any work
+    ckpt_path, run_id = container.get("ckpt_path"), container.get("run_id")
+    if not ckpt_path and not run_id:
+        raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
+    metrics, uri = None, container.get("tracking_uri")
+    if run_id:
+        tagged, metrics, uri = checkpoint_from_run(str(run_id), uri)
+        ckpt_path = ckpt_path or tagged
+    result = export_checkpoint(
+        ckpt_path,
+        options,
+        container.get("out"),
+        expect_family=container.get("family"),
+        run_id=str(run_id) if run_id else None,
+        tracking_uri=uri,
+        metrics=metrics,
+    )
+    print(f"{result.package}: {result.report['summary']}; report {result.report_md}", flush=True)
+    return result.package
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export_model")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    try:
+        check_override_keys(sys.argv[1:])
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    main()

@@ -1,0 +1,154 @@
+"""PyTorch module -> Core ML ML Program: trace, convert, compress weights, describe. Nothing here touches the disk.
+
+Tracing: `torch.export` followed by `run_decompositions({})` (coremltools 9 needs the decomposed program), and
+`torch.jit.trace` when that fails. coremltools 9.0's converter bugs that our models hit are fixed in ct_fixes.py.
+fp16 programs turn a `finfo(float32).min` mask into -inf and NaN: the models mask with -1e4 (models/gpt.py), and
+`nonfinite_constants` lets the report prove that no infinite constant reached the package.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from sweeplab.errors import UserError
+from sweeplab.export import ct_fixes
+from sweeplab.export.options import ExportOptions
+from sweeplab.export.reference import import_coremltools
+
+log = logging.getLogger(__name__)
+
+INPUT_NAMES = ("input_ids", "attention_mask")
+
+
+@dataclass
+class Converted:
+    mlmodel: object  # coremltools.models.MLModel, not saved yet
+    tracer: str  # "torch.export" | "torch.jit.trace"
+    trace_s: float
+    convert_s: float
+    compress_s: float
+    fallback_reason: str | None = None
+
+
+def example_inputs(batch_size: int, seq_len: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator, dtype=torch.int32)
+    return input_ids, torch.ones(batch_size, seq_len, dtype=torch.int32)
+
+
+def trace(module: nn.Module, example: tuple, seq_lens: list[int] | None, tracer: str):
+    """(traced program, tracer name, why torch.export was not used or None)."""
+    fallback_reason = None
+    if tracer in ("auto", "export"):
+        try:
+            dynamic_shapes = None
+            if seq_lens:
+                seq = torch.export.Dim("seq_len", min=min(seq_lens), max=max(seq_lens))
+                dynamic_shapes = ({1: seq}, {1: seq})
+            program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=False)
+            program = program.run_decompositions({})
+            return program, "torch.export", None
+        except Exception as exc:  # any failure of torch.export: the documented fallback is jit.trace
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if tracer == "export":
+                raise UserError(f"export.tracer=export: torch.export failed: {first}") from None
+            fallback_reason = f"torch.export failed: {first[:300]}"
+            log.warning("%s; falling back to torch.jit.trace", fallback_reason)
+    with torch.no_grad():
+        traced = torch.jit.trace(module, example, check_trace=False)
+    return traced, "torch.jit.trace", fallback_reason
+
+
+def _input_types(ct, options: ExportOptions, seq_len: int):
+    if options.seq_lens:
+        shape = ct.EnumeratedShapes(
+            shapes=[(options.batch_size, n) for n in options.seq_lens], default=(options.batch_size, seq_len)
+        )
+    else:
+        shape = (options.batch_size, seq_len)
+    return [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in INPUT_NAMES]
+
+
+def deployment_target(ct, name: str):
+    return getattr(ct.target, name)
+
+
+def convert(
+    module: nn.Module, output_name: str, options: ExportOptions, seq_len: int, vocab_size: int
+) -> Converted:
+    """Trace `module` (forward(input_ids, attention_mask) -> one tensor) and convert it to an ML Program."""
+    ct = import_coremltools()
+    ct_fixes.install()
+    ct_logger = logging.getLogger("coremltools")
+    if ct_logger.level == logging.NOTSET:  # it logs every graph pass at INFO; keep its warnings
+        ct_logger.setLevel(logging.WARNING)
+    module = module.eval()
+    example = example_inputs(options.batch_size, seq_len, vocab_size)
+    start = time.perf_counter()
+    program, tracer, fallback_reason = trace(module, example, options.seq_lens, options.tracer)
+    traced = time.perf_counter()
+    try:
+        mlmodel = ct.convert(
+            program,
+            inputs=_input_types(ct, options, seq_len),
+            outputs=[ct.TensorType(name=output_name)],
+            convert_to="mlprogram",
+            compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32,
+            minimum_deployment_target=deployment_target(ct, options.deployment_target),
+            skip_model_load=True,  # loading compiles the model: macOS only, and not needed to save it
+        )
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(
+            f"Core ML conversion ({tracer}, {options.variant}, {options.deployment_target}) failed: {first[:300]}"
+        ) from exc
+    converted = time.perf_counter()
+    mlmodel = compress(mlmodel, options)
+    return Converted(
+        mlmodel, tracer, traced - start, converted - traced, time.perf_counter() - converted, fallback_reason
+    )
+
+
+def compress(mlmodel, options: ExportOptions):
+    """Weight compression with coremltools.optimize.coreml (runs on Linux; activations stay as they are)."""
+    if options.compression == "none":
+        return mlmodel
+    from coremltools.optimize import coreml as cto
+
+    if options.compression == "int8":
+        op_config = cto.OpLinearQuantizerConfig(
+            mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=options.weight_threshold
+        )
+        return cto.linear_quantize_weights(mlmodel, cto.OptimizationConfig(global_config=op_config))
+    op_config = cto.OpPalettizerConfig(
+        mode=options.palettize_mode, nbits=options.nbits, granularity="per_tensor", weight_threshold=options.weight_threshold
+    )
+    return cto.palettize_weights(mlmodel, cto.OptimizationConfig(global_config=op_config))
+
+
+def describe(mlmodel, *, author: str, description: str, version: str, metadata: Mapping[str, str],
+             inputs: Mapping[str, str], outputs: Mapping[str, str]) -> None:
+    """Package metadata: author, description, version, user-defined keys, and a line per input and output."""
+    mlmodel.author = author
+    mlmodel.short_description = description
+    mlmodel.version = version
+    mlmodel.user_defined_metadata.update({key: str(value) for key, value in metadata.items()})
+    for name, text in inputs.items():
+        mlmodel.input_description[name] = text
+    for name, text in outputs.items():
+        mlmodel.output_description[name] = text
+
+
+def nonfinite_constants(weights: Mapping[str, np.ndarray]) -> list[str]:
+    """Names of constant tensors holding inf or NaN (a -inf mask that survived into the package, for example)."""
+    return [name for name, value in weights.items() if value.dtype.kind == "f" and not np.isfinite(value).all()]
+
+
+__all__ = ["Converted", "INPUT_NAMES", "convert", "compress", "describe", "example_inputs", "nonfinite_constants", "trace"]

@@ -1,0 +1,145 @@
+"""The `export` config group as a dataclass: what a Core ML export does, validated before any work starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sweeplab.config import build
+
+FORMATS = ("coreml", "none")
+PRECISIONS = ("fp16", "fp32")
+LAYOUTS = ("standard", "ane")
+COMPRESSIONS = ("none", "int8", "palettize")
+PALETTIZE_MODES = ("kmeans", "uniform")
+TRACERS = ("auto", "export", "jit")
+DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
+PALETTE_BITS = (1, 2, 4, 6, 8)  # lookup tables of 2, 4, 16, 64, 256 entries (iOS16+)
+# coremltools 9 allows EnumeratedShapes on more than one input only from these targets on
+ENUMERATED_SHAPES_TARGETS = ("iOS18", "macOS15")
+
+# Verification thresholds on max|package - torch| / max|torch| (see verify.py), by variant.
+TOLERANCE_FP32 = 1e-4
+TOLERANCE_FP16 = 1e-2
+TOLERANCE_INT8 = 5e-2  # per-channel symmetric int8 weights on top of fp16 compute
+
+
+# n-bit palettes (k-means, per tensor), measured on the smoke-trained LM (rel_err of the logits, ||Δw|| / ||w||):
+# 8 bits 0.012 / 0.006, 6 bits 0.072 / 0.025, 4 bits 0.20 / 0.10, 2 bits 0.53 / 0.35, 1 bit 0.82 / 0.61; a weight
+# tensor that was re-initialised instead of loaded is >= 1.1 away. Below 4 bits the output check only proves that
+# the package runs and stays finite.
+PALETTIZE_TOLERANCE = {8: 0.05, 6: 0.2, 4: 0.5, 2: 1.0, 1: 2.0}
+PALETTIZE_WEIGHT_TOLERANCE = {8: 0.03, 6: 0.08, 4: 0.25, 2: 0.6, 1: 0.9}
+
+
+@dataclass
+class ExportOptions:
+    format: str = "coreml"  # coreml | none (the training app's `export=none`)
+    precision: str = "fp16"  # compute precision: fp16 (the Neural Engine's) | fp32 (never runs on the Neural Engine)
+    deployment_target: str = "iOS17"  # minimum deployment target: iOS16..iOS18, macOS13..macOS15
+    layout: str = "standard"  # standard | ane: (B, C, 1, S), 1x1 convs, channel LayerNorm, per-head attention
+    compression: str = "none"  # none | int8 (linear, per channel) | palettize (n-bit lookup table)
+    nbits: int = 6  # palettize: bits per weight
+    palettize_mode: str = "kmeans"  # kmeans | uniform
+    weight_threshold: int = 2048  # compress only weights with more elements than this
+    batch_size: int = 1
+    seq_len: int | None = None  # static sequence length; null: the model's context (max_len / block_size)
+    seq_lens: list[int] | None = None  # EnumeratedShapes over these lengths (seq_len is the default shape)
+    tracer: str = "auto"  # auto (torch.export, then torch.jit.trace) | export | jit
+    name: str | None = None  # package name; null: <family>-<layout>-<precision>[-<compression>]
+    author: str = "sweeplab"
+    description: str | None = None
+    version: str | None = None  # null: the checkpoint's global step
+    overwrite: bool = False
+    verify: bool = True  # run the package with the reference evaluator and compare with PyTorch
+    n_random: int = 4  # random input batches per verification
+    real_data: str | None = None  # TextBridge: a dataset (JSONL/EFB1/dir); LM: a token .bin file
+    n_real: int = 4  # real input batches
+    tolerance: float | None = None  # null: by variant (fp32 1e-4, fp16 1e-2, int8 5e-2, PALETTIZE_TOLERANCE)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key, accepted in (
+            ("format", FORMATS),
+            ("precision", PRECISIONS),
+            ("layout", LAYOUTS),
+            ("compression", COMPRESSIONS),
+            ("palettize_mode", PALETTIZE_MODES),
+            ("tracer", TRACERS),
+            ("deployment_target", DEPLOYMENT_TARGETS),
+        ):
+            if getattr(self, key) not in accepted:
+                raise ValueError(f"{key}={getattr(self, key)!r} is not one of {', '.join(accepted)}")
+        if self.nbits not in PALETTE_BITS:
+            raise ValueError(f"nbits={self.nbits} is not one of {PALETTE_BITS}")
+        for key in ("batch_size", "n_random"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        if self.n_real < 0 or self.weight_threshold < 0:
+            raise ValueError("n_real and weight_threshold must be >= 0")
+        if self.seq_len is not None and self.seq_len <= 0:
+            raise ValueError(f"seq_len must be > 0, got {self.seq_len}")
+        if self.seq_lens is not None:
+            self.seq_lens = sorted({int(n) for n in self.seq_lens})
+            if not self.seq_lens or self.seq_lens[0] < 2:
+                raise ValueError(f"seq_lens must be lengths >= 2, got {self.seq_lens}")
+            if self.deployment_target not in ENUMERATED_SHAPES_TARGETS:
+                raise ValueError(
+                    f"seq_lens (EnumeratedShapes on both inputs) needs deployment_target "
+                    f"{' or '.join(ENUMERATED_SHAPES_TARGETS)}; got {self.deployment_target}"
+                )
+            if self.seq_len is not None and self.seq_len not in self.seq_lens:
+                raise ValueError(f"seq_len={self.seq_len} is not one of seq_lens={self.seq_lens}")
+        if self.name is not None and ("/" in self.name or self.name.strip(". ") == ""):
+            raise ValueError(f"name={self.name!r} must be a file name (no '/'), e.g. textbridge-ane")
+        if self.tolerance is not None and self.tolerance <= 0:
+            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.format != "none"
+
+    @property
+    def variant(self) -> str:
+        """layout-precision[-compression], e.g. ane-fp16-int8; the default package name follows it."""
+        parts = [self.layout, self.precision]
+        if self.compression == "int8":
+            parts.append("int8")
+        elif self.compression == "palettize":
+            parts.append(f"pal{self.nbits}")
+        return "-".join(parts)
+
+    @property
+    def verify_tolerance(self) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        if self.compression == "int8":
+            return TOLERANCE_INT8
+        if self.compression == "palettize":
+            return PALETTIZE_TOLERANCE[self.nbits]
+        return TOLERANCE_FP32 if self.precision == "fp32" else TOLERANCE_FP16
+
+    @property
+    def weight_tolerance(self) -> float:
+        """How far a stored weight tensor may be from the checkpoint's: ||c - w|| / ||w|| (see verify.check_weights)."""
+        if self.compression == "int8":
+            return 2e-2  # measured 7e-3
+        if self.compression == "palettize":
+            return PALETTIZE_WEIGHT_TOLERANCE[self.nbits]
+        return 1e-6 if self.precision == "fp32" else 1e-3  # fp16 rounds by <= 2^-11 of each value
+
+
+def options_from_config(values: Mapping | None) -> ExportOptions:
+    """The `export` config group (a plain mapping or a DictConfig; None or empty: no export), validated.
+
+    Cheap (no coremltools import): the training app can call it while planning, so `export.precision=fp8`
+    fails before any training starts.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(values, DictConfig):
+        values = OmegaConf.to_container(values, resolve=True)
+    return build(ExportOptions, dict(values or {"format": "none"}), "export")
+
+
+__all__ = ["ExportOptions", "options_from_config", "PALETTIZE_TOLERANCE", "PALETTIZE_WEIGHT_TOLERANCE"]

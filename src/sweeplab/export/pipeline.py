@@ -1,0 +1,395 @@
+"""The export stage: checkpoint -> verified .mlpackage + report, published atomically, logged to MLflow.
+
+`export_checkpoint` is the one way to export; the export app (`python -m sweeplab.export`) and the training app
+(`export=coreml`, through `export_after_training`) both call it. Order of work:
+load the trained model -> pick the layout -> convert -> describe -> save into a temp dir beside the target ->
+verify that saved package -> write the report -> rename into place (an existing export only with overwrite=true)
+-> log package and report to the MLflow run. Any failure before the rename leaves nothing at the target.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from sweeplab.errors import UserError
+from sweeplab.export import report as reporting
+from sweeplab.export import verify
+from sweeplab.export.ane import to_ane_layout
+from sweeplab.export.convert import convert, describe, nonfinite_constants
+from sweeplab.export.options import ExportOptions, options_from_config
+from sweeplab.export.reference import load_program
+
+log = logging.getLogger(__name__)
+
+PACKAGE_SUFFIX = ".mlpackage"
+ARTIFACT_DIR = "coreml"
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """What the export needs to know about a family's model: its output name, context length and vocabulary."""
+
+    output: str
+    context: str  # the config field holding the longest sequence the model takes
+    summary: str
+
+
+MODEL_KINDS = {
+    "textbridge": ModelKind("embedding", "max_len", "sentence embedding (B, out_dim)"),
+    "pagating_lm": ModelKind("logits", "block_size", "next-token logits (B, S, vocab)"),
+}
+
+
+@dataclass
+class ExportResult:
+    package: Path
+    report: dict
+    report_json: Path
+    report_md: Path
+
+
+# --- where the checkpoint and the package are ----------------------------------------------------
+def _existing_store(uri: str) -> str:
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///") :])
+        if not path.is_file():
+            raise UserError(f"no MLflow store at {uri} (set tracking_uri or MLFLOW_TRACKING_URI)")
+    return uri
+
+
+def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dict[str, float], str]:
+    """(checkpoint path, final val/* metrics, tracking URI) of an MLflow run, from its `checkpoint` tag."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeplab.tracking.mlflow_store import resolve_uri
+
+    uri = _existing_store(resolve_uri(tracking_uri))
+    try:
+        run = MlflowClient(uri).get_run(run_id)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"run_id={run_id}: not found in {uri}: {first[:200]}") from None
+    checkpoint = run.data.tags.get("checkpoint")
+    if not checkpoint:
+        raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")
+    return checkpoint, _val_metrics(run.data.metrics), uri
+
+
+def _val_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in sorted(metrics.items()) if k.startswith("val/")}
+
+
+def _checkpoint_metrics(path: Path) -> dict[str, float]:
+    """The best score the checkpoint's ModelCheckpoint recorded (what there is without MLflow)."""
+    try:
+        states = torch.load(path, map_location="cpu", weights_only=True).get("callbacks") or {}
+    except Exception:
+        return {}
+    for state in states.values():
+        if isinstance(state, dict) and state.get("monitor") and state.get("best_model_score") is not None:
+            return {str(state["monitor"]): float(state["best_model_score"])}
+    return {}
+
+
+def package_path(options: ExportOptions, family: str, checkpoint: Path, out: str | Path | None) -> Path:
+    """`out` as given (a .mlpackage path, or a directory to put <name>.mlpackage in); default <run dir>/export/."""
+    name = (options.name or f"{family}-{options.variant}").removesuffix(PACKAGE_SUFFIX) + PACKAGE_SUFFIX
+    if out is None:
+        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+        return run_dir / "export" / name
+    out = Path(out)
+    return out if out.suffix == PACKAGE_SUFFIX else out / name
+
+
+def report_paths(package: Path) -> tuple[Path, Path]:
+    stem = package.name.removesuffix(PACKAGE_SUFFIX)
+    return package.with_name(f"{stem}.report.json"), package.with_name(f"{stem}.report.md")
+
+
+# --- metadata ------------------------------------------------------------------------------------
+def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mapping[str, float]) -> dict[str, str]:
+    alpha = loaded.model.alpha_values() if hasattr(loaded.model, "alpha_values") else {}
+    return {
+        "sweeplab.family": loaded.family,
+        "sweeplab.variant": options.variant,
+        "sweeplab.checkpoint": str(loaded.path),
+        "sweeplab.global_step": str(loaded.global_step),
+        "sweeplab.run_id": run_id or "",
+        "sweeplab.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
+        "sweeplab.alpha": json.dumps(alpha, sort_keys=True),
+        "sweeplab.metrics": json.dumps(dict(metrics), sort_keys=True),
+    }
+
+
+def _io_descriptions(kind: ModelKind, vocab_size: int) -> tuple[dict[str, str], dict[str, str]]:
+    inputs = {
+        "input_ids": f"token ids, int32 (B, S), 0 <= id < {vocab_size}",
+        "attention_mask": "1 for real tokens, 0 for padding, int32 (B, S)",
+    }
+    return inputs, {kind.output: kind.summary}
+
+
+# --- the stage -----------------------------------------------------------------------------------
+def export_checkpoint(
+    checkpoint: str | Path,
+    options: ExportOptions,
+    out: str | Path | None = None,
+    *,
+    expect_family: str | None = None,
+    run_id: str | None = None,
+    tracking_uri: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+) -> ExportResult:
+    """Export one checkpoint as `options` say; raises UserError (one line) for every expected failure."""
+    from sweeplab.tasks.checkpoint import load_model
+
+    if not options.enabled:
+        raise UserError("export.format=none: nothing to export (use export=coreml)")
+    loaded = load_model(checkpoint, expect_family=expect_family)
+    kind = MODEL_KINDS.get(loaded.family)
+    if kind is None:
+        raise UserError(f"checkpoint {checkpoint}: no Core ML export for the {loaded.family} family")
+    context = int(getattr(loaded.model_config, kind.context))
+    seq_len = options.seq_len or (max(options.seq_lens) if options.seq_lens else context)
+    if max(options.seq_lens or [seq_len]) > context:
+        raise UserError(f"export.seq_len={max(options.seq_lens or [seq_len])} is longer than the model's {kind.context}={context}")
+    vocab_size = int(loaded.model_config.vocab_size)
+    target = package_path(options, loaded.family, loaded.path, out)
+    json_path, md_path = report_paths(target)
+    if target.exists() and not options.overwrite:
+        raise UserError(f"{target} exists; pass export.overwrite=true to replace it")
+    metrics = dict(metrics) if metrics is not None else _checkpoint_metrics(loaded.path)
+    cases = _cases(loaded.family, options, vocab_size, options.seq_lens or [seq_len])  # bad real_data fails here
+
+    try:
+        module = to_ane_layout(loaded.model) if options.layout == "ane" else loaded.model
+    except ValueError as exc:
+        raise UserError(f"export.layout=ane: {exc}") from None
+    log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
+    converted = convert(module, kind.output, options, seq_len, vocab_size)
+    inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
+    describe(
+        converted.mlmodel,
+        author=options.author,
+        description=options.description
+        or f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab",
+        version=options.version or str(loaded.global_step),
+        metadata=_metadata(loaded, options, run_id, metrics),
+        inputs=inputs_text,
+        outputs=outputs_text,
+    )
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise UserError(f"cannot write the package into {target.parent}: {exc.strerror or exc}") from None
+    try:
+        staged = staging / target.name
+        converted.mlmodel.save(str(staged))
+        try:
+            report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
+        except UserError as exc:  # name the package the user asked for, not the staging copy
+            raise UserError(str(exc).replace(str(staged), str(target))) from None
+        staged_json, staged_md = report_paths(staged)
+        reporting.write(report, staged_json, staged_md)
+        failed_json, failed_md = (p.with_name(p.name.replace(".report.", ".failed-report.")) for p in (json_path, md_path))
+        if report["status"] != "passed":
+            os.replace(staged_json, failed_json)
+            os.replace(staged_md, failed_md)
+            raise UserError(f"{target.name}: verification failed ({report['failure']}); nothing published, see {failed_md}")
+        _publish(staging, staged, target, (staged_json, json_path), (staged_md, md_path))
+        for stale in (failed_json, failed_md):  # an earlier failed attempt's report no longer applies
+            stale.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    if run_id:
+        _log_to_mlflow(run_id, tracking_uri, target, json_path, md_path, report)
+    log.info("exported %s: %s", target, report["summary"])
+    return ExportResult(target, report, json_path, md_path)
+
+
+def _cases(family: str, options: ExportOptions, vocab_size: int, seq_lens: list[int]) -> list[verify.Case]:
+    if not options.verify:
+        return []
+    cases = verify.random_cases(vocab_size, options.batch_size, seq_lens, options.n_random, options.seed)
+    if options.real_data and options.n_real:
+        cases += verify.real_cases(family, options.real_data, vocab_size, options.batch_size, seq_lens, options.n_real)
+    return cases
+
+
+def _verify_and_report(staged: Path, target: Path, loaded, options, converted, kind, seq_len, cases, run_id) -> dict:
+    program = load_program(staged)
+    start = time.perf_counter()
+    weights = program.weights()
+    verification: dict = {
+        "definition": verify.ERROR_MEASURES,
+        "numerics": "reference evaluator: float32 arithmetic inside each op, outputs rounded to the program's dtypes",
+        "trained_weights": verify.check_weights(weights, loaded.model, options.weight_tolerance),
+        "nonfinite_constants": nonfinite_constants(program.constants()),
+    }
+    expected = []
+    if options.verify:
+        expected = verify.torch_outputs(loaded.model, cases)
+        verification["reference"] = verify.compare_cases(
+            program.run, kind.output, cases, expected, options.verify_tolerance
+        )
+    else:
+        verification["reference"] = {"skipped": "export.verify=false"}
+    verification["seconds"] = time.perf_counter() - start
+    on_device = (
+        verify.on_device(staged, kind.output, cases, expected, options.verify_tolerance)
+        if cases
+        else {"skipped": "export.verify=false"}
+    )
+    placement = verify.placement(staged)
+
+    failures = []
+    reference = verification["reference"]
+    if "skipped" not in reference and not reference["passed"]:
+        failures.append(
+            f"rel_err {reference['rel_err']:.3g} > tolerance {reference['tolerance']:.3g}"
+            if reference["nonfinite"] == 0
+            else f"{reference['nonfinite']} NaN/Inf in the outputs"
+        )
+    if not verification["trained_weights"]["passed"]:
+        failures.append(f"checkpoint tensors not in the package: {verification['trained_weights']['missing'][:3]}")
+    if verification["nonfinite_constants"]:
+        failures.append(f"non-finite constants: {verification['nonfinite_constants'][:3]}")
+    if "skipped" not in on_device and not on_device["passed"]:
+        failures.append(f"Core ML prediction rel_err {on_device['rel_err']:.3g}")
+
+    ops = reporting.op_histogram(program.function)
+    weight_file = Path(program.weights_dir) / "weight.bin"
+    summary = (
+        f"rel_err {reference['rel_err']:.2e} (tolerance {reference['tolerance']:.0e})"
+        if "skipped" not in reference
+        else "not verified"
+    )
+    return {
+        "package": str(target),
+        "status": "failed" if failures else "passed",
+        "failure": "; ".join(failures),
+        "summary": summary,
+        "variant": options.variant,
+        "source": {
+            "family": loaded.family,
+            "checkpoint": str(loaded.path),
+            "global_step": loaded.global_step,
+            "run_id": run_id,
+        },
+        "options": asdict(options),
+        "conversion": {
+            "tracer": converted.tracer,
+            "fallback_reason": converted.fallback_reason,
+            "trace_s": converted.trace_s,
+            "convert_s": converted.convert_s,
+            "compress_s": converted.compress_s,
+            "deployment_target": options.deployment_target,
+            "specification_version": program.spec.specificationVersion,
+            "seq_len": seq_len,
+            "versions": _versions(),
+        },
+        "interface": reporting.interface(program.spec),
+        "ops": ops,
+        "weights": {
+            "by_dtype": reporting.stored_weights(program.function),
+            "package_bytes": reporting.package_bytes(staged),
+            "weight_file_bytes": weight_file.stat().st_size if weight_file.is_file() else 0,
+        },
+        "verification": verification,
+        "on_device": on_device,
+        "placement": placement,
+        "notes": reporting.notes(options, ops),
+    }
+
+
+def _versions() -> dict[str, str]:
+    import coremltools as ct
+    import numpy as np
+
+    return {"coremltools": ct.__version__, "torch": torch.__version__, "numpy": np.__version__}
+
+
+def _publish(staging: Path, staged: Path, target: Path, *reports: tuple[Path, Path]) -> None:
+    """Rename the verified package (and its reports) into place; an old export moves aside first, then goes."""
+    if target.exists():
+        os.replace(target, staging / "previous.mlpackage")
+    os.replace(staged, target)
+    for source, destination in reports:
+        os.replace(source, destination)
+
+
+def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_path: Path, md_path: Path, report: dict) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from sweeplab.tracking.mlflow_store import resolve_uri
+
+    client = MlflowClient(resolve_uri(tracking_uri))
+    try:
+        client.log_artifacts(run_id, str(package), f"{ARTIFACT_DIR}/{package.name}")
+        client.log_artifact(run_id, str(json_path), ARTIFACT_DIR)
+        client.log_artifact(run_id, str(md_path), ARTIFACT_DIR)
+        reference = report["verification"]["reference"]
+        metrics = {f"export/{report['variant']}/package_mb": report["weights"]["package_bytes"] / 1e6}
+        if "skipped" not in reference:
+            metrics[f"export/{report['variant']}/rel_err"] = reference["rel_err"]
+            metrics[f"export/{report['variant']}/max_abs_err"] = reference["max_abs_err"]
+        for key, value in metrics.items():
+            client.log_metric(run_id, key, float(value))
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"exported {package}, but logging it to MLflow run {run_id} failed: {first[:200]}") from None
+
+
+def export_after_training(
+    export_cfg: Mapping | None,
+    ckpt_path: str,
+    out_dir: Path,
+    mlflow_run_id: str | None,
+    tracking_uri: str | None,
+) -> Path | None:
+    """The training app's hook: export the job's best checkpoint into `out_dir` when `export=coreml`.
+
+    Returns the package path, or None for `export=none`. Final validation metrics come from the MLflow run.
+    """
+    options = options_from_config(export_cfg)
+    if not options.enabled:
+        return None
+    metrics = None
+    if mlflow_run_id:
+        from mlflow.tracking import MlflowClient
+
+        from sweeplab.tracking.mlflow_store import resolve_uri
+
+        try:
+            metrics = _val_metrics(MlflowClient(resolve_uri(tracking_uri)).get_run(mlflow_run_id).data.metrics)
+        except Exception as exc:  # metadata only: the export goes on with the checkpoint's own best score
+            log.warning("could not read the metrics of MLflow run %s: %s", mlflow_run_id, exc)
+    result = export_checkpoint(
+        ckpt_path, options, out_dir, run_id=mlflow_run_id, tracking_uri=tracking_uri, metrics=metrics
+    )
+    return result.package
+
+
+__all__ = [
+    "ExportResult",
+    "MODEL_KINDS",
+    "checkpoint_from_run",
+    "export_after_training",
+    "export_checkpoint",
+    "options_from_config",
+    "package_path",
+    "report_paths",
+]

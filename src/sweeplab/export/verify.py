@@ -1,0 +1,290 @@
+"""Does the package compute what the PyTorch model computes? Inputs, error measures, and the checks that use them.
+
+Error measures: see ERROR_MEASURES (also printed in every report).
+
+Inputs: random batches (ids over the whole vocabulary, its first and last id included, so an index that a 16-bit
+cast would break shows up; all-ones masks and right-padded masks of random lengths), and real batches from
+`real_data` when given. With EnumeratedShapes every allowed length gets its own cases.
+
+On macOS the same cases also run through Core ML itself (`MLModel.predict`) and the compute plan says where each
+op would run; elsewhere both are skipped with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from sweeplab.errors import UserError
+
+NOT_ON_MAC = "needs macOS (the Core ML runtime); this is {platform}"
+ERROR_MEASURES = """\
+Per verification case (one input batch), package output `a` against the PyTorch output `b` of the trained model
+(fp32, standard layout): `max_abs_err` = max |a - b| over every element; `rel_err` = max |a - b| / max |b|, the
+largest error relative to the output's largest magnitude (not per element, which explodes where b is near 0).
+A case passes when rel_err <= the variant's tolerance and the package output holds no NaN or Inf; the reported
+numbers are the worst over all cases."""
+
+
+@dataclass
+class Case:
+    name: str
+    input_ids: np.ndarray  # (B, S) int32
+    attention_mask: np.ndarray  # (B, S) int32, 0/1
+
+    @property
+    def inputs(self) -> dict[str, np.ndarray]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+
+
+# --- inputs --------------------------------------------------------------------------------------
+def random_cases(vocab_size: int, batch_size: int, seq_lens: list[int], n: int, seed: int = 0) -> list[Case]:
+    """n cases per sequence length: the first with every token real, the others right-padded to random lengths."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for seq_len in seq_lens:
+        for i in range(n):
+            ids = rng.integers(0, vocab_size, size=(batch_size, seq_len), dtype=np.int64).astype(np.int32)
+            ids[0, 0], ids[-1, -1] = vocab_size - 1, 0  # both ends of the embedding table
+            mask = np.ones((batch_size, seq_len), dtype=np.int32)
+            if i > 0:
+                for row in range(batch_size):
+                    mask[row, rng.integers(1, seq_len + 1) :] = 0
+            cases.append(Case(f"random S={seq_len} #{i}", ids, mask))
+    return cases
+
+
+def _pad_rows(rows: list[np.ndarray], seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.full((len(rows), seq_len), pad_id, dtype=np.int32)
+    mask = np.zeros((len(rows), seq_len), dtype=np.int32)
+    for r, row in enumerate(rows):
+        row = row[:seq_len]
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = 1
+    return ids, mask
+
+
+def _textbridge_rows(path: Path, max_rows: int) -> list[np.ndarray]:
+    from sweeplab.data.formats import open_dataset, resolve_data_file
+    from sweeplab.data.tokenizer import TextTokenizer
+
+    source = open_dataset(path)
+    rows: list[np.ndarray] = []
+    tokenizer = None
+    for index in range(min(len(source), max_rows)):
+        sample = source[index]
+        if sample.input_ids is not None:
+            rows.append(sample.input_ids[sample.attention_mask.astype(bool)])
+            continue
+        if tokenizer is None:
+            tokenizer_path = resolve_data_file(path).parent / "tokenizer.json"
+            if not tokenizer_path.is_file():
+                raise UserError(f"export.real_data={path}: text-mode data needs a tokenizer.json beside it")
+            tokenizer = TextTokenizer.load(tokenizer_path)
+        ids, masks, _ = tokenizer.encode([sample.text], 1 << 20)
+        rows.append(np.asarray(ids[0])[np.asarray(masks[0], dtype=bool)])
+    return [row for row in rows if len(row)]
+
+
+def _token_file_rows(path: Path, vocab_size: int, seq_len: int, max_rows: int) -> list[np.ndarray]:
+    dtype = np.uint32 if ".uint32." in path.name else np.uint16 if ".uint16." in path.name else None
+    if dtype is None:
+        dtype = np.uint16 if vocab_size < 65536 else np.uint32
+    tokens = np.memmap(path, dtype=dtype, mode="r")
+    if len(tokens) < seq_len:
+        raise UserError(f"export.real_data={path}: {len(tokens)} tokens, fewer than one sequence of {seq_len}")
+    starts = np.linspace(0, len(tokens) - seq_len, num=max_rows).astype(np.int64)
+    return [np.asarray(tokens[s : s + seq_len], dtype=np.int64) for s in starts]
+
+
+def real_cases(
+    family: str, path: str | Path, vocab_size: int, batch_size: int, seq_lens: list[int], n: int, pad_id: int = 0
+) -> list[Case]:
+    """n batches of real token ids: TextBridge reads a dataset (JSONL/EFB1/prepared dir), the LM a token .bin."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"export.real_data={path}: no such file or directory")
+    from sweeplab.data.formats import DataFormatError
+
+    wanted = n * batch_size
+    if family == "textbridge":
+        try:
+            rows = _textbridge_rows(path, wanted)
+        except DataFormatError as exc:
+            raise UserError(f"export.real_data={path}: {exc}") from None
+    elif path.is_file() and path.suffix == ".bin":
+        rows = _token_file_rows(path, vocab_size, max(seq_lens), wanted)
+    else:
+        raise UserError(f"export.real_data={path}: for the {family} model give a token file (*.bin from the LM cache)")
+    if not rows:
+        raise UserError(f"export.real_data={path}: no samples with tokens")
+    largest = max(int(row.max()) for row in rows)
+    if largest >= vocab_size:
+        raise UserError(
+            f"export.real_data={path}: token id {largest} is outside the model's vocabulary ({vocab_size}): "
+            "not the data this model was trained on"
+        )
+    cases = []
+    for seq_len in seq_lens:
+        for i in range(0, len(rows) - batch_size + 1, batch_size):
+            ids, mask = _pad_rows(rows[i : i + batch_size], seq_len, pad_id)
+            cases.append(Case(f"real S={seq_len} #{i // batch_size}", ids, mask))
+    return cases
+
+
+# --- comparing -----------------------------------------------------------------------------------
+def errors(actual: np.ndarray, expected: np.ndarray) -> dict[str, float]:
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        raise UserError(f"package output has shape {actual.shape}, the PyTorch model's has {expected.shape}")
+    finite = np.isfinite(actual)
+    diff = np.abs(np.where(finite, actual, 0.0) - expected)
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    return {
+        "max_abs_err": max_abs,
+        "rel_err": max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
+        "nonfinite": int((~finite).sum()),
+    }
+
+
+def torch_outputs(model: nn.Module, cases: list[Case]) -> list[np.ndarray]:
+    with torch.no_grad():
+        return [
+            model(torch.from_numpy(c.input_ids).long(), torch.from_numpy(c.attention_mask).long()).float().numpy()
+            for c in cases
+        ]
+
+
+def compare_cases(run, output_name: str, cases: list[Case], expected: list[np.ndarray], tolerance: float) -> dict:
+    """Run every case through `run(inputs) -> {name: array}` and compare; the worst case decides `passed`."""
+    rows = []
+    for case, reference in zip(cases, expected):
+        result = errors(run(case.inputs)[output_name], reference)
+        rows.append({"case": case.name, **result})
+    worst_rel = max(r["rel_err"] for r in rows)
+    nonfinite = sum(r["nonfinite"] for r in rows)
+    return {
+        "cases": rows,
+        "max_abs_err": max(r["max_abs_err"] for r in rows),
+        "rel_err": worst_rel,
+        "nonfinite": nonfinite,
+        "tolerance": tolerance,
+        "passed": bool(worst_rel <= tolerance and nonfinite == 0),
+    }
+
+
+def check_weights(package_weights: Mapping[str, np.ndarray], model: nn.Module, tolerance: float) -> dict:
+    """Find every trained tensor of `model` among the package's constants, by value.
+
+    For each float tensor w of the state dict (scalars such as α skipped, a tied tensor checked once, a tensor of
+    one repeated value accepted as possibly folded away), the
+    constant c with as many elements that is closest to it, flattened (the Linear -> 1x1-conv and Conv1d ->
+    (1, k)-Conv2d reshapes keep the flattened order), must satisfy ||c - w|| / ||w|| <= `tolerance`. A weight that
+    was re-initialised instead of loaded (the original paGating exporter's bug) is ~1.4 away; fp16 rounding is
+    ~3e-4, int8 ~1e-2. `max_rel_diff` (max |c - w| / max |w|) is reported too.
+    """
+    by_size: dict[int, list[tuple[str, np.ndarray]]] = {}
+    for name, value in package_weights.items():
+        if value.dtype.kind == "f":
+            by_size.setdefault(value.size, []).append((name, value.astype(np.float64).ravel()))
+    seen, rows = set(), []
+    for name, tensor in model.state_dict().items():
+        if not tensor.is_floating_point() or tensor.numel() < 2 or tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        flat = tensor.detach().double().numpy().ravel()
+        if flat.min() == flat.max():
+            # a constant tensor (a LayerNorm's untouched ones or zeros): coremltools may fold it into a scalar or
+            # drop it (x * 1, x + 0), and it holds no trained information a re-initialisation would lose
+            rows.append({"tensor": name, "constant": "(constant tensor: may be folded)", "rel_err": 0.0, "max_rel_diff": 0.0})
+            continue
+        norm = max(float(np.linalg.norm(flat)), 1e-30)
+        best = (float("inf"), None, float("inf"))
+        for const, value in by_size.get(flat.size, []):
+            diff = value - flat
+            rel = float(np.linalg.norm(diff)) / norm
+            if rel < best[0]:
+                best = (rel, const, float(np.abs(diff).max()) / max(float(np.abs(flat).max()), 1e-30))
+        rows.append({"tensor": name, "constant": best[1], "rel_err": best[0], "max_rel_diff": best[2]})
+    missing = [r["tensor"] for r in rows if r["rel_err"] > tolerance]
+    return {
+        "tensors": len(rows),
+        "found": len(rows) - len(missing),
+        "missing": missing,
+        "max_rel_err": max((r["rel_err"] for r in rows), default=0.0),
+        "max_rel_diff": max((r["max_rel_diff"] for r in rows), default=0.0),
+        "tolerance": tolerance,
+        "passed": not missing,
+        "rows": rows,
+    }
+
+
+# --- macOS only ----------------------------------------------------------------------------------
+def on_device(path: Path, output_name: str, cases: list[Case], expected: list[np.ndarray], tolerance: float) -> dict:
+    """Core ML's own prediction (all compute units) on the same cases; skipped off macOS."""
+    if sys.platform != "darwin":
+        return {"skipped": NOT_ON_MAC.format(platform=sys.platform)}
+    import coremltools as ct
+
+    model = ct.models.MLModel(str(path), compute_units=ct.ComputeUnit.ALL)
+    return compare_cases(model.predict, output_name, cases, expected, tolerance)
+
+
+def _device_kind(device) -> str:
+    name = type(device).__name__
+    return {"MLNeuralEngineComputeDevice": "neural_engine", "MLGPUComputeDevice": "gpu", "MLCPUComputeDevice": "cpu"}.get(
+        name, name
+    )
+
+
+def placement(path: Path) -> dict:
+    """MLComputePlan: the share of ops and of estimated cost on the Neural Engine, GPU and CPU; skipped off macOS."""
+    if sys.platform != "darwin":
+        return {"skipped": NOT_ON_MAC.format(platform=sys.platform)}
+    import coremltools as ct
+    from coremltools.models.compute_plan import MLComputePlan
+
+    compiled = ct.models.utils.compile_model(str(path))
+    plan = MLComputePlan.load_from_path(compiled, compute_units=ct.ComputeUnit.ALL)
+    operations = plan.model_structure.program.functions["main"].block.operations
+    ops: dict[str, int] = {}
+    cost: dict[str, float] = {}
+    per_op_type: dict[str, dict[str, int]] = {}
+    for operation in operations:
+        if operation.operator_name == "const":
+            continue
+        usage = plan.get_compute_device_usage_for_mlprogram_operation(operation)
+        kind = _device_kind(usage.preferred_compute_device) if usage is not None else "unknown"
+        estimate = plan.get_estimated_cost_for_mlprogram_operation(operation)
+        ops[kind] = ops.get(kind, 0) + 1
+        cost[kind] = cost.get(kind, 0.0) + (estimate.weight if estimate is not None else 0.0)
+        per_op_type.setdefault(operation.operator_name, {}).setdefault(kind, 0)
+        per_op_type[operation.operator_name][kind] += 1
+    total_ops, total_cost = sum(ops.values()) or 1, sum(cost.values()) or 1.0
+    return {
+        "op_share": {k: v / total_ops for k, v in sorted(ops.items())},
+        "cost_share": {k: v / total_cost for k, v in sorted(cost.items())},
+        "ops": ops,
+        "by_op_type": per_op_type,
+    }
+
+
+__all__ = [
+    "Case",
+    "check_weights",
+    "compare_cases",
+    "errors",
+    "on_device",
+    "placement",
+    "random_cases",
+    "real_cases",
+    "torch_outputs",
+]
