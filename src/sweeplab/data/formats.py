@@ -16,15 +16,15 @@ import json
 import math
 import os
 import struct
-import tempfile
 from array import array
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from sweeplab.files import atomic_write, current_umask  # noqa: F401  (re-exported: the data layer's writers)
 
 EFB1_MAGIC = b"EFB1"
 _EFB1_HEADER = struct.Struct("<4sII")  # magic, num_samples, embed_dim
@@ -52,48 +52,6 @@ class Sample:
 
 
 # --- writing -------------------------------------------------------------------------------------
-
-
-@contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Open a temp file beside `path` for binary writing; on success fsync it and rename it over `path`.
-
-    A crash or an exception leaves `path` as it was (absent or the previous version), never half written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp_name, 0o666 & ~current_umask())  # mkstemp makes 0600; a data file should read like any other
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def current_umask() -> int:
-    mask = os.umask(0)  # reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not every platform lets a directory be opened, which is harmless.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _float32_list(values: np.ndarray) -> list[float]:

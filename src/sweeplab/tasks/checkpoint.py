@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +13,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from torch import nn
 
 from sweeplab.errors import UserError
+from sweeplab.files import atomic_write
 
 
 @dataclass
@@ -76,18 +75,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_write(path) as f:
+            torch.save(checkpoint, f)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         return read_checkpoint(path)
