@@ -51,20 +51,128 @@ def resolve_backend(name: str) -> str:
     return name
 
 
-def check_combination(backend: str, precision: str, compile_mode: str) -> None:
-    """Refuse combinations that cannot work; warn about fragile ones. `backend` is already resolved."""
+OPTIMIZER_IMPLEMENTATIONS = ("auto", "fused", "foreach", "for_loop")
+# torch's fused Adam/AdamW kernels, by device type, from this torch version on
+FUSED_OPTIMIZER_SINCE = {"cuda": (2, 0), "cpu": (2, 4), "mps": (2, 5)}
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def check_combination(
+    backend: str,
+    precision: str,
+    compile_mode: str,
+    *,
+    optim_implementation: str = "auto",
+    pin_memory: bool = False,
+    gradient_checkpointing: bool = False,
+    grad_clip: float | None = None,
+) -> list[str]:
+    """Refuse combinations that cannot work; warn about fragile ones. `backend` is already resolved.
+
+    Covers the whole backend matrix: backend x precision x compile, and the optimisation switches (fused/foreach
+    optimizer, pinned memory, gradient checkpointing). Returns the warnings it logged, so callers and tests can
+    show them. Batch size needs no check here: every batch size runs everywhere memory allows.
+    """
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        log.warning("%s", message)
+        warnings.append(message)
+
+    if backend not in ("cpu", "mps", "cuda"):
+        raise ConfigError("backend.name", f"{backend!r} is not a resolved backend (cpu, mps or cuda)")
     if precision not in PRECISIONS:
         raise ConfigError("trainer.precision", f"{precision!r} is not one of {PRECISIONS}")
     if compile_mode not in COMPILE_MODES:
         raise ConfigError("compile", f"{compile_mode!r} is not one of {COMPILE_MODES}")
+    if optim_implementation not in OPTIMIZER_IMPLEMENTATIONS:
+        raise ConfigError("optim.implementation", f"{optim_implementation!r} is not one of {OPTIMIZER_IMPLEMENTATIONS}")
+
+    # --- precision --------------------------------------------------------------------------------
     if backend == "cpu" and precision == "16-mixed":
         raise ConfigError("trainer.precision", "16-mixed needs a GPU (CPU autocast supports bf16 only); use bf16-mixed or 32-true")
     if backend == "cuda" and "bf16" in precision and not torch.cuda.is_bf16_supported():
         raise ConfigError("trainer.precision", f"{precision} is not supported by {torch.cuda.get_device_name()}; use 16-mixed")
-    if backend == "mps" and compile_mode != "off":
-        log.warning("compile=%s on MPS: torch.compile's MPS backend is experimental; expect failures or slowdowns", compile_mode)
+    if backend == "mps" and "bf16" in precision and not _mps_macos_at_least(14):
+        raise ConfigError("trainer.precision", f"{precision} on MPS needs macOS 14 or newer; use 16-mixed or 32-true")
+
+    # --- compile ----------------------------------------------------------------------------------
     if compile_mode == "reduce-overhead" and backend != "cuda":
         raise ConfigError("compile", "reduce-overhead uses CUDA graphs and needs backend=cuda; use compile=default")
+    if backend == "mps" and compile_mode != "off":
+        warn(f"compile={compile_mode} on MPS: torch.compile's MPS backend is experimental; expect failures or slowdowns")
+    if backend == "cpu" and compile_mode != "off" and not _has_cxx_compiler():
+        raise ConfigError("compile", f"compile={compile_mode} on the CPU needs a C++ compiler (g++ or clang++) on PATH; use compile=off")
+    if backend == "cpu" and compile_mode == "max-autotune":
+        warn("compile=max-autotune on the CPU: long compilation for little gain over compile=default")
+
+    # --- optimisation switches --------------------------------------------------------------------
+    if optim_implementation == "fused":
+        since = FUSED_OPTIMIZER_SINCE[backend]
+        if _torch_version() < since:
+            raise ConfigError(
+                "optim.implementation",
+                f"fused Adam/AdamW on {backend} needs torch >= {since[0]}.{since[1]} (this is {torch.__version__}); "
+                "use foreach or auto",
+            )
+        if grad_clip and precision == "16-mixed":
+            raise ConfigError(
+                "optim.implementation",
+                "a fused optimizer unscales fp16 gradients inside its step, so they cannot be clipped before it "
+                "(Lightning refuses); use optim.implementation=foreach, trainer.precision=bf16-mixed or optim.grad_clip=null",
+            )
+    if optim_implementation == "foreach" and backend == "cpu":
+        warn("optim.implementation=foreach on the CPU: torch has no multi-tensor CPU kernels, it loops like for_loop")
+    if pin_memory and backend == "cpu":
+        warn("data.pin_memory=true with backend=cpu: there is no host-to-device copy to speed up; it only costs memory")
+    if pin_memory and backend == "mps":
+        warn(
+            "data.pin_memory=true with backend=mps: Lightning copies to MPS blocking (pytorch#83015), so pinned "
+            "memory gives no overlap"
+        )
+    if gradient_checkpointing and compile_mode == "reduce-overhead":
+        warn("model.gradient_checkpointing with compile=reduce-overhead: recomputation inside CUDA graphs is fragile")
+    return warnings
+
+
+def _mps_macos_at_least(major: int) -> bool:
+    check = getattr(torch.backends.mps, "is_macos_or_newer", None)
+    if check is None:
+        return True  # older torch: let autocast say it
+    try:
+        return bool(check(major, 0))
+    except Exception:
+        return True
+
+
+def _has_cxx_compiler() -> bool:
+    import shutil
+
+    return any(shutil.which(name) for name in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if name)
+
+
+def precision_plugins(precision: str, backend: str) -> list:
+    """Precision plugins for the Trainer (then `precision=None`): empty unless the precision needs our own.
+
+    Lightning's MixedPrecision refuses gradient clipping with fused optimizers for bf16 too, where no gradient
+    scaler exists and nothing is unscaled inside the optimizer step; for bf16-mixed we clip as for 32-true.
+    """
+    if precision != "bf16-mixed":
+        return []
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+
+    class BF16MixedPrecision(MixedPrecision):
+        def clip_gradients(self, optimizer, clip_val=0.0, gradient_clip_algorithm=None):
+            from lightning.pytorch.utilities import GradClipAlgorithmType
+
+            algorithm = gradient_clip_algorithm or GradClipAlgorithmType.NORM
+            Precision.clip_gradients(self, optimizer, clip_val, algorithm)
+
+    return [BF16MixedPrecision("bf16-mixed", device=backend)]
 
 
 def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:

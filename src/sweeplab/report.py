@@ -1,6 +1,12 @@
-"""Comparison tables from MLflow: one row per job of a sweep (or an experiment), as Markdown and CSV.
+"""Comparison tables and plots from MLflow: one row per job of a sweep (or an experiment, or a multirun dir).
 
-`python -m sweeplab.report` (see `main`), and the sweep callback at the end of every multirun.
+    python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN] [--out DIR]
+
+Writes report.md and report.csv (configuration, backend, device, batch size, precision, compile, median step time,
+samples/s, tokens/s, MFU, speedup against the baseline row, final validation metric) and two plots:
+throughput.png (samples/s against batch size, one line per backend/precision/compile) and validation.png (the
+family's validation metric against step, one line per job). The sweep callback calls `sweep_report` at the end of
+every multirun and logs `report.files` as artifacts of the sweep's parent run.
 """
 
 from __future__ import annotations
@@ -8,11 +14,15 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import logging
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeplab.tracking import mlflow_store
+
+log = logging.getLogger(__name__)
 
 # Params every table shows (when present), then the family's own, then whatever else varies between the jobs.
 BASE_PARAMS = ["data.batch_size"]
@@ -23,6 +33,7 @@ FAMILY_PARAMS = {
 FINAL_METRIC = {"textbridge": ("val/cos", "val cos"), "pagating_lm": ("val/ppl", "val ppl")}
 SHORT = {"data.batch_size": "bs", "loss.alpha": "α", "loss.beta": "β", "model.unit": "unit", "model.alpha": "α mode"}
 IGNORED_VARYING = {"data.seed"}
+PERF_COLUMNS = ["median step (s)", "samples/s", "tokens/s", "MFU", "speedup"]
 
 
 @dataclass
@@ -67,7 +78,25 @@ def experiment_runs(uri: str, experiment_name: str):
     )
 
 
-def build_rows(runs) -> tuple[list[dict[str, str]], list[str], int]:
+def _run_label(run) -> str:
+    return run.data.tags.get("mlflow.runName", run.info.run_id[:8])
+
+
+def pick_baseline(runs, baseline: str | None) -> int | None:
+    """Index of the baseline run: `baseline` as a row number (0-based) or a run-name/id substring; by default the
+    first finished CPU run, else the first finished run."""
+    usable = [i for i, r in enumerate(runs) if r.data.metrics.get("summary/samples_per_sec")]
+    if baseline is not None:
+        if baseline.isdigit():
+            index = int(baseline)
+            return index if index in usable else None
+        matches = [i for i in usable if baseline in _run_label(runs[i]) or runs[i].info.run_id.startswith(baseline)]
+        return matches[0] if matches else None
+    cpu = [i for i in usable if runs[i].data.tags.get("backend") == "cpu"]
+    return (cpu or usable or [None])[0]
+
+
+def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     families = {r.data.tags.get("family", "") for r in runs}
     param_keys = list(BASE_PARAMS)
@@ -81,25 +110,33 @@ def build_rows(runs) -> tuple[list[dict[str, str]], list[str], int]:
     ]
     param_keys += varying
     columns = ["run", "status", "backend", "device", *[SHORT.get(k, k) for k in param_keys]]
-    columns += ["precision", "compile", "median step (s)", "samples/s", "tokens/s", "final metric"]
+    columns += ["precision", "compile", *PERF_COLUMNS, "final metric"]
+    base_index = pick_baseline(runs, baseline)
+    base_rate = runs[base_index].data.metrics["summary/samples_per_sec"] if base_index is not None else None
     rows, failed = [], 0
-    for r in runs:
+    for i, r in enumerate(runs):
         m, tags = r.data.metrics, r.data.tags
         status = r.info.status
         if status == "FAILED":
             failed += 1
             status = f"FAILED: {tags.get('error', '')[:60]}"
         metric, label = FINAL_METRIC.get(tags.get("family", ""), ("val/loss", "val loss"))
+        rate = m.get("summary/samples_per_sec")
+        speedup = ""
+        if rate and base_rate:
+            speedup = f"{rate / base_rate:.2f}×" + (" (baseline)" if i == base_index else "")
         row = {
-            "run": tags.get("mlflow.runName", r.info.run_id[:8]),
+            "run": _run_label(r),
             "status": status,
             "backend": tags.get("backend", ""),
             "device": tags.get("device", ""),
             "precision": tags.get("precision", ""),
             "compile": tags.get("compile", ""),
             "median step (s)": _fmt(m.get("summary/step_time_s_median")),
-            "samples/s": _fmt(m.get("summary/samples_per_sec")),
+            "samples/s": _fmt(rate),
             "tokens/s": _fmt(m.get("summary/tokens_per_sec")),
+            "MFU": f"{m['summary/mfu']:.1%}" if "summary/mfu" in m else "",
+            "speedup": speedup,
             "final metric": f"{label} {_fmt(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
@@ -122,22 +159,108 @@ def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
     return buffer.getvalue()
 
 
-def write_report(runs, out_dir: Path | None, title: str) -> Report:
-    rows, columns, failed = build_rows(runs)
+# --- plots --------------------------------------------------------------------------------------------
+def throughput_points(runs) -> dict[str, list[tuple[int, float]]]:
+    """'backend precision compile' -> [(batch size, samples/s)] of every finished job with a throughput."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in runs:
+        rate = r.data.metrics.get("summary/samples_per_sec")
+        batch = r.data.params.get("data.batch_size", "")
+        if not rate or not batch.isdigit():
+            continue
+        tags = r.data.tags
+        label = f"{tags.get('backend', '?')} {tags.get('precision', '')}"
+        if tags.get("compile", "off") != "off":
+            label += f" compile={tags['compile']}"
+        device = tags.get("device", "")
+        if device:
+            label += f" ({device[:28]})"
+        series.setdefault(label, []).append((int(batch), rate))
+    return series
+
+
+def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Path:
+    """Samples/s against batch size: the median of the jobs at each batch size joined by a line, every job a dot."""
+    from sweeplab.tracking.sweep_plots import _figure
+
+    fig = _figure(7.5, 4.5)
+    ax = fig.add_subplot()
+    batch_sizes = sorted({b for points in series.values() for b, _ in points})
+    for label, points in series.items():
+        by_batch: dict[int, list[float]] = {}
+        for b, rate in points:
+            by_batch.setdefault(b, []).append(rate)
+        xs = sorted(by_batch)
+        line = ax.plot(xs, [statistics.median(by_batch[b]) for b in xs], marker="o", label=label)[0]
+        ax.scatter([b for b, _ in points], [rate for _, rate in points], color=line.get_color(), alpha=0.35, s=14)
+    if len(batch_sizes) > 1 and batch_sizes[-1] / max(1, batch_sizes[0]) >= 4:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
+    ax.set_xlabel("batch size (samples per step)")
+    ax.set_ylabel("training throughput (samples/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs batch size (median of jobs; dots: each job)")
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(fontsize=8, loc="best")
+    fig.savefig(out)
+    return out
+
+
+def validation_curves(uri: str, runs) -> tuple[dict[str, list[tuple[int, float]]], str]:
+    """Run label -> [(step, value)] of the family's validation metric, and that metric's name."""
+    families = [r.data.tags.get("family", "") for r in runs]
+    metric = FINAL_METRIC.get(max(set(families), key=families.count) if families else "", ("val/loss", ""))[0]
+    client = mlflow_store._client(uri)
+    curves = {}
+    for r in runs:
+        history = client.get_metric_history(r.info.run_id, metric)
+        if history:
+            curves[_run_label(r)] = sorted((m.step, m.value) for m in history)
+    return curves, metric
+
+
+def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
+    files = []
+    try:
+        series = throughput_points(runs)
+        if series:
+            files.append(throughput_plot(series, out_dir / "throughput.png"))
+        if uri is not None:
+            from sweeplab.tracking.sweep_plots import curves_plot
+
+            curves, metric = validation_curves(uri, runs)
+            if curves:
+                files.append(curves_plot(curves, metric, out_dir / "validation.png"))
+    except Exception as exc:  # a plot is a convenience: the table is the report
+        log.warning("report plots skipped: %s", exc)
+    return files
+
+
+def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None) -> Report:
+    runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
+    rows, columns, failed = build_rows(runs, baseline)
+    base_index = pick_baseline(runs, baseline)
     markdown = f"## {title}\n\n{to_markdown(rows, columns)}\n"
+    if base_index is not None:
+        markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
     if failed:
         markdown += f"\n{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)\n"
     files: list[Path] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        plots = write_plots(uri, runs, out_dir)
+        if plots:
+            markdown += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", to_csv(rows, columns))):
             mlflow_store.write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
+        files += plots
     return Report(rows, columns, markdown, files, failed)
 
 
-def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None) -> Report:
-    return write_report(child_runs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}")
+def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None) -> Report:
+    return write_report(child_runs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
 
 
 def latest_sweep(uri: str, experiment_name: str) -> str | None:
@@ -155,24 +278,26 @@ def latest_sweep(uri: str, experiment_name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.report", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.report", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
     source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
     source.add_argument("--experiment", help="every run of an MLflow experiment")
-    parser.add_argument("--experiment-name", default="sweeplab")
+    parser.add_argument("--experiment-name", default="sweeplab", help="where to look for the latest sweep")
     parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--out", default=None, help="where report.md/.csv go (default: the sweep dir or reports/)")
+    parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
+    parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri(args.tracking_uri)
 
     if args.experiment:
-        report = write_report(experiment_runs(uri, args.experiment), Path(args.out or "reports"), args.experiment)
+        out = Path(args.out or Path("reports") / args.experiment)
+        report = write_report(experiment_runs(uri, args.experiment), out, args.experiment, uri, args.baseline)
     else:
         parent = args.sweep
         out = Path(args.out) if args.out else None
         if args.multirun_dir:
-            marker = Path(args.multirun_dir) / "mlflow_parent_run_id"
+            marker = Path(args.multirun_dir) / mlflow_store.PARENT_RUN_FILE
             if not marker.exists():
                 print(f"error: {marker} not found: is {args.multirun_dir} a sweeplab multirun dir?", file=sys.stderr)
                 return 2
@@ -185,7 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         if out is None:
             sweep_dir = mlflow_store._client(uri).get_run(parent).data.tags.get("sweep_dir")
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
-        report = sweep_report(uri, parent, out)
+        report = sweep_report(uri, parent, out, args.baseline)
+        client = mlflow_store._client(uri)
+        for path in report.files:  # the plots and tables travel with the sweep's parent run too
+            try:
+                client.log_artifact(parent, str(path), "report")
+            except Exception as exc:
+                log.warning("could not log %s to run %s: %s", path, parent, exc)
     print(report.markdown)
     print("written: " + ", ".join(str(p) for p in report.files))
     return 1 if report.failed else 0

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends
+from sweeplab import backends, distributed
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
@@ -146,7 +146,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     }
 
 
-SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback: the keys whose values differ between jobs
+SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback (tracking/sweep_callback.swept_keys)
 _IN_NAME_ALREADY = ("batch_size", "alpha", "beta", "lr", "unit", "size", "backend", "precision", "compile")
 
 
@@ -191,7 +191,7 @@ def train(cfg: DictConfig) -> float | None:
     if resume_ckpt is not None:
         output_dir = resume_ckpt.parent.parent  # keep writing checkpoints where the interrupted run did
 
-    if not p.logger.enabled:
+    if not p.logger.enabled or not distributed.is_global_zero():  # one MLflow run per job: rank 0's
         return _fit(p, output_dir, logger=False, job=None, resume_ckpt=resume_ckpt)
 
     job = mlflow_store.JobRun(
@@ -268,7 +268,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
     _final_validation(trainer, task, datamodule, p)
-    summary = {**timer.summary, **task.summary_metrics(trainer)}
+    summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if job is not None:
         job.log_metrics(summary, step=trainer.global_step)
         if best.best_model_path:
@@ -308,6 +308,7 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         callbacks=callbacks,
         logger=logger,
         default_root_dir=str(output_dir),
+        **distributed.trainer_options(t.devices),  # DDP: ranks > 0 re-create this one job; the sampler shards itself
     )
 
 

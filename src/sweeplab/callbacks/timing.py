@@ -4,23 +4,28 @@ CUDA and MPS run asynchronously: a host clock read without a device sync times k
 callback synchronises only at the edges of each timed window (a sync per step would itself cost throughput),
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
-so data loading between batches is inside the measurement.
+so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
+next training batch, so the checkpoint it triggers is not counted either.
 
-Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and misses the plain "NVIDIA H200"
-name in its peak-FLOPs table; we reuse its table (`get_available_flops`) and add what it lacks.
+Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and needs a full window before it emits
+anything; its peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4 sparsity for some
+boards. We reuse its table (`get_available_flops`) for every other GPU and keep dense Hopper figures here.
 """
 
 from __future__ import annotations
 
+import gzip
 import resource
+import shutil
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.pytorch.profilers import Profiler
 
 PRECISION_DTYPES = {
     "32-true": torch.float32,
@@ -31,33 +36,59 @@ PRECISION_DTYPES = {
     "16-true": torch.float16,
 }
 
+# Dense (no 2:4 sparsity) tensor-core peaks, FLOP/s, from NVIDIA's H100/H200 datasheets. Lightning's table has the
+# sparse figure for "h200 sxm1"/"h100 nvl" and cannot parse the plain "NVIDIA H200" that H200 SXM boards report.
+# The H200 is the H100 SXM's die with more memory: same compute.
+_HOPPER_DENSE = {
+    "h100 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h100 pcie": {torch.float32: 51.2e12, "tfloat32": 378e12, torch.bfloat16: 756e12, torch.float16: 756e12},
+    "h100 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
+    "h200 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h200 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
+}
+
 
 def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA or MPS); nothing to wait for on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
 
 
-def peak_flops(device: torch.device, precision: str) -> float | None:
+def hopper_chip(device_name: str) -> str | None:
+    """The `_HOPPER_DENSE` key of a CUDA device name ("NVIDIA H100 80GB HBM3" -> "h100 sxm"), else None."""
+    name = device_name.lower()
+    if "h200" in name:
+        return "h200 nvl" if "nvl" in name else "h200 sxm"
+    if "h100" in name:
+        if "nvl" in name:
+            return "h100 nvl"
+        if "pcie" in name or "hbm2e" in name:
+            return "h100 pcie"
+        return "h100 sxm"
+    return None
+
+
+def peak_flops(device: torch.device, precision: str, device_name: str | None = None) -> float | None:
     """Theoretical dense peak FLOP/s of the device at this precision, where known (CUDA only)."""
     if device.type != "cuda":
         return None
     dtype = PRECISION_DTYPES.get(str(precision), torch.float32)
-    name = torch.cuda.get_device_name(device).lower()
-    if "h200" in name and "sxm1" not in name and "nvl1" not in name:
-        # Lightning parses only "H200 SXM1"/"NVL1"; the plain name reported by H200 SXM boards gets the SXM figures
-        from lightning.fabric.utilities.throughput import _CUDA_FLOPS
-
-        table = _CUDA_FLOPS.get("h200 sxm1", {})
+    name = device_name if device_name is not None else torch.cuda.get_device_name(device)
+    chip = hopper_chip(name)
+    if chip is not None:
         if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
             dtype = "tfloat32"
-        return float(table[dtype]) if dtype in table else None
+        return _HOPPER_DENSE[chip].get(dtype)
+    from lightning.fabric.utilities.throughput import get_available_flops
+
     flops = get_available_flops(device, dtype)
     return float(flops) if flops else None
 
 
 def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the caching allocator's peak; MPS: memory the Metal driver holds now; CPU: the process's peak RSS."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     if device.type == "mps":
@@ -66,123 +97,325 @@ def peak_memory_mb(device: torch.device) -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# Lightning's profiler action names -> the phase of a training step they time (exclusive of nested actions).
+PHASES = (
+    ("data loading", ("train_dataloader_next", "batch_to_device")),
+    ("forward", ("Strategy].training_step", ".training_step")),
+    ("backward", (".backward",)),
+    ("optimizer", (".optimizer_step", ".optimizer_zero_grad", ".configure_gradient_clipping", "lr_scheduler_step")),
+)
+FRAMEWORK = "framework (hooks, callbacks, logging)"
+
+
+def phase_of(action: str) -> str:
+    for phase, markers in PHASES:
+        if any(marker in action for marker in markers):
+            return phase
+    return FRAMEWORK
+
+
+class PhaseProfiler(Profiler):
+    """Lightning's profiler interface, timing every action with a device sync at its edges, only while `active`.
+
+    Lightning's SimpleProfiler reads the host clock without a sync, so on CUDA/MPS it times kernel launches, not
+    the work; its PyTorchProfiler records kernels but attributes them to phases only loosely. This one syncs at
+    every action boundary (which slows the profiled steps: compare a normal run's step time) and keeps exclusive
+    time per action, so nested actions (training_step and backward inside optimizer_step) are not counted twice.
+    """
+
+    def __init__(self, device: torch.device, sync: Callable[[torch.device], None], clock: Callable[[], float]):
+        super().__init__()
+        self.device, self._sync, self._clock = device, sync, clock
+        self.active = False
+        self.exclusive: dict[str, float] = {}
+        self._stack: list[list] = []  # [action, start, time spent in nested actions, recorded]
+
+    def start(self, action_name: str) -> None:
+        if self.active:
+            self._sync(self.device)
+        self._stack.append([action_name, self._clock(), 0.0, self.active])
+
+    def stop(self, action_name: str) -> None:
+        if not self._stack or self._stack[-1][0] != action_name:
+            return  # an action started before this profiler was installed
+        name, start, nested, recorded = self._stack.pop()
+        if not (recorded and self.active):
+            return
+        self._sync(self.device)
+        duration = self._clock() - start
+        self.exclusive[name] = self.exclusive.get(name, 0.0) + duration - nested
+        if self._stack:
+            self._stack[-1][2] += duration
+
+    def phases(self, total_seconds: float) -> dict[str, float]:
+        """Seconds per phase; what no action covers (the loop itself) goes to the framework share."""
+        shares: dict[str, float] = {phase: 0.0 for phase, _ in PHASES}
+        shares[FRAMEWORK] = 0.0
+        for action, seconds in self.exclusive.items():
+            if action in ("run_training_epoch", "run_training_batch") or action.startswith("[_TrainingEpochLoop].run"):
+                shares[FRAMEWORK] += seconds
+            else:
+                shares[phase_of(action)] += seconds
+        shares[FRAMEWORK] += max(0.0, total_seconds - sum(shares.values()))
+        return shares
+
+    def summary(self) -> str:
+        return ""
+
+
+def phase_table(shares: dict[str, float], steps: float) -> str:
+    total = sum(shares.values()) or 1.0
+    lines = ["| phase | ms per step | share |", "|---|---|---|"]
+    for phase, seconds in shares.items():
+        lines.append(f"| {phase} | {1000 * seconds / max(steps, 1):.2f} | {seconds / total:.1%} |")
+    lines.append(f"| **step** | {1000 * total / max(steps, 1):.2f} | 100% |")
+    return "\n".join(lines)
+
+
 class ThroughputTimer(L.Callback):
+    """Logs `train/step_time_s`, `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window
+    of `window` optimizer steps, after `warmup_steps` untimed steps; `summary` holds the run's totals, median and
+    p90 step time and peak memory. `sync` and `clock` are injectable so tests can stand in for an async device."""
+
     def __init__(
         self,
         warmup_steps: int = 5,
         window: int = 20,
+        profile: bool = False,
+        trace_steps: int = 0,
+        profile_dir: str | None = None,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        if warmup_steps < 0 or window < 1:
-            raise ValueError(f"timing: warmup_steps must be >= 0 and window >= 1, got {warmup_steps}, {window}")
+        """profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
+        device sync at every phase edge, logged as `profile/*` and written to profile.md; trace_steps: record that
+        many steps right after warm-up with torch.profiler (trace.json.gz, untimed); profile_dir: where those
+        files go (default: <trainer.default_root_dir>/profile)."""
+        if warmup_steps < 0 or window < 1 or trace_steps < 0:
+            raise ValueError(
+                f"timing: warmup_steps and trace_steps must be >= 0 and window >= 1, got {warmup_steps}, "
+                f"{trace_steps}, {window}"
+            )
         self.warmup_steps = warmup_steps
         self.window = window
+        self.profile = profile
+        self.trace_steps = trace_steps
+        self.profile_dir = profile_dir
+        self.profiler: PhaseProfiler | None = None
+        self.files: list[Path] = []  # profile.md, trace.json.gz once training ends
+        self._trace = None
         self._sync = sync
         self._clock = clock
         self.summary: dict[str, float] = {}
         self.windows: list[dict[str, float]] = []  # one entry per full window: what was logged
+        self._device = torch.device("cpu")
+        self._peak: float | None = None
         self._reset_totals()
 
     def _reset_totals(self) -> None:
         self._batches_seen = 0
         self._t0: float | None = None
+        self._paused = False
         self._paused_elapsed = 0.0
         self._win = self._empty_window()
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
+        self._accumulate = 1
 
     @staticmethod
     def _empty_window() -> dict:
-        return {"steps": 0, "samples": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0}
+        return {"batches": 0, "samples": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0}
 
     # --- window edges ------------------------------------------------------------------------------
-    def _start(self, device: torch.device) -> None:
-        self._sync(device)
+    def _start(self) -> None:
+        self._sync(self._device)
         self._t0 = self._clock()
 
-    def _elapsed_since_start(self, device: torch.device) -> float:
-        self._sync(device)
+    def _elapsed_since_start(self) -> float:
+        self._sync(self._device)
         return self._clock() - self._t0
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.profile and stage == "fit":
+            # Lightning set its profiler up before callbacks; this one replaces it for the whole fit
+            self.profiler = PhaseProfiler(pl_module.device, self._sync, self._clock)
+            self.profiler._lightning_module = pl_module
+            trainer.profiler = self.profiler
+
+    @property
+    def _untimed_batches(self) -> int:
+        return (self.warmup_steps + self.trace_steps) * self._accumulate
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_totals()
+        self.windows = []
         self._device = pl_module.device
+        self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
         self._peak = peak_flops(self._device, str(trainer.precision))
-        if self.warmup_steps == 0:
-            self._start(self._device)
+        reset_peak_memory(self._device)
+        if self.profiler is not None:
+            self.profiler.device = self._device
+        if self._untimed_batches == 0:
+            self._start()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._paused:  # first batch after a validation: the clock runs again from here
+            self._paused = False
+            self._start()
+        if self.trace_steps and self._trace is None and self._batches_seen == self.warmup_steps * self._accumulate:
+            self._trace = _start_trace(self._device)
+
+    def _set_profiling(self, on: bool) -> None:
+        if self.profiler is not None:
+            self.profiler.active = on
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches_seen += 1
+        if self._trace is not None and self._batches_seen == self._untimed_batches:
+            self._stop_trace(trainer)
         if self._t0 is None:
-            if self._batches_seen == self.warmup_steps:
-                self._start(self._device)  # the first window starts where warm-up ends
+            if not self._paused and self._batches_seen == self._untimed_batches:
+                self._start()  # the first window starts where warm-up (and tracing) ends
+                self._set_profiling(True)
             return
         win = self._win
-        win["steps"] += 1
+        win["batches"] += 1
         win["samples"] += pl_module.samples_in(batch)
         win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
-        flops = pl_module.flops_in(batch)
-        win["flops"] += flops or 0.0
-        if win["steps"] >= self.window:
-            self._close_window(trainer, log=True)
+        win["flops"] += pl_module.flops_in(batch) or 0.0
+        if win["batches"] >= self.window * self._accumulate:
+            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True)
+            self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
 
-    def _close_window(self, trainer: L.Trainer, log: bool) -> None:
-        elapsed = self._paused_elapsed + self._elapsed_since_start(self._device)
+    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool) -> None:
         win = self._win
         win["elapsed"] = elapsed
         win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
         for key in self._total:
             self._total[key] += win[key]
-        if log and win["steps"] > 0 and elapsed > 0:
+        steps = win["batches"] / self._accumulate
+        if log and steps > 0 and elapsed > 0:
             metrics = {
-                "train/step_time_s": elapsed / win["steps"],
+                "train/step_time_s": elapsed / steps,
                 "train/samples_per_sec": win["samples"] / elapsed,
                 "train/tokens_per_sec": win["tokens"] / elapsed,
             }
             if self._peak and win["flops"]:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
-            self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": win["steps"]})
+            self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
         self._win = self._empty_window()
         self._paused_elapsed = 0.0
-        self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
 
     # --- validation is not training time -----------------------------------------------------------
     def on_validation_start(self, trainer, pl_module) -> None:
-        if self._t0 is not None and not trainer.sanity_checking:
-            self._paused_elapsed += self._elapsed_since_start(self._device)
-            self._t0 = None
-            self._paused = True
+        if trainer.sanity_checking or self._t0 is None:
+            return
+        self._paused_elapsed += self._elapsed_since_start()
+        self._t0 = None
+        self._paused = True
+        self._set_profiling(False)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if getattr(self, "_paused", False):
-            self._paused = False
-            self._start(self._device)
+        if self._paused and self.profiler is not None:
+            self._set_profiling(True)  # the clock restarts at the next batch; its data loading is profiled
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self._t0 is not None and self._win["steps"] > 0:
-            self._close_window(trainer, log=False)  # a partial window counts in the totals, not as a sample
+        if self._win["batches"] > 0:  # a partial window counts in the totals, not as a logged sample
+            elapsed = self._paused_elapsed + (self._elapsed_since_start() if self._t0 is not None else 0.0)
+            self._close_window(trainer, elapsed, log=False)
+        self._t0 = None
+        self._paused = False
+        self._set_profiling(False)
+        if self._trace is not None:
+            self._stop_trace(trainer)
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
         self.summary = self.summarize()
+        if self.profiler is not None:
+            self._write_profile(trainer)
+
+    # --- profile and trace -------------------------------------------------------------------------
+    def _out_dir(self, trainer: L.Trainer) -> Path:
+        out = Path(self.profile_dir) if self.profile_dir else Path(trainer.default_root_dir) / "profile"
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+
+    def _stop_trace(self, trainer: L.Trainer) -> None:
+        trace, self._trace = self._trace, None
+        trace.stop()
+        out = self._out_dir(trainer) / "trace.json"
+        trace.export_chrome_trace(str(out))
+        with open(out, "rb") as src, gzip.open(f"{out}.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out.unlink()
+        self.files.append(Path(f"{out}.gz"))
+
+    def _write_profile(self, trainer: L.Trainer) -> None:
+        steps = self._total["batches"] / self._accumulate
+        shares = self.profiler.phases(self._total["elapsed"])
+        total = sum(shares.values()) or 1.0
+        metrics = {f"profile/{_metric_name(p)}_share": s / total for p, s in shares.items()}
+        metrics.update({f"profile/{_metric_name(p)}_ms": 1000 * s / max(steps, 1) for p, s in shares.items()})
+        self.summary.update(metrics)
+        text = (
+            f"## where the step time goes ({steps:g} timed steps, {self._device.type})\n\n"
+            f"{phase_table(shares, steps)}\n\nThe device is synchronised at every phase edge, so these steps run slower "
+            "than unprofiled ones; the shares are what this table is for.\n"
+        )
+        out = self._out_dir(trainer) / "profile.md"
+        out.write_text(text, encoding="utf-8")
+        self.files.insert(0, out)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+            _log_artifacts(logger, self.files)
 
     def summarize(self) -> dict[str, float]:
         summary = {"summary/peak_mem_mb": self._peak_mem_mb}
         total = self._total
+        steps = total["batches"] / self._accumulate
         if total["elapsed"] > 0:
             summary["summary/samples_per_sec"] = total["samples"] / total["elapsed"]
             summary["summary/tokens_per_sec"] = total["tokens"] / total["elapsed"]
-            summary["summary/timed_steps"] = float(total["steps"])
+            summary["summary/timed_steps"] = float(steps)
+            summary["summary/timed_seconds"] = float(total["elapsed"])
             if self._peak and total["flops"]:
                 summary["summary/mfu"] = total["flops"] / total["elapsed"] / self._peak
         step_times = [w["train/step_time_s"] for w in self.windows]
-        if not step_times and total["steps"]:
-            step_times = [total["elapsed"] / total["steps"]]
+        if not step_times and steps:
+            step_times = [total["elapsed"] / steps]
         if step_times:
             summary["summary/step_time_s_median"] = statistics.median(step_times)
             summary["summary/step_time_s_p90"] = (
-                statistics.quantiles(step_times, n=10)[-1] if len(step_times) >= 2 else step_times[0]
+                statistics.quantiles(step_times, n=10, method="inclusive")[-1] if len(step_times) >= 2 else step_times[0]
             )
         return summary
+
+
+def _metric_name(phase: str) -> str:
+    return phase.split(" (")[0].replace(" ", "_")
+
+
+def _start_trace(device: torch.device):
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    trace = torch.profiler.profile(activities=activities, record_shapes=False, with_stack=False)
+    trace.start()
+    return trace
+
+
+def _log_artifacts(logger, files: list[Path]) -> None:
+    """Attach files to the logger's MLflow run (other loggers keep them on disk only)."""
+    run_id = getattr(logger, "run_id", None)
+    experiment = getattr(logger, "experiment", None)
+    if run_id is None or not hasattr(experiment, "log_artifact"):
+        return
+    for path in files:
+        experiment.log_artifact(run_id, str(path), "profile")

@@ -4,6 +4,10 @@ torchdata's StatefulDataLoader restores the position inside the current epoch, b
 from a generator whose state it does not carry over, so a resumed run sees different batches from the second epoch
 on. Here the permutation of epoch e is a pure function of (seed, e), and the state is just (epoch, batches
 yielded): the resumed run sees exactly the batches an uninterrupted one would.
+
+Under DDP every rank walks the same permutation and takes every world-size-th sample of each global batch
+(`batch_size` × world size samples), so the ranks share one state and never see the same sample in a step; with one
+process the batches are exactly those above.
 """
 
 from __future__ import annotations
@@ -25,20 +29,33 @@ class ResumableShuffleBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.batches_yielded = 0  # within `epoch`
 
+    @staticmethod
+    def shard() -> tuple[int, int]:
+        """(world size, rank) of the DDP process group; (1, 0) outside one."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_world_size(), torch.distributed.get_rank()
+        return 1, 0
+
     def __len__(self) -> int:
+        global_batch = self.batch_size * self.shard()[0]
         if self.drop_last:
-            return self.num_samples // self.batch_size
-        return -(-self.num_samples // self.batch_size)
+            return self.num_samples // global_batch
+        return -(-self.num_samples // global_batch)
 
     def permutation(self, epoch: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.num_samples, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
+        world, rank = self.shard()
+        global_batch = self.batch_size * world
         order = self.permutation(self.epoch)
         for b in range(self.batches_yielded, len(self)):
             self.batches_yielded = b + 1
-            yield order[b * self.batch_size : (b + 1) * self.batch_size]
+            batch = order[b * global_batch : (b + 1) * global_batch]
+            if len(batch) < world:  # a short last batch (drop_last=False): every rank needs a sample
+                batch += order[: world - len(batch)]
+            yield batch[rank::world]
         self.epoch += 1
         self.batches_yielded = 0
 

@@ -1,8 +1,11 @@
 """The MLflow store: where it is, initialising it once, and one run per job with its params, tags and fate.
 
 Default store: `sqlite:///mlflow.db` in the working directory (MLflow >= 3.13 refuses a plain ./mlruns file store).
-`MLFLOW_TRACKING_URI` overrides the config. A run's status is always set on the way out: FINISHED, FAILED (with
-the reason as the `error` tag and an `error.txt` artifact) or KILLED, so no run is ever left RUNNING.
+`MLFLOW_TRACKING_URI` overrides the config; an `http(s)://` URI is an MLflow tracking server (`mlflow server`), and
+an unreachable one fails at once with the URI in the message. A relative sqlite path is made absolute, so jobs that
+run elsewhere (joblib workers, submitit jobs, DDP ranks) write to the same store. A run's status is always set on the
+way out: FINISHED, FAILED (with the reason as the `error` tag and an `error.txt` artifact) or KILLED, so no run is
+ever left RUNNING.
 """
 
 from __future__ import annotations
@@ -10,21 +13,48 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import tempfile
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sweeplab.errors import UserError
+from sweeplab.files import write_text_atomic  # noqa: F401  (used by the report and the sweep callback)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
+PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir
 MAX_PARAM_CHARS = 6000
 
 
+SERVER_PROBE_TIMEOUT_S = 5.0
+_current_run_id: str | None = None  # the JobRun this process created last (the sweep callback's on_job_end reads it)
+
+
 def resolve_uri(configured: str | None = None) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or configured or DEFAULT_URI
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or configured or DEFAULT_URI
+    if uri.startswith("sqlite:///"):
+        path, sep, query = uri[len("sqlite:///") :].partition("?")
+        if path and path != ":memory:" and not os.path.isabs(path):
+            uri = f"sqlite:///{os.path.abspath(path)}{sep}{query}"
+    return uri
+
+
+def check_server(uri: str, timeout_s: float = SERVER_PROBE_TIMEOUT_S) -> None:
+    """An http(s) tracking URI must answer MLflow's /health now: fail in seconds, not after minutes of retries."""
+    import requests
+
+    try:
+        response = requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise UserError(
+            f"MLflow tracking server {uri} is not reachable ({type(exc).__name__}); start it (`mlflow server`) "
+            "or point MLFLOW_TRACKING_URI elsewhere"
+        ) from None
+    if response.status_code != 200:
+        raise UserError(
+            f"MLflow tracking server {uri} answered /health with HTTP {response.status_code}; is it an MLflow server?"
+        )
 
 
 def _client(uri: str):
@@ -40,8 +70,7 @@ def init_store(uri: str, experiment_name: str) -> str:
     An unreachable tracking server fails here, fast, with the URI in the message.
     """
     if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        check_server(uri)
     client = _client(uri)
     try:
         experiment = client.get_experiment_by_name(experiment_name)
@@ -90,6 +119,14 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
+def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
+    for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run_id, params=items[i : i + 100])
+
+
 class JobRun:
     """One MLflow run for one training job; use as a context manager."""
 
@@ -107,8 +144,10 @@ class JobRun:
         self.client = _client(uri)
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
+        global _current_run_id
         if run_id is not None:  # resuming: reopen the run the checkpoint names
             self.run_id = run_id
+            _current_run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
             return
         all_tags = {"mlflow.runName": run_name, **tags}
@@ -116,14 +155,11 @@ class JobRun:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        _current_run_id = self.run_id
         self.log_params(params)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
-        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+        log_params(self.client, self.run_id, params)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import time
@@ -162,19 +198,24 @@ class JobRun:
 
 
 def read_parent_run_id(sweep_dir: str | None) -> str | None:
-    """The sweep's parent run: from the environment, or the file the Hydra callback wrote in the sweep dir."""
-    if os.environ.get(PARENT_RUN_ENV):
-        return os.environ[PARENT_RUN_ENV]
-    if sweep_dir:
-        marker = Path(sweep_dir) / "mlflow_parent_run_id"
-        if marker.exists():
-            return marker.read_text().strip() or None
-    return None
+    """The parent run of a sweep job; None for a single run (no sweep dir).
+
+    The file the sweep callback wrote in the sweep dir names this very sweep, so it wins; the environment variable
+    (inherited by joblib workers and submitit jobs) covers a job that cannot see the sweep dir.
+    """
+    if not sweep_dir:
+        return None
+    marker = Path(sweep_dir) / PARENT_RUN_FILE
+    if marker.exists():
+        return marker.read_text().strip() or None
+    return os.environ.get(PARENT_RUN_ENV) or None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        f.write(text)
-        tmp = f.name
-    os.replace(tmp, path)
+def current_run_id() -> str | None:
+    """The run of the job this process ran last (None when it created none: logger off, or a DDP rank > 0)."""
+    return _current_run_id
+
+
+def forget_current_run() -> None:
+    global _current_run_id
+    _current_run_id = None

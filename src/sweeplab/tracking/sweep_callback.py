@@ -1,31 +1,66 @@
-"""Sweep-level MLflow bookkeeping as a Hydra callback: one parent run per multirun, the report at the end.
+"""Sweep-level MLflow bookkeeping as a Hydra callback: the store, one parent run per multirun, the best job, the report.
 
-Runs in the process that launches the sweep, before any job starts: the store is initialised once here, so parallel
-jobs never race to create a fresh sqlite schema.
+In the process that launches the sweep, before any job starts (`on_multirun_start`): the store and the experiment
+are created once (parallel jobs racing to create a fresh sqlite schema fail), an unreachable tracking server or a
+missing launcher setting stops the sweep with one line, and the parent run is created. Its id reaches every job
+through the `mlflow_parent_run_id` file in the sweep dir and the SWEEPLAB_PARENT_RUN_ID variable (inherited by
+joblib/loky workers and submitit jobs).
+
+In each job's own process (`on_job_start`, `on_job_end`), wherever the launcher runs it: with `assign_gpus` the job
+takes its own GPU(s) before CUDA starts; the job's return value (what a sweeper optimises: the best monitored
+metric) is logged to the job's run as the metric `objective`.
+
+At the end (`on_multirun_end`): the sweep's report (table, throughput and validation plots: sweeplab.report) and an
+objective-per-job plot are attached to the parent, which also names the best job (tags `best_run_id`,
+`best_run_name`, `best_job`; params `best.<swept key>`; metric `best/objective`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from sweeplab import distributed
+from sweeplab.errors import UserError
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 FAILED_JOBS = 0  # failed jobs of the last sweep in this process: `sweeplab.train` exits non-zero when > 0
+OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
+
+distributed.register_resolvers()  # hydra/launcher=joblib_gpus sizes n_jobs with it
+
+
+SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys whose value differs between the jobs: the sweeper's params and comma/range/choice overrides."""
+    keys = list((OmegaConf.select(config, "hydra.sweeper.params") or {}).keys())
+    for override in OmegaConf.select(config, "hydra.overrides.task") or []:
+        key, _, value = override.lstrip("+~").partition("=")
+        if ("," in value or value.startswith(("range(", "choice(", "interval(", "glob("))) and key not in keys:
+            keys.append(key)
+    return keys
 
 
 class MLflowSweepCallback(Callback):
-    def __init__(self, print_report: bool = True) -> None:
+    def __init__(self, print_report: bool = True, assign_gpus: bool = False) -> None:
         self.print_report = print_report
+        self.assign_gpus = assign_gpus  # each parallel job gets `trainer.devices` GPUs of its own
         self.parent_run_id: str | None = None
+        self._launch_env: dict[str, str | None] | None = None
 
-    def _settings(self, config: DictConfig) -> tuple[str, str, bool]:
+    @staticmethod
+    def _settings(config: DictConfig) -> tuple[str, str, bool]:
         logger = config.get("logger") or {}
         return (
             mlflow_store.resolve_uri(logger.get("tracking_uri")),
@@ -33,35 +68,101 @@ class MLflowSweepCallback(Callback):
             bool(logger.get("enabled", True)),
         )
 
+    # --- the launching process, before the first job ------------------------------------------------
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global FAILED_JOBS
+        FAILED_JOBS = 0
+        try:
+            self._start(config)
+        except UserError as exc:  # expected mistakes: one line, no traceback, no job started
+            log.error("%s", exc)
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+    def _start(self, config: DictConfig) -> None:
+        _check_required(config)
+        os.environ[SWEPT_KEYS_ENV] = ",".join(swept_keys(config))  # job run names show what differs
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
         experiment_id = mlflow_store.init_store(uri, experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
         client = mlflow_store._client(uri)
+        choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
         run = client.create_run(
             experiment_id,
             run_name=f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
-            tags={"sweeplab.role": "sweep", "sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir)},
+            tags={
+                "sweeplab.role": "sweep",
+                "sweep_id": sweep_dir.name,
+                "sweep_dir": str(sweep_dir.resolve()),
+                "launcher": str(choices.get("hydra/launcher", "")),
+                "sweeper": str(choices.get("hydra/sweeper", "")),
+                "sweep_overrides": " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])[:5000],
+            },
         )
         self.parent_run_id = run.info.run_id
+        search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        mlflow_store.log_params(client, self.parent_run_id, {f"sweep.{k}": v for k, v in search_space.items()})
         os.environ[mlflow_store.PARENT_RUN_ENV] = self.parent_run_id
-        mlflow_store.write_text_atomic(sweep_dir / "mlflow_parent_run_id", self.parent_run_id)
+        mlflow_store.write_text_atomic(sweep_dir / mlflow_store.PARENT_RUN_FILE, self.parent_run_id)
 
+    # --- each job's process ---------------------------------------------------------------------------
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        mlflow_store.forget_current_run()
+        self._launch_env = distributed.launch_env()
+        if self.assign_gpus and _in_multirun():
+            distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if _in_multirun() and self._launch_env is not None:
+            distributed.end_job(self._launch_env)  # the next job in this process starts its own DDP ranks
+        self._record_objective(config, job_return)
+
+    def _record_objective(self, config: DictConfig, job_return: Any) -> None:
+        run_id = mlflow_store.current_run_id()
+        mlflow_store.forget_current_run()
+        if run_id is None or job_return.status.name != "COMPLETED":
+            return
+        value = job_return.return_value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return
+        from mlflow.entities import Metric, RunTag
+
+        metric, mode = _objective_of(config)
+        job_number = str(OmegaConf.select(config, "hydra.job.num", default=""))
+        tags = {"objective": metric, "objective_mode": mode, "hydra_job": job_number}
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            tags["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        try:
+            mlflow_store._client(self._settings(config)[0]).log_batch(
+                run_id,
+                metrics=[Metric("objective", float(value), int(time.time() * 1000), 0)],
+                tags=[RunTag(k, v) for k, v in tags.items()],
+            )
+        except Exception as exc:  # bookkeeping must never fail a job that trained
+            log.warning("could not record the job's objective in MLflow: %s", exc)
+
+    # --- the launching process, after the last job ---------------------------------------------------
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id is None:
             return
-        from sweeplab.report import sweep_report
+        from sweeplab.report import child_runs, sweep_report
 
         uri, _, _ = self._settings(config)
         client = mlflow_store._client(uri)
+        sweep_dir = Path(config.hydra.sweep.dir)
         status = "FINISHED"
         try:
-            report = sweep_report(uri, self.parent_run_id, Path(config.hydra.sweep.dir))
+            report = sweep_report(uri, self.parent_run_id, sweep_dir)
+            children = child_runs(uri, self.parent_run_id)
+            best = record_best(client, self.parent_run_id, children, config)
+            files = list(report.files) + _objective_plot(children, sweep_dir, config)
+            if (sweep_dir / OPTUNA_RESULTS).exists():
+                files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
-                print(report.markdown, flush=True)
-            for path in report.files:
+                print(report.markdown + (f"\nbest: {best}\n" if best else ""), flush=True)
+            for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
                 global FAILED_JOBS
@@ -71,3 +172,98 @@ class MLflowSweepCallback(Callback):
         finally:
             client.set_terminated(self.parent_run_id, status)
             os.environ.pop(mlflow_store.PARENT_RUN_ENV, None)
+            self.parent_run_id = None
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _check_required(config: DictConfig) -> None:
+    """A `???` left in the launcher or sweeper (e.g. the SLURM partition) fails here, naming the key."""
+    for node in ("hydra.launcher", "hydra.sweeper"):
+        section = OmegaConf.select(config, node)
+        if section is None:
+            continue
+        missing = sorted(OmegaConf.missing_keys(section))
+        if missing:
+            choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get(node.replace(".", "/"), "")
+            raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
+
+
+def _objective_of(config: DictConfig) -> tuple[str, str]:
+    """(metric, "max"|"min") the job's return value is: the family task's monitored metric."""
+    from sweeplab.tasks.base import SweepTask
+
+    family = OmegaConf.select(config, "model.family", default="")
+    pending = list(SweepTask.__subclasses__())
+    while pending:
+        task = pending.pop()
+        if task.family == family:
+            return task.monitor, task.monitor_mode
+        pending += task.__subclasses__()
+    return "", ""
+
+
+def _direction(config: DictConfig, children) -> str:
+    """The sweeper's direction when it has one (Optuna), else the jobs' own monitor mode."""
+    direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    if isinstance(direction, str):
+        return "max" if direction.lower().startswith("max") else "min"
+    modes = {r.data.tags.get("objective_mode") for r in children} - {None, ""}
+    return modes.pop() if len(modes) == 1 else ""
+
+
+def record_best(client, parent_run_id: str, children, config: DictConfig) -> str | None:
+    """Mark the best finished job on the parent run; returns a one-line description, or None."""
+    scored = [r for r in children if r.info.status == "FINISHED" and "objective" in r.data.metrics]
+    mode = _direction(config, scored)
+    if not scored or not mode:
+        return None
+    pick = max if mode == "max" else min
+    best = pick(scored, key=lambda r: r.data.metrics["objective"])
+    value = best.data.metrics["objective"]
+    metric = best.data.tags.get("objective", "")
+    swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
+    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in children}) > 1}
+    swept -= {"data.seed"}
+    params = {f"best.{k}": best.data.params[k] for k in sorted(swept) if k in best.data.params}
+    name = best.data.tags.get("mlflow.runName", best.info.run_id[:8])
+    tags = {
+        "best_run_id": best.info.run_id,
+        "best_run_name": name,
+        "best_job": best.data.tags.get("hydra_job", ""),
+        "objective": metric,
+        "objective_mode": mode,
+    }
+    for key, text in tags.items():
+        client.set_tag(parent_run_id, key, text)
+    mlflow_store.log_params(client, parent_run_id, params)
+    client.log_metric(parent_run_id, "best/objective", value)
+    shown = ", ".join(f"{k[5:]}={v}" for k, v in params.items())
+    line = f"job {tags['best_job']} ({name}): {metric or 'objective'} {value:.4g} ({mode})"
+    return f"{line}; {shown}" if shown else line
+
+
+def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
+    """objective.png: every job's objective in launch order and the best so far (the report draws the rest)."""
+    from sweeplab.tracking import sweep_plots
+
+    scored = [r for r in children if "objective" in r.data.metrics]
+    if not scored:
+        return []
+    try:
+        jobs = sorted((_job_number(r), r.data.metrics["objective"]) for r in scored)
+        metric = scored[0].data.tags.get("objective", "")
+        return [sweep_plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
+    except Exception as exc:  # a plot is a convenience: the table is the report
+        log.warning("objective plot skipped: %s", exc)
+        return []
+
+
+def _job_number(run) -> int:
+    text = run.data.tags.get("hydra_job", "")
+    return int(text) if text.isdigit() else 0

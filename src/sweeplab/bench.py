@@ -1,0 +1,553 @@
+"""`make bench`: the paGating M4 table (CPU baseline, accelerator basic, accelerator optimised, for each model) on
+whatever hardware is here, each row also run as a careful hand-written PyTorch loop in the same process.
+
+    python -m sweeplab.bench [experiment=bench] [bench.repeats=3] [bench.only=TextBridge] [any train override]
+
+Each row is one sweeplab job (`training.train`, MLflow run and all) and a raw loop of the same model, data, batch,
+optimizer, gradient clipping, precision and compile setting, run alternately (A B B A ...) so machine noise hits
+both. `overhead = sweeplab samples/s / raw-loop samples/s` (1.0: no cost; 0.97: sweeplab costs 3 %).
+Both sides exclude the same warm-up steps and synchronise the device at the edges of the timed stretch; both
+include data loading. Results: bench.md and bench.csv under reports/bench/<time>/, a parent MLflow run holding
+them, and one child run per sweeplab job with `bench/raw_samples_per_sec` and `bench/overhead` added.
+
+TextBridge's teacher targets are pre-computed in the dataset files (EFB1/JSONL `target`), so no row ever runs a
+teacher: "pre-cached teacher targets" is how TextBridge always trains here. For batches larger than the demo set
+allows, the bench tiles the demo's records into a larger EFB1 file (`bench.textbridge_samples`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import gc
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from sweeplab import backends
+from sweeplab.callbacks.timing import synchronize
+from sweeplab.report import to_csv, to_markdown
+from sweeplab.tracking import mlflow_store
+
+log = logging.getLogger("sweeplab.bench")
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+# --- what a bench is ---------------------------------------------------------------------------------
+@dataclass
+class BenchRow:
+    name: str
+    overrides: list[str]
+    role: str = "accelerator"  # cpu (the speedup baseline of its model) | accelerator (skipped without one)
+    warmup_steps: int | None = None  # None: the bench's
+    steps: int | None = None
+    repeats: int | None = None
+
+
+@dataclass
+class BenchSettings:
+    rows: list  # of BenchRow keyword mappings
+    experiment_name: str = "sweeplab-bench"
+    warmup_steps: int = 5  # untimed steps before each timed stretch (compilation, allocator growth)
+    steps: int = 40  # timed optimizer steps per run
+    repeats: int = 2  # sweeplab/raw pairs per row, alternating order
+    limit_val_batches: int = 2  # the one validation at the end of each sweeplab job (never timed)
+    textbridge_samples: int = 0  # >0: tile the demo set to this many records for TextBridge rows
+    only: str = ""  # comma-separated: run only rows whose name contains one of these
+    burn_in: bool = True  # one untimed raw-loop run per accelerator row first: compile caches, page cache, cuDNN
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.repeats < 1 or self.warmup_steps < 0:
+            raise ValueError("bench: steps and repeats must be >= 1 and warmup_steps >= 0")
+        from sweeplab.config import build
+
+        self.rows = [r if isinstance(r, BenchRow) else build(BenchRow, r, f"bench.rows[{i}]") for i, r in enumerate(self.rows)]
+        for row in self.rows:
+            if row.role not in ("cpu", "accelerator"):
+                raise ValueError(f"bench row {row.name!r}: role must be cpu or accelerator, got {row.role!r}")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return hydra_compose("train", overrides=list(overrides))
+
+
+def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]:
+    """(settings, the experiment override, overrides for every row) from `experiment=... bench.k=v k=v` args."""
+    experiment = next((a for a in argv if a.startswith("experiment=")), "experiment=bench")
+    only = [a.partition("=")[2] for a in argv if a.startswith("bench.only=")]  # commas are Hydra sweep syntax
+    bench_args = [a for a in argv if a.startswith("bench.") and not a.startswith("bench.only=")]
+    row_args = [a for a in argv if not a.startswith(("bench.", "experiment="))]
+    cfg = compose([experiment, *bench_args])
+    if "bench" not in cfg:
+        raise SystemExit(f"error: {experiment} has no `bench:` section; use experiment=bench or experiment=bench_h100")
+    values = OmegaConf.to_container(cfg.bench, resolve=True)
+    if only:
+        values["only"] = only[-1].strip("'\"")
+    from sweeplab.config import build
+
+    return build(BenchSettings, values, "bench"), [experiment], row_args
+
+
+# --- the raw loop --------------------------------------------------------------------------------------
+def _textbridge_loss(task) -> Callable:
+    from sweeplab.tasks.textbridge import distill_loss
+
+    loss_config = task.loss_config
+
+    def loss(model, batch):
+        return distill_loss(model(batch["input_ids"], batch["attention_mask"]), batch["target"], loss_config)[0]
+
+    return loss
+
+
+def _lm_loss(task) -> Callable:
+    from sweeplab.tasks.lm import lm_loss
+
+    def loss(model, batch):
+        return lm_loss(model(batch["input_ids"]), batch["labels"])
+
+    return loss
+
+
+RAW_LOSS = {"textbridge": _textbridge_loss, "pagating_lm": _lm_loss}
+
+
+def _precision_context(precision: str, device: torch.device):
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "16-mixed":
+        return torch.autocast(device.type, dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+class RawLoop:
+    """The job's model trained by hand: to(device) -> zero_grad -> autocast forward + loss -> backward ->
+    clip_grad_norm_ -> optimizer step -> LR schedule step. Built from the same plan as the sweeplab job: same
+    model config and init seed, same DataLoader (batch size, workers, pinned memory, shuffling seed), same
+    optimizer (fused/foreach as configured), schedule, clipping, precision and compile mode."""
+
+    def __init__(self, cfg: DictConfig):
+        import lightning as L
+
+        from sweeplab.tasks.optim import build_optimizer, build_scheduler
+        from sweeplab.training import plan
+
+        p = plan(cfg)
+        backends.apply_backend_settings(p.backend_config, p.backend)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        self.datamodule = p.datamodule
+        self.datamodule.prepare_data()
+        self.datamodule.setup("fit")
+        model_config = p.family.fit_model_to_data(p.model_config, self.datamodule, p.model_values)
+        task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if p.backend == "cuda" else torch.device(p.backend)
+        self.precision = p.trainer.precision
+        self.model = task.model.to(self.device)
+        if self.precision == "bf16-true":
+            self.model = self.model.to(torch.bfloat16)
+        self.model.train()
+        self.samples_in = task.samples_in
+        self.loss = RAW_LOSS[p.family.name](task)
+        self.optimizer = build_optimizer(self.model, p.optim)
+        self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
+        self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]
+        self.grad_clip = p.optim.grad_clip
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "16-mixed" else None
+        self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
+        self.scheduled_alpha = p.family.name == "pagating_lm" and str(p.model_values.get("alpha")) in ("cosine", "linear")
+        self.step_count = 0
+        if p.compile_mode != "off":
+            self.model.compile(mode=None if p.compile_mode == "default" else p.compile_mode)
+        self.loader = self.datamodule.train_dataloader()
+
+    def _to_device(self, batch: dict) -> dict:
+        moved = {k: v.to(self.device, non_blocking=self.non_blocking) for k, v in batch.items()}
+        if self.precision == "bf16-true":
+            moved = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in moved.items()}
+        return moved
+
+    def step(self, batch: dict) -> None:
+        batch = self._to_device(batch)
+        if self.scheduled_alpha:
+            from sweeplab.models.pagating import set_alpha_step
+
+            set_alpha_step(self.model, self.step_count)
+        self.optimizer.zero_grad(set_to_none=True)
+        with _precision_context(self.precision, self.device):
+            loss = self.loss(self.model, batch)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+            if self.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            if self.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.optimizer.step()
+        self.scheduler.step()
+        self.step_count += 1
+
+    def run(self, warmup_steps: int, steps: int, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+        """Warm up, then time `steps` steps (data loading included) between two device syncs."""
+        batches = iter(self.loader)  # a fresh pass, as each Lightning fit starts one
+
+        def next_batch():
+            nonlocal batches
+            try:
+                return next(batches)
+            except StopIteration:  # epoch boundary: a new pass over the data, as Lightning does
+                batches = iter(self.loader)
+                return next(batches)
+
+        for _ in range(warmup_steps):
+            self.step(next_batch())
+        synchronize(self.device)
+        t0 = clock()
+        samples = 0
+        for _ in range(steps):
+            batch = next_batch()
+            samples += self.samples_in(batch)
+            self.step(batch)
+        synchronize(self.device)
+        elapsed = clock() - t0
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples}
+
+
+# --- one row: sweeplab and the raw loop, alternating ----------------------------------------------------
+@dataclass
+class RowResult:
+    row: BenchRow
+    cfg: DictConfig | None = None
+    sweeplab: list[dict[str, float]] = field(default_factory=list)  # MLflow summaries
+    raw: list[dict[str, float]] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    skipped: str = ""
+    failed: str = ""
+
+    def median(self, side: str, key: str) -> float | None:
+        values = [r[key] for r in getattr(self, side) if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def overhead(self) -> float | None:
+        ours, raw = self.median("sweeplab", "summary/samples_per_sec"), self.median("raw", "samples_per_sec")
+        return ours / raw if ours and raw else None
+
+    @property
+    def pair_overheads(self) -> list[float]:
+        return [s["summary/samples_per_sec"] / r["samples_per_sec"] for s, r in zip(self.sweeplab, self.raw)]
+
+
+def row_config(row: BenchRow, settings: BenchSettings, experiment: list[str], row_args: list[str], data_path: str | None) -> DictConfig:
+    warmup = settings.warmup_steps if row.warmup_steps is None else row.warmup_steps
+    steps = settings.steps if row.steps is None else row.steps
+    max_steps = warmup + steps
+    bench_overrides = [
+        f"trainer.max_steps={max_steps}",
+        f"trainer.val_check_interval={max_steps}",  # one validation, after the last timed step
+        f"trainer.limit_val_batches={settings.limit_val_batches}",
+        f"timing.warmup_steps={warmup}",
+        f"timing.window={min(20, steps)}",
+        f"logger.experiment_name={settings.experiment_name}",
+    ]
+    cfg = compose([*experiment, *row.overrides, *bench_overrides, *row_args])
+    with open_dict(cfg):
+        cfg.pop("bench", None)
+        if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
+            cfg.checkpoint.every_n_steps = max_steps + 1  # periodic checkpoints are the user's cadence, not per step
+        if data_path and cfg.model.family == "textbridge" and cfg.data.path is None:
+            cfg.data.path = data_path
+    return cfg
+
+
+def _free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _allow_recompiles(limit: int = 256) -> None:
+    """Every job builds a new model; dynamo keeps one cache entry per model (and per shape regime) and silently
+    falls back to eager past its limit (8), which would time the later runs uncompiled."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), limit))
+
+
+def wanted(row: BenchRow, only: str) -> bool:
+    names = [n.strip().lower() for n in only.split(",") if n.strip()]
+    return not names or any(n in row.name.lower() for n in names)
+
+
+def _run_started_since(uri: str, experiment_id: str, since_ms: int):
+    """The newest run of the experiment started at or after `since_ms` (the job `train` just ran)."""
+    runs = mlflow_store._client(uri).search_runs(
+        [experiment_id],
+        filter_string=f"attributes.start_time >= {since_ms}",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        raise RuntimeError(f"the sweeplab job left no MLflow run in experiment {experiment_id} of {uri}")
+    return runs[0]
+
+
+def run_row(row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, parent_run_id: str) -> RowResult:
+    """Alternate sweeplab jobs and raw-loop runs of one configuration; each job's MLflow run becomes a child of
+    the bench's parent run and gets the raw loop's numbers."""
+    from sweeplab.training import train
+
+    result = RowResult(row, cfg)
+    warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
+    raw_loop = RawLoop(cfg)
+    client = mlflow_store._client(uri)
+    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    _allow_recompiles()
+    if settings.burn_in and row.role != "cpu":
+        raw_loop.run(warmup, steps)  # untimed: the first pass over the data and the first compilation pay here
+    for repeat in range(settings.repeats if row.repeats is None else row.repeats):
+        order = ("sweeplab", "raw") if repeat % 2 == 0 else ("raw", "sweeplab")
+        for side in order:
+            _free_device_memory()
+            if side == "raw":
+                result.raw.append(raw_loop.run(warmup, steps))
+                log.info("%s raw loop %d: %.4g samples/s", row.name, repeat, result.raw[-1]["samples_per_sec"])
+                continue
+            started_ms = int(time.time() * 1000) - 1
+            train(cfg)
+            run = _run_started_since(uri, experiment_id, started_ms)
+            result.run_ids.append(run.info.run_id)
+            result.sweeplab.append(dict(run.data.metrics))
+            for key, value in (("mlflow.parentRunId", parent_run_id), ("bench.row", row.name), ("bench.repeat", str(repeat))):
+                client.set_tag(run.info.run_id, key, value)
+            log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, run.data.metrics.get("summary/samples_per_sec", 0))
+    for run_id, ours, raw in zip(result.run_ids, result.sweeplab, result.raw):
+        metrics = {"bench/raw_samples_per_sec": raw["samples_per_sec"], "bench/raw_step_time_s": raw["step_time_s"]}
+        if ours.get("summary/samples_per_sec"):
+            metrics["bench/overhead"] = ours["summary/samples_per_sec"] / raw["samples_per_sec"]
+        for key, value in metrics.items():
+            client.log_metric(run_id, key, value)
+    del raw_loop
+    _free_device_memory()
+    return result
+
+
+# --- data for large TextBridge batches --------------------------------------------------------------
+def tiled_textbridge_data(demo_dir: Path, out_dir: Path, n_samples: int) -> Path:
+    """The demo set's records repeated to `n_samples` (an EFB1 file with the demo tokenizer beside it)."""
+    import shutil
+
+    from sweeplab.data.formats import open_dataset, write_efb1
+    from sweeplab.data.prepare import prepare_textbridge_demo, read_manifest
+
+    if read_manifest(demo_dir) is None:
+        prepare_textbridge_demo(demo_dir)
+    target = out_dir / f"textbridge_tiled_{n_samples}" / "data.efb1"
+    if target.exists():
+        return target.parent
+    source = open_dataset(demo_dir / "demo.efb1")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_efb1(target, (source[i % len(source)] for i in range(n_samples)))
+    source.close()
+    if (demo_dir / "tokenizer.json").exists():
+        shutil.copy(demo_dir / "tokenizer.json", target.parent / "tokenizer.json")
+    return target.parent
+
+
+# --- the table ----------------------------------------------------------------------------------------
+COLUMNS = [
+    "row", "model", "backend", "device", "batch", "precision", "compile", "switches", "step (s)", "samples/s",
+    "raw samples/s", "overhead", "pairs", "speedup", "tokens/s", "MFU", "peak mem (MB)", "status",
+]
+SWITCHES = {
+    "optim.implementation": lambda v: f"{v} optimizer" if v not in ("auto", None) else "",
+    "data.pin_memory": lambda v: "pinned memory" if v else "",
+    "model.gradient_checkpointing": lambda v: "grad checkpointing" if v else "",
+    "data.num_workers": lambda v: f"{v} workers" if v else "",
+}
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _select(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, default=None)
+
+
+def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
+    baselines: dict[str, float] = {}
+    for r in results:
+        ours = r.median("sweeplab", "summary/samples_per_sec")
+        if r.row.role == "cpu" and ours and r.cfg is not None:
+            baselines.setdefault(str(r.cfg.model.family), ours)
+    rows = []
+    for r in results:
+        cfg = r.cfg
+        row = {"row": r.row.name}
+        if cfg is not None:
+            backend = backends.resolve_backend(cfg.backend.name) if not r.skipped else cfg.backend.name
+            model = str(cfg.model.family) + (f" {cfg.model.size}" if _select(cfg, "model.size") else "")
+            switches = [f(_select(cfg, k)) for k, f in SWITCHES.items()]
+            row.update(
+                model=model,
+                backend=backend,
+                device=backends.device_name(backend) if not r.skipped else "",
+                batch=str(cfg.data.batch_size),
+                precision=str(cfg.trainer.precision),
+                compile=str(cfg.compile),
+                switches=", ".join(s for s in switches if s),
+            )
+        ours = r.median("sweeplab", "summary/samples_per_sec")
+        baseline = baselines.get(str(cfg.model.family)) if cfg is not None else None
+        pairs = r.pair_overheads
+        row.update(
+            {
+                "step (s)": _fmt(r.median("sweeplab", "summary/step_time_s_median")),
+                "samples/s": _fmt(ours),
+                "raw samples/s": _fmt(r.median("raw", "samples_per_sec")),
+                "overhead": _fmt(r.overhead, 3),
+                "pairs": " ".join(f"{x:.3f}" for x in pairs),
+                "speedup": f"{ours / baseline:.2f}×" if ours and baseline else "",
+                "tokens/s": _fmt(r.median("sweeplab", "summary/tokens_per_sec")),
+                "MFU": _fmt(r.median("sweeplab", "summary/mfu"), 3),
+                "peak mem (MB)": _fmt(r.median("sweeplab", "summary/peak_mem_mb")),
+                "status": r.skipped or r.failed or "ok",
+            }
+        )
+        rows.append(row)
+    return rows
+
+
+def environment() -> dict[str, str]:
+    import platform
+
+    import lightning
+
+    env = {
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "cpu": backends.device_name("cpu"),
+        "cpu threads": str(torch.get_num_threads()),
+        "load average": " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores",
+        "git commit": mlflow_store.git_commit(),
+    }
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = str(torch.version.cuda)
+    return env
+
+
+def render(results: list[RowResult], settings: BenchSettings, command: str) -> str:
+    env = environment()
+    lines = [
+        "## sweeplab bench",
+        "",
+        f"`{command}`",
+        "",
+        ", ".join(f"{k}: {v}" for k, v in env.items()),
+        "",
+        f"{settings.repeats} alternating sweeplab/raw-loop pairs per row; each run times the steps after its "
+        f"warm-up, device synchronised at the edges, data loading included. overhead = sweeplab samples/s ÷ raw-loop "
+        "samples/s (medians; `pairs` lists each pair's ratio); speedup = samples/s ÷ the model's CPU baseline row.",
+        "",
+        to_markdown(table_rows(results), COLUMNS),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_tables(results: list[RowResult], settings: BenchSettings, command: str, out_dir: Path) -> str:
+    markdown = render(results, settings, command)
+    mlflow_store.write_text_atomic(out_dir / "bench.md", markdown)
+    mlflow_store.write_text_atomic(out_dir / "bench.csv", to_csv(table_rows(results), COLUMNS))
+    return markdown
+
+
+# --- entry point ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="experiment=bench|bench_h100, bench.KEY=VALUE, train overrides")
+    parser.add_argument("--out", default=None, help="output directory (default: reports/bench/<time>)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    settings, experiment, row_args = load_settings(args.overrides)
+    command = "python -m sweeplab.bench " + " ".join(args.overrides)
+    out_dir = Path(args.out or Path("reports") / "bench" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    has_accelerator = backends.resolve_backend("auto") != "cpu"
+    uri = mlflow_store.resolve_uri(None)
+    experiment_id = mlflow_store.init_store(uri, settings.experiment_name)
+    client = mlflow_store._client(uri)
+    parent = client.create_run(
+        experiment_id,
+        run_name=f"bench {out_dir.name}",
+        tags={"sweeplab.role": "sweep", "sweep_dir": str(out_dir), "bench.command": command},
+    )
+    parent_run_id = parent.info.run_id
+
+    data_path = None
+    if settings.textbridge_samples > 0:
+        base = compose(["model=textbridge"])
+        data_root = Path(base.paths.data_dir) / "bench"
+        data_path = str(tiled_textbridge_data(Path(base.data.demo_dir), data_root, settings.textbridge_samples))
+
+    results: list[RowResult] = []
+    status = "FINISHED"
+    try:
+        for row in settings.rows:
+            if not wanted(row, settings.only):
+                continue
+            cfg = row_config(row, settings, experiment, row_args, data_path)
+            if row.role == "accelerator" and not has_accelerator:
+                results.append(RowResult(row, cfg, skipped="skipped: no accelerator"))
+                continue
+            log.info("row %s: %s", row.name, " ".join(row.overrides))
+            try:
+                results.append(run_row(row, cfg, settings, uri, parent_run_id))
+            except Exception as exc:  # one broken row must not lose the others
+                log.exception("row %s failed", row.name)
+                results.append(RowResult(row, cfg, failed=f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"))
+                status = "FAILED"
+            _free_device_memory()
+            write_tables(results, settings, command, out_dir)  # after every row: a cut-off run keeps what it had
+        markdown = write_tables(results, settings, command, out_dir)
+        for name in ("bench.md", "bench.csv"):
+            client.log_artifact(parent_run_id, str(out_dir / name), "report")
+        print(markdown, flush=True)
+        print(f"written: {out_dir / 'bench.md'}, {out_dir / 'bench.csv'}")
+    finally:
+        client.set_terminated(parent_run_id, status)
+    return 0 if status == "FINISHED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The bench's raw loop is the same training as a sweeplab job (same weights after the same steps), and a bench row
+records both sides, the overhead and the MLflow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import compose_train
+from sweeplab import bench
+from sweeplab.training import train
+
+SMOKE = ["debug=smoke", "model.out_dim=64", "data.batch_size=16", "trainer.enable_progress_bar=false"]
+
+
+def _smoke(demo_dir: Path, *extra: str) -> list[str]:
+    return [*SMOKE, f"data.path={demo_dir}", *extra]
+
+
+@pytest.mark.parametrize("model", ["textbridge", "pagating_lm"])
+def test_raw_loop_trains_exactly_like_the_sweeplab_job(model, demo_dir, mlflow_uri, tmp_path):
+    """Same init, data order, optimizer, schedule and clipping: the weights agree after 8 steps."""
+    extra = ["model=pagating_lm", "data.path=null", f"data.cache_dir={tmp_path / 'lm'}"] if model == "pagating_lm" else []
+    overrides = [*_smoke(demo_dir), *extra, "trainer.max_steps=8", "trainer.val_check_interval=8", "optim.grad_clip=0.05"]
+    if model == "pagating_lm":
+        overrides = [o for o in overrides if o not in ("model.out_dim=64",) and not o.startswith("data.path=/")]
+    cfg = compose_train(overrides)
+    train(cfg)
+    (ckpt,) = (Path.cwd() / "outputs" / "checkpoints").glob("best-step*.ckpt")
+    trained = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+
+    raw = bench.RawLoop(cfg)
+    raw.run(warmup_steps=0, steps=8)
+    for name, value in raw.model.state_dict().items():
+        torch.testing.assert_close(value, trained[f"model.{name}"], rtol=1e-4, atol=1e-5, msg=name)
+    assert raw.scheduler.last_epoch == 8
+
+
+def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, tmp_path):
+    settings = bench.BenchSettings(rows=[], warmup_steps=2, steps=6, repeats=2, experiment_name="bench-test")
+    row = bench.BenchRow(name="smoke row", overrides=_smoke(demo_dir), role="cpu")
+    cfg = bench.row_config(row, settings, [], [], None)
+    assert cfg.trainer.max_steps == 8 and cfg.timing.warmup_steps == 2 and "bench" not in cfg
+
+    from sweeplab.tracking import mlflow_store
+
+    experiment_id = mlflow_store.init_store(mlflow_uri, "bench-test")
+    client = MlflowClient(mlflow_uri)
+    parent = client.create_run(experiment_id, tags={"sweeplab.role": "sweep"}).info.run_id
+    result = bench.run_row(row, cfg, settings, mlflow_uri, parent)
+
+    assert len(result.sweeplab) == len(result.raw) == 2 and len(result.pair_overheads) == 2
+    assert 0.1 < result.overhead < 10
+    children = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(children) == 2
+    for run in children:
+        assert run.data.tags["bench.row"] == "smoke row"
+        assert {"bench/raw_samples_per_sec", "bench/overhead", "summary/samples_per_sec"} <= set(run.data.metrics)
+
+    rows = bench.table_rows([result, bench.RowResult(bench.BenchRow("gpu row", []), cfg, skipped="skipped: no accelerator")])
+    assert rows[0]["speedup"] == "1.00×" and rows[0]["overhead"] and rows[0]["status"] == "ok"
+    assert rows[1]["status"] == "skipped: no accelerator" and rows[1]["samples/s"] == ""
+    markdown = bench.render([result], settings, "python -m sweeplab.bench")
+    assert "| smoke row |" in markdown and "overhead" in markdown
+
+
+def test_presets_compose_and_every_row_plans(tmp_path):
+    for experiment in ("experiment=bench", "experiment=bench_h100"):
+        settings, exp, _ = bench.load_settings([experiment])
+        assert len(settings.rows) >= 6 and {r.role for r in settings.rows} == {"cpu", "accelerator"}
+        for row in settings.rows:
+            cfg = bench.row_config(row, settings, exp, [f"paths.data_dir={tmp_path}"], None)
+            assert cfg.trainer.val_check_interval == cfg.trainer.max_steps
+
+
+def test_tiled_textbridge_data(demo_dir, tmp_path):
+    from sweeplab.data.formats import open_dataset
+
+    out = bench.tiled_textbridge_data(demo_dir, tmp_path, 1000)
+    data = open_dataset(out)
+    demo = open_dataset(demo_dir / "demo.efb1")
+    assert len(data) == 1000 and (out / "tokenizer.json").exists()
+    assert (data[len(demo)].input_ids == demo[0].input_ids).all()

@@ -1,0 +1,79 @@
+"""`make profile`: the phase table (exclusive times, synced edges), the trace, and the MLflow artifacts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from sweeplab import profile
+from sweeplab.callbacks.timing import FRAMEWORK, PhaseProfiler, phase_of
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nested_actions_count_once_and_edges_are_synced():
+    clock, syncs = Clock(), []
+    profiler = PhaseProfiler(torch.device("cuda"), lambda d: syncs.append(d), clock)
+    profiler.active = True
+    profiler.start("[_TrainingEpochLoop].train_dataloader_next")
+    clock.now += 1.0
+    profiler.stop("[_TrainingEpochLoop].train_dataloader_next")
+    profiler.start("[LightningModule]Task.optimizer_step")
+    clock.now += 0.5  # optimizer work before the closure
+    profiler.start("[Strategy]SingleDeviceStrategy.training_step")
+    clock.now += 2.0
+    profiler.stop("[Strategy]SingleDeviceStrategy.training_step")
+    profiler.start("[Strategy]SingleDeviceStrategy.backward")
+    clock.now += 4.0
+    profiler.stop("[Strategy]SingleDeviceStrategy.backward")
+    clock.now += 0.5
+    profiler.stop("[LightningModule]Task.optimizer_step")
+    shares = profiler.phases(total_seconds=9.0)
+    assert shares == {"data loading": 1.0, "forward": 2.0, "backward": 4.0, "optimizer": 1.0, FRAMEWORK: 1.0}
+    assert len(syncs) == 8  # both edges of every action
+
+
+def test_inactive_profiler_records_nothing():
+    profiler = PhaseProfiler(torch.device("cpu"), lambda d: None, Clock())
+    profiler.start("run_training_batch")
+    profiler.active = True
+    profiler.stop("run_training_batch")  # started before the timed window: not counted
+    assert profiler.exclusive == {}
+
+
+@pytest.mark.parametrize(
+    "action, phase",
+    [("[Strategy]SingleDeviceStrategy.batch_to_device", "data loading"),
+     ("[LightningModule]LMTask.optimizer_zero_grad", "optimizer"),
+     ("[Callback]ThroughputTimer.on_train_batch_end", FRAMEWORK)],
+)
+def test_phase_names(action, phase):
+    assert phase_of(action) == phase
+
+
+def test_profile_command_writes_table_trace_and_artifacts(demo_dir, mlflow_uri, tmp_path, capsys):
+    out = tmp_path / "prof"
+    code = profile.main(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
+                         "trainer.enable_progress_bar=false", "--steps", "6", "--trace-steps", "1", "--out", str(out)])
+    assert code == 0
+    table = (out / "profile.md").read_text()
+    for phase in ("data loading", "forward", "backward", "optimizer", "framework"):
+        assert f"| {phase}" in table
+    assert "| **step** |" in table and "| **step** |" in capsys.readouterr().out
+    trace = json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
+    assert trace["traceEvents"]
+    client = MlflowClient(mlflow_uri)
+    (run,) = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    shares = [v for k, v in run.data.metrics.items() if k.startswith("profile/") and k.endswith("_share")]
+    assert len(shares) == 5 and sum(shares) == pytest.approx(1.0)
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "profile")} == {"profile/profile.md", "profile/trace.json.gz"}

@@ -1,0 +1,93 @@
+"""The report reads a sweep from MLflow and writes the table (Markdown + CSV) and the two plots."""
+
+from __future__ import annotations
+
+import csv
+
+from mlflow.tracking import MlflowClient
+
+from sweeplab import report
+from sweeplab.tracking import mlflow_store
+
+JOBS = [  # backend, batch size, precision, compile, samples/s, MFU, val/cos history
+    ("cpu", 16, "32-true", "off", 100.0, None, [(10, 0.2), (20, 0.4)]),
+    ("cpu", 32, "32-true", "off", 150.0, None, [(10, 0.25), (20, 0.45)]),
+    ("cuda", 64, "bf16-mixed", "default", 2000.0, 0.31, [(10, 0.3), (20, 0.5)]),
+    ("cuda", 256, "bf16-mixed", "default", 6000.0, 0.42, [(10, 0.35), (20, 0.55)]),
+]
+
+
+def make_sweep(uri: str, tmp_path, failed: bool = False) -> str:
+    experiment_id = mlflow_store.init_store(uri, "sweeplab")
+    client = MlflowClient(uri)
+    sweep_dir = tmp_path / "multirun" / "sweep"
+    sweep_dir.mkdir(parents=True)
+    parent = client.create_run(experiment_id, tags={"sweeplab.role": "sweep", "sweep_dir": str(sweep_dir)}).info.run_id
+    (sweep_dir / mlflow_store.PARENT_RUN_FILE).write_text(parent)
+    for i, (backend, batch, precision, compile_mode, rate, mfu, history) in enumerate(JOBS):
+        tags = {
+            "mlflow.parentRunId": parent, "mlflow.runName": f"job{i} bs={batch} {backend}", "family": "textbridge",
+            "backend": backend, "device": "NVIDIA H100 80GB HBM3" if backend == "cuda" else "AMD EPYC",
+            "precision": precision, "compile": compile_mode,
+        }
+        run_id = client.create_run(experiment_id, tags=tags).info.run_id
+        client.log_param(run_id, "data.batch_size", str(batch))
+        client.log_param(run_id, "loss.alpha", "0.7")
+        metrics = {"summary/samples_per_sec": rate, "summary/step_time_s_median": batch / rate,
+                   "summary/tokens_per_sec": rate * 40}
+        if mfu is not None:
+            metrics["summary/mfu"] = mfu
+        for key, value in metrics.items():
+            client.log_metric(run_id, key, value)
+        for step, value in history:
+            client.log_metric(run_id, "val/cos", value, step=step)
+        client.set_terminated(run_id, "FAILED" if failed and i == 3 else "FINISHED")
+    return parent
+
+
+def test_sweep_report_table_speedup_and_plots(mlflow_uri, tmp_path):
+    parent = make_sweep(mlflow_uri, tmp_path)
+    out = tmp_path / "out"
+    result = report.sweep_report(mlflow_uri, parent, out)
+
+    names = {p.name for p in result.files}
+    assert names == {"report.md", "report.csv", "throughput.png", "validation.png"}
+    for png in ("throughput.png", "validation.png"):
+        assert (out / png).stat().st_size > 10_000  # a real picture, not an empty canvas
+    for column in ("backend", "device", "bs", "precision", "compile", "median step (s)", "samples/s", "tokens/s",
+                   "MFU", "speedup", "final metric"):
+        assert column in result.columns
+    rows = {r["run"]: r for r in result.rows}
+    assert rows["job0 bs=16 cpu"]["speedup"] == "1.00× (baseline)"  # the first CPU run by default
+    assert rows["job3 bs=256 cuda"]["speedup"] == "60.00×"
+    assert rows["job3 bs=256 cuda"]["MFU"] == "42.0%" and rows["job0 bs=16 cpu"]["MFU"] == ""
+    assert rows["job2 bs=64 cuda"]["final metric"] == "val cos 0.5"
+    assert "![throughput](throughput.png)" in result.markdown
+    with open(out / "report.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
+
+
+def test_baseline_by_name_or_row(mlflow_uri, tmp_path):
+    parent = make_sweep(mlflow_uri, tmp_path)
+    by_name = report.sweep_report(mlflow_uri, parent, None, baseline="bs=64")
+    assert {r["run"]: r["speedup"] for r in by_name.rows}["job3 bs=256 cuda"] == "3.00×"
+    by_row = report.sweep_report(mlflow_uri, parent, None, baseline="1")
+    assert by_row.rows[1]["speedup"] == "1.00× (baseline)"
+
+
+def test_throughput_series_are_per_backend_precision_compile(mlflow_uri, tmp_path):
+    parent = make_sweep(mlflow_uri, tmp_path)
+    series = report.throughput_points(report.child_runs(mlflow_uri, parent))
+    assert sorted(series) == ["cpu 32-true (AMD EPYC)", "cuda bf16-mixed compile=default (NVIDIA H100 80GB HBM3)"]
+    assert series["cpu 32-true (AMD EPYC)"] == [(16, 100.0), (32, 150.0)]
+
+
+def test_cli_from_a_multirun_dir_logs_artifacts_and_flags_failures(mlflow_uri, tmp_path, capsys):
+    parent = make_sweep(mlflow_uri, tmp_path, failed=True)
+    sweep_dir = tmp_path / "multirun" / "sweep"
+    code = report.main(["--multirun-dir", str(sweep_dir), "--tracking-uri", mlflow_uri])
+    assert code == 1  # one job failed
+    assert (sweep_dir / "report.md").exists() and (sweep_dir / "throughput.png").exists()
+    assert "1 of 4 jobs FAILED" in capsys.readouterr().out
+    artifacts = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent, "report")}
+    assert {"report/report.md", "report/throughput.png", "report/validation.png"} <= artifacts

@@ -1,0 +1,239 @@
+"""The throughput numbers are honest: samples/s x the true window time = the samples processed, on a fake
+asynchronous device where a clock read without a sync would time only the kernel launches."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from sweeplab.callbacks import timing
+from sweeplab.callbacks.timing import ThroughputTimer, hopper_chip, peak_flops
+
+BATCH = 4
+
+
+class FakeAsyncDevice:
+    """A host that queues work on a device which runs it later, like CUDA or MPS.
+
+    `launch(seconds)` costs the host `launch_cost` and queues `seconds` of device work; `clock()` is the host's
+    time; `sync()` makes the host wait until the queue is empty. Only a synced clock sees the device's work.
+    """
+
+    def __init__(self, launch_cost: float = 1e-4):
+        self.launch_cost = launch_cost
+        self.host = 0.0
+        self.device_free_at = 0.0
+        self.syncs = 0
+
+    def launch(self, seconds: float) -> None:
+        self.host += self.launch_cost
+        self.device_free_at = max(self.device_free_at, self.host) + seconds
+
+    def host_work(self, seconds: float) -> None:  # data loading, Python overhead
+        self.host += seconds
+
+    def sync(self, device: torch.device) -> None:
+        self.syncs += 1
+        self.host = max(self.host, self.device_free_at)
+
+    def clock(self) -> float:
+        return self.host
+
+
+def step_work(batch_index: int) -> float:
+    """Device seconds of training step `batch_index`: uneven, so a wrong window boundary shows."""
+    return 0.010 + 0.004 * (batch_index % 3)
+
+
+class Numbers(Dataset):
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((3,), float(i))
+
+
+class FakeDeviceTask(L.LightningModule):
+    """Each training step queues `step_work` seconds on the fake device; validation queues 1 s per batch."""
+
+    def __init__(self, device: FakeAsyncDevice, data_seconds: float = 0.0):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+        self.fake = device
+        self.data_seconds = data_seconds
+        self.batches = 0
+        self.work_log: list[float] = []  # device seconds of every training batch, in order
+
+    def training_step(self, batch, batch_idx):
+        self.fake.host_work(self.data_seconds)
+        work = step_work(self.batches)
+        self.fake.launch(work)
+        self.work_log.append(work)
+        self.batches += 1
+        return self.layer(batch).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.fake.launch(1.0)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        return DataLoader(Numbers(), batch_size=BATCH)
+
+    def val_dataloader(self):
+        return DataLoader(Numbers(), batch_size=BATCH)
+
+    # what the timer asks of a sweeplab task
+    def samples_in(self, batch) -> int:
+        return int(batch.shape[0])
+
+    def tokens_in(self, batch) -> torch.Tensor:
+        return torch.tensor(batch.shape[0] * 7)  # a tensor, as a device-side token count would be
+
+    def flops_in(self, batch) -> None:
+        return None
+
+
+def _fit(timer: ThroughputTimer, task: FakeDeviceTask, max_steps: int, accumulate: int = 1, val_every: int | None = None):
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accumulate_grad_batches=accumulate,
+        val_check_interval=val_every * accumulate if val_every else None,
+        check_val_every_n_epoch=None if val_every else 1,
+        limit_val_batches=2 if val_every else 0,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(task)
+    return trainer
+
+
+def _true_window_seconds(task: FakeDeviceTask, warmup_batches: int, window_batches: int) -> list[float]:
+    timed = task.work_log[warmup_batches:]
+    n_full = len(timed) // window_batches
+    return [sum(timed[i * window_batches : (i + 1) * window_batches]) for i in range(n_full)]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_samples_per_sec_times_true_window_time_is_the_samples_processed(accumulate):
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+    timer = ThroughputTimer(warmup_steps=3, window=5, sync=device.sync, clock=device.clock)
+    _fit(timer, task, max_steps=33, accumulate=accumulate)
+
+    truth = _true_window_seconds(task, 3 * accumulate, 5 * accumulate)
+    assert len(timer.windows) == len(truth) == 6
+    for window, seconds in zip(timer.windows, truth):
+        samples = 5 * accumulate * BATCH
+        assert window["samples"] == samples
+        assert window["train/samples_per_sec"] * seconds == pytest.approx(samples, rel=0.03)
+        assert window["train/step_time_s"] == pytest.approx(seconds / 5, rel=0.03)
+        assert window["train/tokens_per_sec"] == pytest.approx(7 * samples / seconds, rel=0.03)
+    # the totals cover every timed step, the last partial window included
+    timed_seconds = sum(task.work_log[3 * accumulate :])
+    assert timer.summary["summary/samples_per_sec"] * timed_seconds == pytest.approx(30 * accumulate * BATCH, rel=0.03)
+    assert timer.summary["summary/timed_steps"] == 30
+
+
+def test_an_unsynchronised_clock_would_be_wrong_on_the_fake_device():
+    """The fake device is asynchronous enough to matter: without syncs the same callback reports nonsense."""
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+    timer = ThroughputTimer(warmup_steps=3, window=5, sync=lambda d: None, clock=device.clock)
+    _fit(timer, task, max_steps=23)
+    truth = _true_window_seconds(task, 3, 5)
+    errors = [w["train/samples_per_sec"] * s / w["samples"] for w, s in zip(timer.windows, truth)]
+    assert min(errors) > 10  # launch time only: throughput overstated by more than 10x
+
+
+def test_validation_and_warmup_are_not_training_time():
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+    timer = ThroughputTimer(warmup_steps=2, window=4, sync=device.sync, clock=device.clock)
+    _fit(timer, task, max_steps=18, val_every=7)  # validations (2 s of device work each) inside windows 2 and 3
+    truth = _true_window_seconds(task, 2, 4)
+    assert len(timer.windows) == 4
+    for window, seconds in zip(timer.windows, truth):
+        assert window["train/samples_per_sec"] * seconds == pytest.approx(window["samples"], rel=0.03)
+    assert timer.summary["summary/step_time_s_median"] < 0.1  # a 2 s validation would dominate any window
+
+
+def test_data_loading_between_batches_is_inside_the_window():
+    device = FakeAsyncDevice(launch_cost=0.0)
+    task = FakeDeviceTask(device, data_seconds=0.05)  # host-bound: the device idles while the host loads data
+    timer = ThroughputTimer(warmup_steps=1, window=4, sync=device.sync, clock=device.clock)
+    _fit(timer, task, max_steps=9)
+    for window in timer.windows:
+        # each step: 0.05 s of host work, then its device work; the queue never overlaps a later data load
+        # more than one step, so a window takes at least 4 data loads
+        assert window["train/step_time_s"] >= 0.05
+
+
+def test_syncs_only_at_window_edges():
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+    timer = ThroughputTimer(warmup_steps=2, window=10, sync=device.sync, clock=device.clock)
+    _fit(timer, task, max_steps=45)
+    assert device.syncs == 1 + 4 + 1  # warm-up end, 4 window ends, the partial window at the end
+
+
+def test_summary_has_median_and_p90_and_memory():
+    timer = ThroughputTimer(warmup_steps=0, window=1)
+    timer.windows = [{"train/step_time_s": t} for t in (1.0, 2.0, 3.0, 4.0, 100.0)]
+    timer._total.update(batches=5, samples=50, tokens=500, elapsed=110.0)
+    summary = timer.summarize()
+    assert summary["summary/step_time_s_median"] == 3.0
+    assert 4.0 < summary["summary/step_time_s_p90"] <= 100.0
+    assert summary["summary/samples_per_sec"] == pytest.approx(50 / 110)
+    assert "summary/peak_mem_mb" in summary
+
+
+def test_warmup_and_window_are_checked():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        ThroughputTimer(warmup_steps=-1)
+    with pytest.raises(ValueError, match="window"):
+        ThroughputTimer(window=0)
+
+
+@pytest.mark.parametrize(
+    "name, precision, expected",
+    [
+        ("NVIDIA H200", "bf16-mixed", 989.4e12),  # dense: Lightning's table has the 2:4-sparse 2.0e15 for H200
+        ("NVIDIA H200 NVL", "bf16-mixed", 835.5e12),
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12),
+        ("NVIDIA H100 80GB HBM3", "16-mixed", 989.4e12),
+        ("NVIDIA H100 PCIe", "bf16-mixed", 756e12),
+        ("NVIDIA H100 80GB HBM3", "32-true", 494.7e12),  # tf32 matmuls (matmul precision "high")
+    ],
+)
+def test_dense_hopper_peaks(name, precision, expected, monkeypatch):
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert peak_flops(torch.device("cuda"), precision, device_name=name) == expected
+
+
+def test_no_peak_on_cpu_or_mps():
+    assert peak_flops(torch.device("cpu"), "bf16-mixed") is None
+    assert peak_flops(torch.device("mps"), "32-true") is None
+    assert hopper_chip("NVIDIA A100-SXM4-80GB") is None
+
+
+def test_mps_is_synchronised(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
+    timing.synchronize(torch.device("mps"))
+    timing.synchronize(torch.device("cpu"))
+    assert calls == ["mps"]
+
+
+def test_mps_memory_is_the_driver_allocation(monkeypatch):
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3 * 2**20)
+    assert timing.peak_memory_mb(torch.device("mps")) == 3.0
+    assert timing.peak_memory_mb(torch.device("cpu")) > 10  # this process's RSS, in MiB

@@ -1,0 +1,69 @@
+"""The tracking store: where it is, how a job finds its sweep's parent run, and an unreachable server failing fast."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeplab.errors import UserError
+from sweeplab.tracking import mlflow_store
+from test_sweeps_parallel import sweep
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # free now, nobody listens after the close
+
+
+def test_a_relative_sqlite_store_is_made_absolute_for_jobs_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert mlflow_store.resolve_uri() == f"sqlite:///{tmp_path}/mlflow.db"
+    assert mlflow_store.resolve_uri("sqlite:///runs/m.db?timeout=30") == f"sqlite:///{tmp_path}/runs/m.db?timeout=30"
+    assert mlflow_store.resolve_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////abs/m.db")
+    assert mlflow_store.resolve_uri("sqlite:///ignored.db") == "sqlite:////abs/m.db"
+
+
+def test_a_job_finds_its_sweeps_parent_file_first_then_the_environment(tmp_path, monkeypatch):
+    sweep_dir = tmp_path / "multirun" / "d" / "t"
+    sweep_dir.mkdir(parents=True)
+    monkeypatch.setenv(mlflow_store.PARENT_RUN_ENV, "from-env")
+    assert mlflow_store.read_parent_run_id(None) is None  # a single run has no parent, whatever the environment
+    assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-env"  # a job that cannot see the file
+    (sweep_dir / mlflow_store.PARENT_RUN_FILE).write_text("from-file\n")
+    assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-file"  # names this very sweep: wins
+    monkeypatch.delenv(mlflow_store.PARENT_RUN_ENV)
+    assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-file"
+
+
+def test_an_unreachable_tracking_server_fails_fast_with_its_uri():
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    start = time.perf_counter()
+    with pytest.raises(UserError) as error:
+        mlflow_store.init_store(uri, "sweeplab")
+    assert time.perf_counter() - start < 5
+    message = str(error.value)
+    assert uri in message and "\n" not in message and "not reachable" in message
+
+
+def test_an_unreachable_server_stops_a_sweep_before_any_job_with_one_line(demo_dir, tmp_path):
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    result = sweep(tmp_path, "-m", "debug=smoke", f"data.path={demo_dir}", "data.batch_size=4,8", env={"MLFLOW_TRACKING_URI": uri})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [f"error: MLflow tracking server {uri} is not reachable (ConnectionError); start it (`mlflow server`) "
+                     "or point MLFLOW_TRACKING_URI elsewhere"]
+    assert not list(tmp_path.glob("multirun/*/*/0"))  # no job started
+
+
+def test_the_job_run_is_what_the_sweep_callback_records_the_objective_on(mlflow_uri):
+    with mlflow_store.JobRun(mlflow_uri, "sweeplab", "a job", tags={}, params={"a": 1}) as job:
+        assert mlflow_store.current_run_id() == job.run_id
+    mlflow_store.forget_current_run()
+    assert mlflow_store.current_run_id() is None
+    assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"

@@ -1,0 +1,75 @@
+"""The sweep callback without running jobs: the parent run and how it reaches jobs, required launcher keys, the best
+job on the parent."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import open_dict
+
+from conftest import compose_train
+from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.sweep_callback import MLflowSweepCallback, record_best
+
+
+def _sweep_config(tmp_path, *overrides):
+    cfg = compose_train(list(overrides), return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.sweep.dir = str(tmp_path / "multirun" / "day" / "time")
+    return cfg
+
+
+def test_the_parent_run_reaches_jobs_through_the_environment_and_the_sweep_dir(mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.delenv(mlflow_store.PARENT_RUN_ENV, raising=False)
+    cfg = _sweep_config(tmp_path, "data.batch_size=4")
+    callback = MLflowSweepCallback(print_report=False)
+    callback.on_multirun_start(cfg)
+    parent_id = callback.parent_run_id
+    assert os.environ[mlflow_store.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
+    assert (tmp_path / "multirun/day/time" / mlflow_store.PARENT_RUN_FILE).read_text() == parent_id
+    parent = MlflowClient(mlflow_uri).get_run(parent_id)
+    assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "time"
+    assert parent.info.status == "RUNNING"
+    callback.on_multirun_end(cfg)
+    assert MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"
+    assert mlflow_store.PARENT_RUN_ENV not in os.environ
+
+
+def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp_path, capsys):
+    cfg = _sweep_config(tmp_path, "hydra/launcher=slurm")
+    with pytest.raises(SystemExit) as stop:
+        MLflowSweepCallback().on_multirun_start(cfg)
+    assert stop.value.code == 2
+    message = "error: hydra.launcher.partition is required by hydra/launcher=slurm: add hydra.launcher.partition=..."
+    assert message in capsys.readouterr().err.splitlines()
+
+
+def _child(client, experiment_id, parent_id, objective, mode, **params):
+    run = client.create_run(experiment_id, tags={"mlflow.parentRunId": parent_id, "objective": "val/ppl",
+                                                 "objective_mode": mode, "hydra_job": str(len(params))})
+    for key, value in params.items():
+        client.log_param(run.info.run_id, key, value)
+    client.log_metric(run.info.run_id, "objective", objective)
+    client.set_terminated(run.info.run_id)
+    return client.get_run(run.info.run_id)
+
+
+@pytest.mark.parametrize(("search", "expected_lr"), [([], "1e-4"), (["hparams_search=optuna_alpha_beta"], "5e-4")])
+def test_the_parent_names_the_best_job_in_the_sweeps_direction(mlflow_uri, tmp_path, search, expected_lr):
+    client = MlflowClient(mlflow_uri)
+    experiment_id = mlflow_store.init_store(mlflow_uri, "sweeplab")
+    parent_id = client.create_run(experiment_id).info.run_id
+    children = [
+        _child(client, experiment_id, parent_id, 30.0, "min", **{"optim.lr": "5e-4", "data.seed": "0"}),
+        _child(client, experiment_id, parent_id, 20.0, "min", **{"optim.lr": "1e-4", "data.seed": "0"}),
+    ]
+    cfg = _sweep_config(tmp_path, *search)  # Optuna's direction (maximize) overrules the jobs' own mode (min)
+    line = record_best(client, parent_id, children, cfg)
+    parent = client.get_run(parent_id)
+    assert parent.data.params == {"best.optim.lr": expected_lr}  # what varied, not what stayed
+    best = next(r for r in children if r.data.params["optim.lr"] == expected_lr)
+    assert parent.data.tags["best_run_id"] == best.info.run_id and parent.data.tags["objective"] == "val/ppl"
+    assert parent.data.metrics["best/objective"] == best.data.metrics["objective"]
+    assert line.startswith("job ") and f"optim.lr={expected_lr}" in line
