@@ -38,11 +38,17 @@ test-all: $(STAMP) ## run every CPU test, slow ones included
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests
 
-report: $(STAMP) ## table (Markdown + CSV) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
+report: $(STAMP) ## table (Markdown + CSV) and plots (PNG) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
 	$(PY) -m sweeplab.report $(ARGS)
 
 export: $(STAMP) ## export a checkpoint to Core ML and verify it (ARGS="ckpt_path=PATH | run_id=ID [export.layout=ane ...]")
 	$(PY) -m sweeplab.export $(ARGS)
+
+bench: data ## throughput table: CPU / accelerator basic / optimised, each against a hand-written loop (ARGS="experiment=bench_h100")
+	$(PY) -m sweeplab.bench $(ARGS)
+
+profile: data ## where a configuration's step time goes: table + torch.profiler trace (ARGS="model=pagating_lm backend=cuda ...")
+	$(PY) -m sweeplab.profile $(ARGS)
 
 ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000
 	$(VENV)/bin/mlflow ui --backend-store-uri "$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" --host 127.0.0.1 --port 5000

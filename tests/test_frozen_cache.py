@@ -9,11 +9,6 @@ from conftest import smoke_config
 from sweeplab.training import train
 
 
-class LossRecorder:
-    def __init__(self):
-        self.losses = []
-
-
 @pytest.mark.parametrize("freeze", ["trunk_except_last", "trunk"])
 def test_cached_frozen_trunk_gives_the_same_loss_curve(freeze, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -24,10 +19,10 @@ def test_cached_frozen_trunk_gives_the_same_loss_curve(freeze, demo_dir, tmp_pat
 
         original = textbridge.TextBridgeTask.training_step
 
-        def recording_step(self, batch, batch_idx, _original=original, _losses=losses):
+        def recording_step(self, batch, batch_idx, _original=original, _losses=losses, _cache=cache):
             loss = _original(self, batch, batch_idx)
             _losses.append(float(loss))
-            assert (self.feature_cache is not None) == cache
+            assert (self.feature_cache is not None) == _cache
             return loss
 
         monkeypatch.setattr(textbridge.TextBridgeTask, "training_step", recording_step)

@@ -433,7 +433,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "pairs": " ".join(f"{x:.3f}" for x in pairs),
                 "speedup": f"{ours / baseline:.2f}×" if ours and baseline else "",
                 "tokens/s": _fmt(r.median("sweeplab", "summary/tokens_per_sec")),
-                "MFU": _fmt(r.median("sweeplab", "summary/mfu"), 3),
+                "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
                 "peak mem (MB)": _fmt(r.median("sweeplab", "summary/peak_mem_mb")),
                 "status": r.skipped or r.failed or "ok",
             }

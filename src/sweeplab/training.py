@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, distributed
+from sweeplab import backends, distributed, tuning
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
@@ -83,6 +83,7 @@ class JobPlan:
     datamodule: L.LightningDataModule  # constructed (arguments checked), no data read yet
     guard: dict
     checkpoint: CheckpointConfig
+    tune: tuning.TuneConfig
 
 
 def plan(cfg: DictConfig) -> JobPlan:
@@ -105,17 +106,26 @@ def plan(cfg: DictConfig) -> JobPlan:
     guard = bind(NonFiniteGuard, container.get("guard", {}), "guard")
     build(NonFiniteGuard, guard, "guard")  # its own range checks
     checkpoint = build(CheckpointConfig, container.get("checkpoint", {}), "checkpoint")
+    tune = build(tuning.TuneConfig, container.get("tune") or {}, "tune")
     if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
         raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
     compile_mode = str(container.get("compile", "off"))
     backend = backends.resolve_backend(backend_config.name)
-    backends.check_combination(backend, trainer.precision, compile_mode)
+    backends.check_combination(
+        backend,
+        trainer.precision,
+        compile_mode,
+        optim_implementation=optim.implementation,
+        pin_memory=bool(container["data"].get("pin_memory", False)),
+        gradient_checkpointing=bool(container["model"].get("gradient_checkpointing", False)),
+        grad_clip=optim.grad_clip,
+    )
     if family.build_task_config is not None:
         family.build_task_config(container.get("loss") or {})
     datamodule = family.build_datamodule(container["data"], model_config)
     return JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, timing,
-        logger, container, datamodule, guard, checkpoint,
+        logger, container, datamodule, guard, checkpoint, tune,
     )
 
 
@@ -264,6 +274,9 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         # the bar reads the loss back from the device when it refreshes: once per logging interval, not every step
         callbacks.append(TQDMProgressBar(refresh_rate=p.trainer.log_every_n_steps))
     trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
+    tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
+    if tuned is not None and job is not None:
+        job.set_tag("tuned.batch_size", str(tuned))
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
@@ -287,10 +300,11 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
 
 def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer:
     t = p.trainer
+    precision_plugins = backends.precision_plugins(t.precision, p.backend)
     return L.Trainer(
         accelerator=p.backend,
         devices=t.devices,
-        precision=t.precision,
+        precision=None if precision_plugins else t.precision,
         max_steps=t.max_steps,
         max_epochs=-1,
         val_check_interval=t.val_check_interval,
@@ -301,7 +315,7 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=p.optim.grad_clip or None,
         gradient_clip_algorithm="norm",
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,
         enable_progress_bar=t.enable_progress_bar,
         enable_model_summary=False,

@@ -289,10 +289,10 @@ class ThroughputTimer(L.Callback):
         win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
         win["flops"] += pl_module.flops_in(batch) or 0.0
         if win["batches"] >= self.window * self._accumulate:
-            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True)
+            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True, pl_module=pl_module)
             self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
 
-    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool) -> None:
+    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool, pl_module=None) -> None:
         win = self._win
         win["elapsed"] = elapsed
         win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
@@ -309,8 +309,9 @@ class ThroughputTimer(L.Callback):
             if self._peak and win["flops"]:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+            # Through Lightning's own logging, so the numbers reach MLflow in the same write as the loss at the next
+            # `log_every_n_steps` step: a separate write costs ~10 ms on a sqlite store, 1-2 % of a CPU run.
+            pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
         self._win = self._empty_window()
         self._paused_elapsed = 0.0
 

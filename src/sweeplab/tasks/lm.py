@@ -37,8 +37,9 @@ class LMTask(SweepTask):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = lm_loss(self.model(batch["input_ids"]), batch["labels"])
         self.last_loss = loss.detach()
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log_lr()
+        if self.should_log_step():
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log_lr()
         return loss
 
     def on_validation_epoch_start(self) -> None:

@@ -129,9 +129,10 @@ class TextBridgeTask(SweepTask):
             z = self.model(batch["input_ids"], batch["attention_mask"])
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
         self.last_loss = loss.detach()
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log_dict({"train/cos": cos, "train/mse": mse}, on_step=True, on_epoch=False)
-        self.log_lr()
+        if self.should_log_step():
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log_dict({"train/cos": cos, "train/mse": mse}, on_step=True, on_epoch=False)
+            self.log_lr()
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
