@@ -12,12 +12,12 @@ from sweeplab.training import train
 @pytest.mark.parametrize("freeze", ["trunk_except_last", "trunk"])
 def test_cached_frozen_trunk_gives_the_same_loss_curve(freeze, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    from sweeplab.tasks import textbridge
+
+    original = textbridge.TextBridgeTask.training_step
     curves = {}
     for cache in (True, False):
         losses: list[float] = []
-        from sweeplab.tasks import textbridge
-
-        original = textbridge.TextBridgeTask.training_step
 
         def recording_step(self, batch, batch_idx, _original=original, _losses=losses, _cache=cache):
             loss = _original(self, batch, batch_idx)
