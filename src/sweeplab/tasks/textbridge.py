@@ -140,7 +140,8 @@ class TextBridgeTask(SweepTask):
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
         n = self.samples_in(batch)
         self.log_dict({"val/loss": loss, "val/cos": cos, "val/mse": mse}, on_epoch=True, batch_size=n)
-        self._val_z.append(z.detach().float())
+        # clone: with compile=reduce-overhead the model's output lives in CUDA-graph memory that the next call reuses
+        self._val_z.append(z.detach().float().clone())
         self._val_t.append(batch["target"].detach().float())
 
     def on_validation_epoch_end(self) -> None:
