@@ -36,7 +36,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab import backends
 from sweeplab.callbacks.timing import synchronize
-from sweeplab.report import to_csv, to_markdown
+from sweeplab.files import write_text_atomic
+from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger("sweeplab.bench")
@@ -386,14 +387,6 @@ SWITCHES = {
 }
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return ""
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
-
-
 def _select(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=None)
 
@@ -426,15 +419,15 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
         pairs = r.pair_overheads
         row.update(
             {
-                "step (s)": _fmt(r.median("sweeplab", "summary/step_time_s_median")),
-                "samples/s": _fmt(ours),
-                "raw samples/s": _fmt(r.median("raw", "samples_per_sec")),
-                "overhead": _fmt(r.overhead, 3),
+                "step (s)": format_number(r.median("sweeplab", "summary/step_time_s_median")),
+                "samples/s": format_number(ours),
+                "raw samples/s": format_number(r.median("raw", "samples_per_sec")),
+                "overhead": format_number(r.overhead, 3),
                 "pairs": " ".join(f"{x:.3f}" for x in pairs),
                 "speedup": f"{ours / baseline:.2f}×" if ours and baseline else "",
-                "tokens/s": _fmt(r.median("sweeplab", "summary/tokens_per_sec")),
+                "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
-                "peak mem (MB)": _fmt(r.median("sweeplab", "summary/peak_mem_mb")),
+                "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
                 "status": r.skipped or r.failed or "ok",
             }
         )
@@ -485,8 +478,8 @@ def render(results: list[RowResult], settings: BenchSettings, command: str) -> s
 
 def write_tables(results: list[RowResult], settings: BenchSettings, command: str, out_dir: Path) -> str:
     markdown = render(results, settings, command)
-    mlflow_store.write_text_atomic(out_dir / "bench.md", markdown)
-    mlflow_store.write_text_atomic(out_dir / "bench.csv", to_csv(table_rows(results), COLUMNS))
+    write_text_atomic(out_dir / "bench.md", markdown)
+    write_text_atomic(out_dir / "bench.csv", to_csv(table_rows(results), COLUMNS))
     return markdown
 
 

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class Report:
     failed: int = 0
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
+def format_number(value: float | None, digits: int = 4) -> str:
     if value is None:
         return ""
     if abs(value) >= 1000:
@@ -132,12 +133,12 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
             "device": tags.get("device", ""),
             "precision": tags.get("precision", ""),
             "compile": tags.get("compile", ""),
-            "median step (s)": _fmt(m.get("summary/step_time_s_median")),
-            "samples/s": _fmt(rate),
-            "tokens/s": _fmt(m.get("summary/tokens_per_sec")),
+            "median step (s)": format_number(m.get("summary/step_time_s_median")),
+            "samples/s": format_number(rate),
+            "tokens/s": format_number(m.get("summary/tokens_per_sec")),
             "MFU": f"{m['summary/mfu']:.1%}" if "summary/mfu" in m else "",
             "speedup": speedup,
-            "final metric": f"{label} {_fmt(m[metric])}" if metric in m else "",
+            "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
             row[SHORT.get(k, k)] = r.data.params.get(k, "")
@@ -253,7 +254,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
         if plots:
             markdown += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", to_csv(rows, columns))):
-            mlflow_store.write_text_atomic(out_dir / name, text)
+            write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
         files += plots
     return Report(rows, columns, markdown, files, failed)

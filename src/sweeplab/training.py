@@ -350,15 +350,13 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
         uri = mlflow_store.resolve_uri(logger.get("tracking_uri"))
         _, sweep_dir = _hydra_runtime()
         family = (cfg.get("model") or {}).get("family", "?")
-        with mlflow_store.JobRun(
+        mlflow_store.JobRun(
             uri,
             logger.get("experiment_name", "sweeplab"),
             f"{family} (failed before training)",
             tags={"family": str(family), "sweep_id": Path(sweep_dir).name if sweep_dir else ""},
             params={},
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-        ):
-            raise exc
-    except BaseException as again:
-        if again is not exc:
-            log.warning("could not record the failed job in MLflow: %s", again)
+        ).fail(exc)
+    except Exception as again:
+        log.warning("could not record the failed job in MLflow: %s", again)

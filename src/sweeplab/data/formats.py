@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from sweeplab.files import atomic_write, current_umask  # noqa: F401  (re-exported: the data layer's writers)
+from sweeplab.files import atomic_write
 
 EFB1_MAGIC = b"EFB1"
 _EFB1_HEADER = struct.Struct("<4sII")  # magic, num_samples, embed_dim
@@ -457,7 +457,6 @@ __all__ = [
     "resolve_data_file",
     "write_jsonl",
     "write_efb1",
-    "atomic_write",
     "EFB1_MAGIC",
     "MANIFEST_NAME",
     "FORMAT_PREFERENCE",

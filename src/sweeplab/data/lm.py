@@ -33,9 +33,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 
 from sweeplab.data.corpus import demo_lm_splits
-from sweeplab.data.formats import atomic_write
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.files import atomic_write
 
 SPLITS = ("train", "valid", "test")
 END_OF_TEXT = "<|endoftext|>"  # in the vocabulary (GPT-2 convention) but never inserted: files are one stream

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeplab.data.corpus import demo_sentences
-from sweeplab.data.formats import MANIFEST_NAME, Sample, atomic_write, current_umask, write_efb1, write_jsonl
+from sweeplab.data.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
+from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
 DEMO_FILES = {

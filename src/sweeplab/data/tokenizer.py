@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from sweeplab.data.formats import atomic_write
+from sweeplab.files import atomic_write
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"

@@ -60,8 +60,8 @@ class FrozenFeatureCache:
         self.start_block = model.first_trainable_block
         self.pooled = self.start_block >= model.config.n_blocks
         n = len(dataset.source)
-        lengths = [len(dataset[k]["input_ids"]) for k in range(len(dataset))]
-        l_max = max(lengths) if lengths else 1
+        lengths = dataset.source.token_lengths  # from the reader's index pass; None for text-mode data
+        l_max = dataset.max_len if lengths is None or not len(lengths) else max(1, min(dataset.max_len, int(lengths.max())))
         d = model.config.d_model
         self.features = torch.zeros((n, d) if self.pooled else (n, l_max, d), device=device)
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from sweeplab.errors import UserError
-from sweeplab.files import write_text_atomic  # noqa: F401  (used by the report and the sweep callback)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
@@ -186,7 +185,12 @@ class JobRun:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self.client.set_terminated(self.run_id, "FINISHED")
-            return False
+        else:
+            self.fail(exc)
+        return False
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run FAILED (KILLED for Ctrl-C) with the reason as its `error` tag and the traceback as error.txt."""
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
@@ -194,7 +198,6 @@ class JobRun:
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, status)
-        return False
 
 
 def read_parent_run_id(sweep_dir: str | None) -> str | None:

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import distributed
 from sweeplab.errors import UserError
+from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class MLflowSweepCallback(Callback):
         search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}
         mlflow_store.log_params(client, self.parent_run_id, {f"sweep.{k}": v for k, v in search_space.items()})
         os.environ[mlflow_store.PARENT_RUN_ENV] = self.parent_run_id
-        mlflow_store.write_text_atomic(sweep_dir / mlflow_store.PARENT_RUN_FILE, self.parent_run_id)
+        write_text_atomic(sweep_dir / mlflow_store.PARENT_RUN_FILE, self.parent_run_id)
 
     # --- each job's process ---------------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
