@@ -27,6 +27,9 @@ class BackendConfig:
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision: highest | high | medium
     mps_fallback: bool = False  # run ops MPS lacks on the CPU (PYTORCH_ENABLE_MPS_FALLBACK); slow, so opt-in
     cpu_threads: int | None = None  # torch.set_num_threads; null keeps torch's default
+    # cuDNN tries its convolution algorithms once per input shape and keeps the fastest. TextBridge's dilated
+    # convolutions train 1.5x faster on an H100 with it (BENCHMARKS.md); it costs a few ms per new shape.
+    cudnn_benchmark: bool = True  # CUDA only
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -70,6 +73,9 @@ def check_combination(
     pin_memory: bool = False,
     gradient_checkpointing: bool = False,
     grad_clip: float | None = None,
+    cuda_graph: bool = False,
+    devices: int = 1,
+    accumulate_grad_batches: int = 1,
 ) -> list[str]:
     """Refuse combinations that cannot work; warn about fragile ones. `backend` is already resolved.
 
@@ -136,6 +142,24 @@ def check_combination(
         )
     if gradient_checkpointing and compile_mode == "reduce-overhead":
         warn("model.gradient_checkpointing with compile=reduce-overhead: recomputation inside CUDA graphs is fragile")
+
+    # --- the whole step as one CUDA graph (tasks/step_graph.py) -------------------------------------
+    if cuda_graph:
+        if backend != "cuda":
+            raise ConfigError("cuda_graph", f"CUDA graphs need backend=cuda (this job runs on {backend}); use cuda_graph=false")
+        if compile_mode in ("reduce-overhead", "max-autotune"):
+            raise ConfigError(
+                "cuda_graph",
+                f"compile={compile_mode} makes its own CUDA graphs, which cannot nest in the step's; use compile=default",
+            )
+        if precision == "16-mixed":
+            raise ConfigError("cuda_graph", "16-mixed scales the loss on the host each step; use bf16-mixed or 32-true")
+        if devices != 1:
+            raise ConfigError("cuda_graph", "the captured step has no DDP gradient all-reduce; use trainer.devices=1")
+        if accumulate_grad_batches != 1:
+            raise ConfigError("cuda_graph", "the captured step holds one batch; use trainer.accumulate_grad_batches=1")
+        if gradient_checkpointing:
+            warn("model.gradient_checkpointing with cuda_graph=true: recomputation inside a CUDA graph is fragile")
     return warnings
 
 
@@ -179,6 +203,8 @@ def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     if cfg.cpu_threads:
         torch.set_num_threads(cfg.cpu_threads)
+    if backend == "cuda":
+        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if backend == "mps" and cfg.mps_fallback:
         os.environ["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
 

@@ -138,41 +138,56 @@ def _precision_context(precision: str, device: torch.device):
 class RawLoop:
     """The job's model trained by hand: to(device) -> zero_grad -> autocast forward + loss -> backward ->
     clip_grad_norm_ -> optimizer step -> LR schedule step. Built from the same plan as the sweeplab job: same
-    model config and init seed, same DataLoader (batch size, workers, pinned memory, shuffling seed), same
-    optimizer (fused/foreach as configured), schedule, clipping, precision and compile mode."""
+    model config and init seed, same batches (DataLoader or device-resident, batch size, workers, pinned memory,
+    shuffling seed), same optimizer (fused/foreach as configured), schedule, clipping, precision, compile mode (of
+    the forward + loss function, as sweeplab compiles it) and, with cuda_graph=true, the same capture of forward,
+    backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it)."""
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
 
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
+        from sweeplab.tasks.step_graph import StepGraph, autocast_dtype
         from sweeplab.training import plan
 
         p = plan(cfg)
         backends.apply_backend_settings(p.backend_config, p.backend)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if p.backend == "cuda" else torch.device(p.backend)
         self.datamodule = p.datamodule
+        self.datamodule.device = self.device  # where device-resident batches (data.on_device) live
         self.datamodule.prepare_data()
         self.datamodule.setup("fit")
         model_config = p.family.fit_model_to_data(p.model_config, self.datamodule, p.model_values)
         task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if p.backend == "cuda" else torch.device(p.backend)
         self.precision = p.trainer.precision
         self.model = task.model.to(self.device)
         if self.precision == "bf16-true":
             self.model = self.model.to(torch.bfloat16)
         self.model.train()
         self.samples_in = task.samples_in
-        self.loss = RAW_LOSS[p.family.name](task)
+        loss = RAW_LOSS[p.family.name](task)
+        model = self.model
+
+        def loss_fn(batch):
+            return loss(model, batch), {}
+
+        if p.compile_mode != "off":
+            loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
+        self.loss_fn = loss_fn
         self.optimizer = build_optimizer(self.model, p.optim)
         self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
         self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]
         self.grad_clip = p.optim.grad_clip
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "16-mixed" else None
+        self.step_graph = (
+            StepGraph(loss_fn, self.params, self.grad_clip, autocast_dtype(self.precision), self.device)
+            if p.cuda_graph
+            else None
+        )
         self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
         self.scheduled_alpha = p.family.name == "pagating_lm" and str(p.model_values.get("alpha")) in ("cosine", "linear")
         self.step_count = 0
-        if p.compile_mode != "off":
-            self.model.compile(mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loader = self.datamodule.train_dataloader()
 
     def _to_device(self, batch: dict) -> dict:
@@ -187,21 +202,25 @@ class RawLoop:
             from sweeplab.models.pagating import set_alpha_step
 
             set_alpha_step(self.model, self.step_count)
-        self.optimizer.zero_grad(set_to_none=True)
-        with _precision_context(self.precision, self.device):
-            loss = self.loss(self.model, batch)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            if self.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            if self.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        if self.step_graph is not None:
+            self.step_graph(batch)  # forward, backward, clipping (replayed after its warm-up)
             self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            with _precision_context(self.precision, self.device):
+                loss = self.loss_fn(batch)[0]
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.optimizer)
+                if self.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()
+                if self.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
 
@@ -384,6 +403,8 @@ SWITCHES = {
     "data.pin_memory": lambda v: "pinned memory" if v else "",
     "model.gradient_checkpointing": lambda v: "grad checkpointing" if v else "",
     "data.num_workers": lambda v: f"{v} workers" if v else "",
+    "data.on_device": lambda v: "batches on device" if v else "",
+    "cuda_graph": lambda v: "CUDA graph" if v else "",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ class JobPlan:
     backend_config: backends.BackendConfig
     backend: str
     compile_mode: str
+    cuda_graph: bool
     timing: dict
     logger: LoggerConfig
     container: dict
@@ -110,6 +112,9 @@ def plan(cfg: DictConfig) -> JobPlan:
     if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
         raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
     compile_mode = str(container.get("compile", "off"))
+    cuda_graph = container.get("cuda_graph", False)
+    if not isinstance(cuda_graph, bool):
+        raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
     backend = backends.resolve_backend(backend_config.name)
     backends.check_combination(
         backend,
@@ -119,13 +124,16 @@ def plan(cfg: DictConfig) -> JobPlan:
         pin_memory=bool(container["data"].get("pin_memory", False)),
         gradient_checkpointing=bool(container["model"].get("gradient_checkpointing", False)),
         grad_clip=optim.grad_clip,
+        cuda_graph=cuda_graph,
+        devices=trainer.devices,
+        accumulate_grad_batches=trainer.accumulate_grad_batches,
     )
     if family.build_task_config is not None:
         family.build_task_config(container.get("loss") or {})
     datamodule = family.build_datamodule(container["data"], model_config)
     return JobPlan(
-        family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, timing,
-        logger, container, datamodule, guard, checkpoint, tune,
+        family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
+        timing, logger, container, datamodule, guard, checkpoint, tune,
     )
 
 
@@ -149,6 +157,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "family": p.family.name,
         "precision": p.trainer.precision,
         "compile": p.compile_mode,
+        "cuda_graph": str(p.cuda_graph).lower(),
         "torch": torch.__version__,
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
@@ -187,6 +196,8 @@ def run_name(p: JobPlan, cfg: DictConfig) -> str:
         parts.append(p.trainer.precision)
     if p.compile_mode != "off":
         parts.append(f"compile={p.compile_mode}")
+    if p.cuda_graph:
+        parts.append("cuda_graph")
     return " ".join(parts)
 
 
@@ -252,8 +263,9 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
     task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
-    if p.compile_mode != "off":
-        task.model.compile(mode=None if p.compile_mode == "default" else p.compile_mode)
+    task.configure_training(p.compile_mode, p.cuda_graph)
+    if p.cuda_graph:  # manual optimization: Lightning warns that checkpoints hold the weights after the step, as always
+        warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
     best = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
@@ -313,8 +325,10 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         num_sanity_val_steps=t.num_sanity_val_steps,
         log_every_n_steps=t.log_every_n_steps,
         accumulate_grad_batches=t.accumulate_grad_batches,
-        gradient_clip_val=p.optim.grad_clip or None,
+        # with cuda_graph the captured step clips (Lightning clips only under automatic optimization)
+        gradient_clip_val=None if p.cuda_graph else p.optim.grad_clip or None,
         gradient_clip_algorithm="norm",
+        benchmark=p.backend_config.cudnn_benchmark if p.backend == "cuda" and not t.deterministic else None,
         plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,
         enable_progress_bar=t.enable_progress_bar,

@@ -39,8 +39,10 @@ class NonFiniteGuard(L.Callback):
         if self.mode == "off":
             return
         loss = getattr(pl_module, "last_loss", None)
-        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=pl_module.device)
+        grad_norm = getattr(pl_module, "last_grad_norm", None)  # the CUDA-graph step's clipping computed it
+        if grad_norm is None:
+            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=pl_module.device)
         finite = torch.isfinite(grad_norm)
         if loss is not None:
             finite = finite & torch.isfinite(loss)

@@ -47,6 +47,8 @@ class ResumableShuffleBatchSampler(Sampler[list[int]]):
         return torch.randperm(self.num_samples, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
+        if self.batches_yielded >= len(self):  # the last pass stopped after its last batch, before StopIteration
+            self.epoch, self.batches_yielded = self.epoch + 1, 0  # (Lightning knows the length and never asks again)
         world, rank = self.shard()
         global_batch = self.batch_size * world
         order = self.permutation(self.epoch)

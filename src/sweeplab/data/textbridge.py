@@ -1,12 +1,16 @@
 """TextBridge batches: (input_ids, attention_mask, target) from a JSONL/EFB1 file or the offline demo dataset.
 
 Records are read lazily (`formats.open_dataset`); the train/val split is seeded, so one seed gives one split on every
-run (the original's split was an unseeded shuffle). Batches are padded on the right to the longest sample in them.
+run (the original's split was an unseeded shuffle). Batches are padded on the right to the longest sample in them,
+or with `pad_to="max"` training batches to one fixed width (fixed shapes for CUDA graphs and torch.compile; the causal
+TCN pools with the mask, so extra right padding changes no real output). `on_device=true` serves training batches from
+tensors kept on the training device (`device_batches.DeviceBatches`) instead of a DataLoader.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -16,9 +20,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, ResidentSplit
 from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
+
+log = logging.getLogger(__name__)
 
 TOO_LONG_MODES = ("truncate", "error")
 _TEXT_PASS_CHUNK = 1024  # texts tokenised per call in the setup pass over text-mode data
@@ -57,10 +64,14 @@ class TextBridgeDataset(Dataset):
         }
 
 
-def collate_textbridge(batch: list[dict[str, torch.Tensor]], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad on the right to the longest sample: input_ids int64 (B, L) with `pad_id`, attention_mask int64 0/1 (B, L),
-    target float32 (B, D), sample_id int64 (B,)."""
+def collate_textbridge(
+    batch: list[dict[str, torch.Tensor]], pad_id: int = 0, length: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad on the right to the longest sample (or to `length`, for fixed shapes): input_ids int64 (B, L) with
+    `pad_id`, attention_mask int64 0/1 (B, L), target float32 (B, D), sample_id int64 (B,)."""
     longest = max(1, max(len(item["input_ids"]) for item in batch))  # L >= 1 keeps all-empty batches well-shaped
+    if length is not None:
+        longest = length
     input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.int64)
     attention_mask = torch.zeros((len(batch), longest), dtype=torch.int64)
     for row, item in enumerate(batch):
@@ -86,10 +97,14 @@ class TextBridgeDataModule(L.LightningDataModule):
         tokenizer_path: str | None = None,
         too_long: str = "truncate",
         drop_last: bool = True,
+        pad_to: str = "batch",
+        on_device: bool = False,
     ):
         super().__init__()
         if too_long not in TOO_LONG_MODES:
             raise ValueError(f"data.too_long={too_long!r} is not one of {TOO_LONG_MODES}")
+        if pad_to not in PAD_TO_MODES:
+            raise ValueError(f"data.pad_to={pad_to!r} is not one of {PAD_TO_MODES}")
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
         for name, value in (("batch_size", batch_size), ("max_len", max_len)):
@@ -108,12 +123,18 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.tokenizer_path = tokenizer_path
         self.too_long = too_long
         self.drop_last = drop_last
+        self.pad_to = pad_to
+        self.on_device = on_device
+        # where on_device keeps the training split when no trainer is attached (a hand-written loop sets it)
+        self.device = torch.device("cpu")
 
         self.source: SampleSource | None = None
         self.tokenizer: TextTokenizer | None = None
         self.train_dataset: TextBridgeDataset | None = None
         self.val_dataset: TextBridgeDataset | None = None
         self._max_token_id = -1
+        self._longest = 0  # tokens in the longest record of the source, before truncation
+        self._resident: ResidentSplit | None = None  # the on_device training split, built on first use
 
     # --- Lightning hooks ----------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -127,6 +148,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.tokenizer = self._load_tokenizer(source)
         lengths, self._max_token_id = self._token_lengths(source)
         self._check_lengths(source, lengths)
+        self._longest = int(lengths.max()) if len(lengths) else 0
 
         n = len(source)
         n_val = round(n * self.val_fraction)
@@ -141,7 +163,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.train_dataset = TextBridgeDataset(source, order[n_val:], self.max_len, self.tokenizer)
         self.source = source
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
         self.setup()
         drop_last = self.drop_last
         if drop_last and self.num_train < self.batch_size:
@@ -151,7 +173,9 @@ class TextBridgeDataModule(L.LightningDataModule):
             )
             drop_last = False
         sampler = ResumableShuffleBatchSampler(len(self.train_dataset), self.batch_size, self.seed, drop_last)
-        return self._loader(self.train_dataset, batch_sampler=sampler)
+        if self.on_device:
+            return DeviceBatches(self._resident_train(), sampler, self.pad_to)
+        return self._loader(self.train_dataset, batch_sampler=sampler, collate_fn=self.train_collate)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()
@@ -183,6 +207,12 @@ class TextBridgeDataModule(L.LightningDataModule):
     def target_dim(self) -> int:
         self.setup()
         return self.source.target_dim
+
+    @property
+    def fixed_len(self) -> int:
+        """The one width of every training batch with pad_to=max: max_len, or the longest record if shorter."""
+        self.setup()
+        return max(1, min(self.max_len, self._longest))
 
     @property
     def num_train(self) -> int:
@@ -271,14 +301,43 @@ class TextBridgeDataModule(L.LightningDataModule):
     def collate(self):
         return functools.partial(collate_textbridge, pad_id=self.pad_id)
 
+    @property
+    def train_collate(self):
+        """The collate function of training batches: `collate`, or with pad_to=max one padding to `fixed_len`."""
+        length = self.fixed_len if self.pad_to == "max" else None
+        return functools.partial(collate_textbridge, pad_id=self.pad_id, length=length)
+
+    def _train_device(self) -> torch.device:
+        """The attached trainer's device (the rank's own under DDP); without a trainer, `self.device`."""
+        if self.trainer is not None:
+            return self.trainer.strategy.root_device
+        return torch.device(self.device)
+
+    def _resident_train(self) -> ResidentSplit:
+        """The training split padded to `fixed_len` on the training device; read once, moved if the device changes
+        (train_dataloader is called again by batch-size tuning and dataloader reloads)."""
+        device = self._train_device()
+        if self._resident is None:
+            width = self.fixed_len
+            collate = functools.partial(collate_textbridge, pad_id=self.pad_id, length=width)
+            split = ResidentSplit.build(self.train_dataset, collate, width, self.target_dim, self.num_workers)
+            log.info(
+                "data.on_device: %d training samples x %d tokens, %.1f MB on %s", len(split), width, split.size_mb,
+                device,
+            )
+            self._resident = split.to(device)
+        elif self._resident.device != device:
+            self._resident = self._resident.to(device)
+        return self._resident
+
     def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
         # stateful: a checkpoint records how far into the epoch the sampler got, so a resumed run sees exactly
         # the batches an uninterrupted one would have
         if "batch_sampler" not in kwargs:
             kwargs["batch_size"] = self.batch_size
+        kwargs.setdefault("collate_fn", self.collate)
         return StatefulDataLoader(
             dataset,
-            collate_fn=self.collate,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
@@ -286,4 +345,4 @@ class TextBridgeDataModule(L.LightningDataModule):
         )
 
 
-__all__ = ["TextBridgeDataModule", "TextBridgeDataset", "collate_textbridge", "TOO_LONG_MODES"]
+__all__ = ["TextBridgeDataModule", "TextBridgeDataset", "collate_textbridge", "TOO_LONG_MODES", "PAD_TO_MODES"]

@@ -34,13 +34,8 @@ class LMTask(SweepTask):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = lm_loss(self.model(batch["input_ids"]), batch["labels"])
-        self.last_loss = loss.detach()
-        if self.should_log_step():
-            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-            self.log_lr()
-        return loss
+    def training_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return lm_loss(self.model(batch["input_ids"]), batch["labels"]), {}
 
     def on_validation_epoch_start(self) -> None:
         self._val_loss_sum = torch.zeros((), device=self.device)
@@ -48,7 +43,7 @@ class LMTask(SweepTask):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         n_tokens = batch["labels"].numel()
-        self._val_loss_sum += lm_loss(self.model(batch["input_ids"]), batch["labels"]) * n_tokens
+        self._val_loss_sum += lm_loss(self.forward_fn(batch["input_ids"]), batch["labels"]) * n_tokens
         self._val_tokens += n_tokens
 
     def on_validation_epoch_end(self) -> None:

@@ -120,23 +120,19 @@ class TextBridgeTask(SweepTask):
         self.feature_cache = FrozenFeatureCache(model, dataset, dm.collate, dm.batch_size, self.device)
 
     def on_fit_end(self) -> None:
+        super().on_fit_end()
         self.feature_cache = None  # a cache of one fit; weights of a later fit could differ
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+    def training_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.feature_cache is not None:
             z = self.feature_cache.forward(self.model, batch)
         else:
             z = self.model(batch["input_ids"], batch["attention_mask"])
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
-        self.last_loss = loss.detach()
-        if self.should_log_step():
-            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-            self.log_dict({"train/cos": cos, "train/mse": mse}, on_step=True, on_epoch=False)
-            self.log_lr()
-        return loss
+        return loss, {"train/cos": cos, "train/mse": mse}
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        z = self.model(batch["input_ids"], batch["attention_mask"])
+        z = self.forward_fn(batch["input_ids"], batch["attention_mask"])
         loss, cos, mse = distill_loss(z, batch["target"], self.loss_config)
         n = self.samples_in(batch)
         self.log_dict({"val/loss": loss, "val/cos": cos, "val/mse": mse}, on_epoch=True, batch_size=n)

@@ -1,0 +1,157 @@
+"""data.on_device changes where batches come from, not what they are: same tensors, same order, same resume, same losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import smoke_config
+from sweeplab.callbacks.faults import RAISE_ENV
+from sweeplab.data.device_batches import DeviceBatches
+from sweeplab.data.textbridge import TextBridgeDataModule
+from sweeplab.errors import ConfigError
+from sweeplab.tasks.textbridge import TextBridgeTask
+from sweeplab.training import plan, train
+
+KEYS = ("input_ids", "attention_mask", "target", "sample_id")
+BATCH, MAX_LEN = 8, 48  # 270 training samples: 33 batches an epoch; max_len cuts the longest demo sentences
+_TRAINING_STEP = TextBridgeTask.training_step
+
+
+def _datamodule(demo_dir, **kwargs) -> TextBridgeDataModule:
+    dm = TextBridgeDataModule(path=str(demo_dir), batch_size=BATCH, max_len=MAX_LEN, **kwargs)
+    with pytest.warns(UserWarning, match="longer than data.max_len"):
+        dm.setup()
+    return dm
+
+
+def _assert_same_batch(got: dict, want: dict) -> None:
+    assert set(got) == set(want) == set(KEYS)
+    for key in KEYS:
+        assert got[key].dtype == want[key].dtype, key
+        assert torch.equal(got[key], want[key]), key
+
+
+def _take(batches, n: int) -> list[dict]:
+    """n batches, starting the next epoch whenever one ends (as a training loop does)."""
+    out, iterator = [], iter(batches)
+    while len(out) < n:
+        try:
+            out.append(next(iterator))
+        except StopIteration:
+            iterator = iter(batches)
+    return out
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_on_device_batches_are_the_dataloaders_for_two_epochs(demo_dir, drop_last):
+    loader = _datamodule(demo_dir, drop_last=drop_last).train_dataloader()
+    on_device = _datamodule(demo_dir, drop_last=drop_last, on_device=True).train_dataloader()
+    assert isinstance(on_device, DeviceBatches) and len(on_device) == len(loader)
+    for _ in range(2):
+        got, want = list(on_device), list(loader)
+        assert len(got) == len(want) == len(loader)
+        widths = set()
+        for g, w in zip(got, want):
+            _assert_same_batch(g, w)
+            widths.add(g["input_ids"].shape[1])
+        assert len(widths) > 1  # pad_to=batch: the width follows each batch's longest sample
+    if not drop_last:
+        assert len(got[-1]["sample_id"]) < BATCH  # the partial last batch is kept
+
+
+def test_pad_to_max_gives_one_shape_and_the_same_real_tokens(demo_dir):
+    reference = _datamodule(demo_dir).train_dataloader()
+    dm = _datamodule(demo_dir, pad_to="max")
+    width = dm.fixed_len
+    assert width == min(MAX_LEN, int(dm.source.token_lengths.max()))
+    loader = dm.train_dataloader()
+    on_device = _datamodule(demo_dir, pad_to="max", on_device=True).train_dataloader()
+    for g, w, ref in zip(on_device, loader, reference, strict=True):
+        _assert_same_batch(g, w)
+        assert g["input_ids"].shape == g["attention_mask"].shape == (BATCH, width)
+        cut = ref["input_ids"].shape[1]
+        assert torch.equal(g["input_ids"][:, :cut], ref["input_ids"])
+        assert torch.equal(g["attention_mask"][:, :cut], ref["attention_mask"])
+        assert (g["input_ids"][:, cut:] == dm.pad_id).all() and (g["attention_mask"][:, cut:] == 0).all()
+        assert torch.equal(g["target"], ref["target"]) and torch.equal(g["sample_id"], ref["sample_id"])
+
+
+@pytest.mark.parametrize("stop_after", [0, 5, 33, 34, 50])  # 33 batches an epoch: 33 stops right at its end
+def test_a_restored_device_batches_continues_exactly(demo_dir, stop_after):
+    dm = _datamodule(demo_dir, on_device=True)
+    reference = _take(dm.train_dataloader(), 100)
+    first = dm.train_dataloader()
+    seen = _take(first, stop_after)
+    restored = dm.train_dataloader()  # fresh sampler, same device tensors
+    restored.load_state_dict(first.state_dict())
+    seen += _take(restored, 100 - stop_after)
+    for g, w in zip(seen, reference, strict=True):
+        _assert_same_batch(g, w)
+
+
+def test_bad_pad_to_is_named(demo_dir):
+    with pytest.raises(ValueError, match=r"data\.pad_to='longest' is not one of \('batch', 'max'\)"):
+        TextBridgeDataModule(path=str(demo_dir), pad_to="longest")
+    with pytest.raises(ConfigError, match=r"data\.pad_to"):
+        plan(smoke_config(demo_dir, "data.pad_to=longest"))
+
+
+# --- through Lightning -----------------------------------------------------------------------------
+
+
+def _fit(demo_dir, monkeypatch, steps: int, *overrides) -> tuple[list[float], list[list[int]], set[str]]:
+    """Train on the demo data; each step's loss, the sample ids it saw, and the kinds of train loader in use."""
+    losses, ids, loaders = [], [], set()
+
+    def recording_step(self, batch, batch_idx):
+        loss = _TRAINING_STEP(self, batch, batch_idx)
+        losses.append(float(loss))
+        ids.append(batch["sample_id"].tolist())
+        loaders.add(type(self.trainer.train_dataloader).__name__)
+        return loss
+
+    monkeypatch.setattr(TextBridgeTask, "training_step", recording_step)
+    train(smoke_config(demo_dir, f"trainer.max_steps={steps}", *overrides))
+    return losses, ids, loaders
+
+
+def _history(client, experiment: str, key: str) -> list[tuple[int, float]]:
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def test_a_fit_on_device_gives_the_dataloader_losses(demo_dir, mlflow_uri, monkeypatch):
+    # 24 steps of 16-sample batches cross the end of the first epoch (16 batches)
+    loader = _fit(demo_dir, monkeypatch, 24, "data.on_device=false", "logger.experiment_name=loader")
+    on_device = _fit(demo_dir, monkeypatch, 24, "data.on_device=true", "logger.experiment_name=on_device")
+    assert (loader[2], on_device[2]) == ({"StatefulDataLoader"}, {"DeviceBatches"})
+    assert on_device[1] == loader[1] and len(loader[1]) == 24
+    torch.testing.assert_close(torch.tensor(on_device[0]), torch.tensor(loader[0]), rtol=0, atol=1e-6)
+    client = MlflowClient(mlflow_uri)
+    got, want = _history(client, "on_device", "train/loss"), _history(client, "loader", "train/loss")
+    assert [s for s, _ in got] == [s for s, _ in want] and len(got) > 1
+    torch.testing.assert_close(torch.tensor([v for _, v in got]), torch.tensor([v for _, v in want]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("stop", [12, 16])  # mid-epoch, and right at the end of the first epoch (16 batches)
+def test_a_resumed_fit_on_device_sees_the_same_batches(stop, demo_dir, tmp_path, monkeypatch):
+    common = ("data.on_device=true", "logger=none", f"checkpoint.every_n_steps={stop}")
+    (tmp_path / "reference").mkdir()
+    monkeypatch.chdir(tmp_path / "reference")  # checkpoints land in ./outputs/checkpoints
+    ref_losses, ref_ids, _ = _fit(demo_dir, monkeypatch, 24, *common)
+
+    # the run dies one step after its checkpoint at `stop` (same max_steps: the LR schedule depends on it)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RAISE_ENV, str(stop + 1))
+    with pytest.raises(RuntimeError, match="injected failure"):
+        _fit(demo_dir, monkeypatch, 24, *common)
+    monkeypatch.delenv(RAISE_ENV)
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["global_step"] == stop and saved["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+
+    rest_losses, rest_ids, _ = _fit(demo_dir, monkeypatch, 24, *common, f"resume={ckpt}")
+    assert len(rest_ids) == 24 - stop and rest_ids == ref_ids[stop:]
+    torch.testing.assert_close(torch.tensor(rest_losses), torch.tensor(ref_losses[stop:]), rtol=0, atol=0)

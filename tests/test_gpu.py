@@ -1,0 +1,81 @@
+"""On a CUDA device: the speed switches capture, compile and keep the loss curve of the plain eager run.
+
+Run on a GPU machine with `pytest -m gpu tests/test_gpu.py` (the default suite deselects them; CI has no GPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_speed_equivalence import STEPS, _assert_same_curve, _curve
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+CUDA = ("backend=cuda", "backend.cudnn_benchmark=false", "trainer.deterministic=false")
+
+
+@pytest.fixture(scope="module")
+def eager_cuda_curve(demo_dir, tmp_path_factory):
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.chdir(tmp_path_factory.mktemp("eager_cuda"))
+    try:
+        return _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max")
+    finally:
+        monkeypatch.undo()
+
+
+def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+    from sweeplab.tasks import base
+
+    graphs = []
+    original = base.SweepTask.on_fit_end
+
+    def keep_graph(self):
+        graphs.append(self.step_graph)
+        original(self)
+
+    monkeypatch.setattr(base.SweepTask, "on_fit_end", keep_graph)
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "cuda_graph=true")
+    (graph,) = graphs
+    assert graph.graph is not None and graph.replays == STEPS - graph.eager_steps
+    assert graph.eager_steps == graph.warmup_steps  # fixed shapes: only the warm-up ran eagerly
+    _assert_same_curve(curve, eager_cuda_curve, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_cuda_graph_step_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "cuda_graph=true", "compile=default")
+    _assert_same_curve(curve, eager_cuda_curve, rtol=1e-3, atol=1e-4)
+
+
+def test_device_resident_batches_keep_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true")
+    _assert_same_curve(curve, eager_cuda_curve, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_compiled_lm_stays_within_bf16_tolerance(tmp_path, monkeypatch):
+    from conftest import compose_train
+    from sweeplab.tasks.lm import LMTask
+    from sweeplab.training import train
+    from test_speed_equivalence import LossRecorder
+
+    curves = {}
+    for compile_mode in ("off", "default"):
+        recorder = LossRecorder()
+        monkeypatch.setattr(LMTask, "extra_callbacks", lambda self, r=recorder: [r])
+        monkeypatch.chdir(tmp_path)
+        cfg = compose_train([
+            "model=pagating_lm", "debug=smoke", *CUDA, "trainer.precision=bf16-mixed", f"compile={compile_mode}",
+            "trainer.max_steps=100", "trainer.val_check_interval=100", "logger=none", f"data.cache_dir={tmp_path / 'lm'}",
+            "trainer.enable_progress_bar=false",
+        ])
+        train(cfg)
+        curves[compile_mode] = torch.tensor(recorder.losses)
+    assert len(curves["default"]) == 100
+    torch.testing.assert_close(curves["default"], curves["off"], rtol=2e-2, atol=2e-2)

@@ -1,0 +1,126 @@
+"""Each speed switch changes how fast a run goes, not what it computes: over 200 steps the training loss curve stays
+within fp32 tolerance of the plain eager run (issue 8). The CUDA-graph switch is tested here through its code path
+with capture off (a CPU has no CUDA graphs: manual optimization, clipping inside the step, Lightning's optimizer
+step and the LR schedule); tests/test_gpu.py captures for real on a GPU."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from conftest import smoke_config
+from sweeplab import backends
+from sweeplab.errors import ConfigError
+from sweeplab.training import plan, train
+
+STEPS = 200
+
+
+class LossRecorder(L.Callback):
+    def __init__(self):
+        self.losses: list[float] = []
+        self.lrs: list[float] = []
+        self.graph_steps = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(pl_module.last_loss))
+        self.lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))
+        self.graph_steps += pl_module.step_graph is not None and not pl_module.automatic_optimization
+
+
+def _curve(demo_dir, monkeypatch, *overrides: str) -> LossRecorder:
+    from sweeplab.tasks.textbridge import TextBridgeTask
+
+    recorder = LossRecorder()
+    monkeypatch.setattr(TextBridgeTask, "extra_callbacks", lambda self: [recorder])
+    cfg = smoke_config(
+        demo_dir, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={STEPS}", "logger=none",
+        "optim.lr=3e-3", "optim.grad_clip=0.5", "data.batch_size=8", *overrides,
+    )
+    train(cfg)
+    return recorder
+
+
+@pytest.fixture
+def graph_path_on_cpu(monkeypatch):
+    """Let `cuda_graph=true` plan on the CPU: StepGraph then runs every step eagerly (capture needs CUDA)."""
+    original = backends.check_combination
+
+    def allow_cpu(*args, **kwargs):
+        kwargs["cuda_graph"] = False
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backends, "check_combination", allow_cpu)
+
+
+@pytest.fixture(scope="module")
+def eager_curve(demo_dir, tmp_path_factory):
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.chdir(tmp_path_factory.mktemp("eager"))
+    try:
+        return _curve(demo_dir, monkeypatch)
+    finally:
+        monkeypatch.undo()
+
+
+def _assert_same_curve(curve: LossRecorder, eager: LossRecorder, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    assert len(curve.losses) == len(eager.losses) == STEPS
+    assert eager.losses[-1] < 0.8 * eager.losses[0]  # the reference run learns something
+    torch.testing.assert_close(torch.tensor(curve.losses), torch.tensor(eager.losses), rtol=rtol, atol=atol)
+    torch.testing.assert_close(torch.tensor(curve.lrs), torch.tensor(eager.lrs))
+
+
+def test_cuda_graph_step_path_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch, graph_path_on_cpu):
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(demo_dir, monkeypatch, "cuda_graph=true")
+    assert curve.graph_steps == STEPS and eager_curve.graph_steps == 0
+    _assert_same_curve(curve, eager_curve)
+
+
+def test_fused_optimizer_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _assert_same_curve(_curve(demo_dir, monkeypatch, "optim.implementation=fused"), eager_curve)
+
+
+@pytest.mark.slow  # Inductor compiles C++ on the CPU: ~1 min on 2 cores
+def test_compiled_loss_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _assert_same_curve(_curve(demo_dir, monkeypatch, "compile=default"), eager_curve, rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_graph_is_refused_where_it_cannot_work(demo_dir):
+    with pytest.raises(ConfigError, match="cuda_graph.*backend=cuda"):
+        plan(smoke_config(demo_dir, "cuda_graph=true"))
+    with pytest.raises(ConfigError, match="cuda_graph: expected true or false"):
+        plan(smoke_config(demo_dir, "cuda_graph=sometimes"))
+    for kwargs, message in (
+        ({"precision": "16-mixed"}, "16-mixed"),
+        ({"compile_mode": "reduce-overhead"}, "cannot nest"),
+        ({"devices": 2}, "all-reduce"),
+        ({"accumulate_grad_batches": 4}, "accumulate_grad_batches=1"),
+    ):
+        args = {"precision": "32-true", "compile_mode": "off", **kwargs}
+        precision, compile_mode = args.pop("precision"), args.pop("compile_mode")
+        with pytest.raises(ConfigError, match=message):
+            backends.check_combination("cuda", precision, compile_mode, cuda_graph=True, **args)
+    assert backends.check_combination("cuda", "32-true", "default", cuda_graph=True) == []
+
+
+def test_step_graph_runs_eagerly_without_cuda_and_leaves_gradients_for_the_optimizer():
+    from sweeplab.tasks.step_graph import StepGraph
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    batch = {"x": torch.randn(8, 4), "y": torch.randn(8, 2)}
+
+    def loss_fn(b):
+        loss = torch.nn.functional.mse_loss(model(b["x"]), b["y"])
+        return loss, {"double": 2 * loss}
+
+    graph = StepGraph(loss_fn, list(model.parameters()), grad_clip=1e-3, autocast_dtype=None, device=torch.device("cpu"))
+    loss, metrics, grad_norm = graph(batch)
+    assert graph.graph is None and graph.eager_steps == 1
+    torch.testing.assert_close(metrics["double"], 2 * loss)
+    clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+    assert float(grad_norm) > 1e-3 and float(clipped) == pytest.approx(1e-3, rel=1e-3)
