@@ -132,3 +132,28 @@ def test_flops_per_sample_counts_backward_only_for_what_trains():
     assert forward == c.n_blocks * 2 * 10 * (c.d_model * c.d_hidden * c.kernel_size + c.d_hidden * c.d_model) + 2 * c.d_model * c.out_dim
     assert full.flops_per_sample(10) == 3 * forward
     assert frozen.flops_per_sample(10) == forward + 2 * 2 * c.d_model * c.out_dim
+
+
+def test_block_on_real_tokens_of_a_fixed_input_matches_the_padded_block():
+    """The frozen-trunk cache's CPU path: same outputs and same gradients (γ, β, conv, projection) as forward()."""
+    from sweeplab.models.textbridge import TCNBlock
+
+    torch.manual_seed(0)
+    block = TCNBlock(d_model=16, d_hidden=24, kernel_size=3, dilation=2)
+    with torch.no_grad():
+        block.norm.weight.uniform_(0.5, 1.5)
+        block.norm.bias.uniform_(-0.5, 0.5)
+    lengths = torch.tensor([5, 1, 9, 3])
+    mask = (torch.arange(9)[None] < lengths[:, None]).float()
+    x = torch.randn(4, 9, 16) * mask.unsqueeze(-1)  # what a cached trunk holds: zero past each sample's end
+
+    dense = block(x, mask)
+    grads_dense = torch.autograd.grad((dense**2).sum(), list(block.parameters()))
+    tokens = x[mask.bool()]
+    position = torch.cat([torch.arange(int(n)) for n in lengths])
+    packed = block.forward_fixed_input_tokens(tokens, position)
+    grads_packed = torch.autograd.grad((packed**2).sum(), list(block.parameters()))
+
+    torch.testing.assert_close(packed, dense[mask.bool()], rtol=1e-5, atol=1e-6)
+    for g_dense, g_packed in zip(grads_dense, grads_packed):
+        torch.testing.assert_close(g_packed, g_dense, rtol=1e-4, atol=1e-5)

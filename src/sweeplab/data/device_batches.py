@@ -2,7 +2,7 @@
 
 With per-sample reading and collation in DataLoader workers the GPU waits for data (batch 1024 on an H100: ~43k
 samples/s fed by 4 workers, ~64k trained). Here the whole training split is read once into padded tensors on the
-training device; a step copies one index list to the device and gathers rows. A batch's width is computed on the
+training device; a step copies one index list to the device (from pinned memory) and gathers rows. A batch's width is computed on the
 host from the known lengths, so nothing is read back from the device: a step needs no host sync.
 
 The index lists are those of `ResumableShuffleBatchSampler`, so order, epochs, DDP sharding and checkpoint state are
@@ -128,7 +128,12 @@ class DeviceBatches:
         split = self.split
         host_rows = np.asarray(indices, dtype=np.int64)  # one conversion of the list serves both uses
         width = split.width if self.pad_to == "max" else max(1, int(split.lengths[host_rows].max()))
-        rows = torch.from_numpy(host_rows).to(split.device, non_blocking=True)
+        rows = torch.from_numpy(host_rows)
+        if split.device.type == "cuda":
+            # from pinned memory (torch caches pinned blocks) the copy is truly asynchronous; from pageable memory
+            # the host can wait for the GPU to reach the copy, which serialises host and device every step
+            rows = rows.pin_memory()
+        rows = rows.to(split.device, non_blocking=True)
         return {
             "input_ids": split.input_ids[:, :width].index_select(0, rows),
             "attention_mask": split.attention_mask[:, :width].index_select(0, rows),

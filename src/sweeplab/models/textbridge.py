@@ -73,6 +73,30 @@ class TCNBlock(nn.Module):
         h = self.proj(F.gelu(self.conv(h), approximate="tanh"))
         return (x + h.transpose(1, 2)) * mask.unsqueeze(-1)
 
+    def forward_fixed_input_tokens(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """forward() at real tokens only, for an input that is a constant (a frozen trunk's cached output).
+
+        x: (T, D) the real tokens of several samples back to back, each sample's tokens in order; position: (T,)
+        each token's index in its sample. Returns (T, D), the same numbers as forward() gives at those tokens.
+        x's LayerNorm normalisation x̂ is then a constant too and only γ, β train, so the causal convolution of
+        γ⊙x̂ + β is (W⊙γ)·x̂ + W·β summed over the taps that read a real position (left of a sample's start the
+        padding is zero, after LayerNorm). One matrix product of gathered x̂ windows with a γ-scaled weight: the
+        (T, k·D) windows need no gradient and padded positions are never computed.
+        """
+        T, D = x.shape
+        k, dilation = self.conv.kernel_size[0], self.conv.dilation[0]
+        offsets = (k - 1 - torch.arange(k, device=x.device)) * dilation  # tap j reads position t - offsets[j]
+        reads_real = position.unsqueeze(1) >= offsets  # (T, k)
+        rows = torch.where(reads_real, torch.arange(T, device=x.device).unsqueeze(1) - offsets, T)
+        x_hat = F.layer_norm(x, (D,), eps=self.norm.eps)
+        windows = torch.cat([x_hat, x_hat.new_zeros(1, D)])[rows].reshape(T, k * D)  # row T: the zero padding
+        weight = self.conv.weight  # (H, D, k)
+        scaled = (weight * self.norm.weight[None, :, None]).permute(0, 2, 1).reshape(weight.shape[0], k * D)
+        beta_per_tap = torch.einsum("hdk,d->kh", weight, self.norm.bias)  # (k, H)
+        h = F.linear(windows, scaled, self.conv.bias) + reads_real.to(x.dtype) @ beta_per_tap
+        h = F.gelu(h, approximate="tanh")
+        return x + F.linear(h, self.proj.weight.squeeze(-1), self.proj.bias)
+
 
 class TextBridgeEncoder(nn.Module):
     def __init__(self, config: TextBridgeConfig):

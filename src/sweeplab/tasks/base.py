@@ -61,6 +61,8 @@ class SweepTask(L.LightningModule):
             loss, metrics = self.loss_fn(batch)
         self.last_loss = loss.detach()
         if self.should_log_step():
+            if self.cuda_graph:  # the graph's output tensors: the next replay overwrites them
+                loss, metrics = loss.clone(), {k: v.clone() for k, v in metrics.items()}
             self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
             if metrics:
                 self.log_dict(metrics, on_step=True, on_epoch=False)

@@ -63,7 +63,8 @@ class StepGraph:
     # --- one step ---------------------------------------------------------------------------------------
     def __call__(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """(loss, metrics, total gradient norm before clipping) of `batch`; gradients are left in `param.grad`
-        for the optimizer step that follows. The returned tensors are copies: the next replay reuses the graph's."""
+        for the optimizer step that follows. After a replay these are the graph's own output tensors, valid until
+        the next call: clone what must outlive the step (logging does, on logging steps)."""
         self.calls += 1
         if self.capture and self.graph is None and self.calls > self.warmup_steps:
             self._capture(batch)
@@ -74,8 +75,7 @@ class StepGraph:
             for p, grad in zip(self.params, self.static_grads):
                 p.grad = grad
             self.replays += 1
-            loss, metrics, grad_norm = self.static_outputs
-            return loss.clone(), {k: v.clone() for k, v in metrics.items()}, grad_norm.clone()
+            return self.static_outputs
         self.eager_steps += 1
         if self.graph is not None:
             self._warn_shape(batch)

@@ -182,8 +182,15 @@ class JobRun:
     def __enter__(self) -> JobRun:
         return self
 
+    def flush(self) -> None:
+        """Wait until metrics logged asynchronously (the Lightning logger's, `logger.async_logging`) are written.
+        MLflow keeps that queue on the store object it shares between clients of one URI; it has no per-client
+        public flush, hence the store."""
+        self.client._tracking_client.store.flush_async_logging()
+
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
+            self.flush()
             self.client.set_terminated(self.run_id, "FINISHED")
         else:
             self.fail(exc)
@@ -194,6 +201,8 @@ class JobRun:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
+        with contextlib.suppress(Exception):
+            self.flush()  # what the run logged before failing stays in it
         with contextlib.suppress(Exception):
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
