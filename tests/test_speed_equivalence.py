@@ -124,3 +124,39 @@ def test_step_graph_runs_eagerly_without_cuda_and_leaves_gradients_for_the_optim
     torch.testing.assert_close(metrics["double"], 2 * loss)
     clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
     assert float(grad_norm) > 1e-3 and float(clipped) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_nothing_is_read_back_from_the_device_between_logging_steps(demo_dir, tmp_path, monkeypatch):
+    """Each read of a tensor's value (`.item()`, float(), bool()) is a host sync on a GPU: only logging steps (every
+    `log_every_n_steps`) may read. Lightning re-reads metrics marked prog_bar=True after every batch, so none are."""
+    from sweeplab.tasks.textbridge import TextBridgeTask
+
+    monkeypatch.chdir(tmp_path)
+    reads: list[int] = []
+    state = {"step": 0}
+    epoch_ends: set[int] = set()  # an epoch's end may read (epoch metrics), once per epoch
+
+    class Step(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            state["step"] = trainer.global_step
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            epoch_ends.add(trainer.global_step - 1)
+
+    for name in ("item", "__float__", "__bool__", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            reads.append(state["step"])
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    monkeypatch.setattr(TextBridgeTask, "extra_callbacks", lambda self: [Step()])
+    cfg = smoke_config(
+        demo_dir, "trainer.max_steps=40", "trainer.val_check_interval=100", "trainer.log_every_n_steps=10",
+        "timing.window=1000", "timing.warmup_steps=0", "optim.implementation=fused", "checkpoint.every_n_steps=100",
+        "trainer.enable_progress_bar=true",
+    )
+    train(cfg)
+    between = sorted({s for s in reads if (s + 1) % 10 != 0 and s not in epoch_ends and 0 < s < 39})
+    assert between == [], f"tensors read back at non-logging steps {between}"

@@ -50,6 +50,18 @@ class TrainerConfig:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
 
+class LoggedLossProgressBar(TQDMProgressBar):
+    """Lightning's bar, showing the training loss as last logged (a float, converted once per logging step).
+    Tasks do not mark the loss prog_bar=True: Lightning would read such a metric back from the device after every
+    batch, a host sync per step."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        if "train/loss" in trainer.logged_metrics:
+            metrics["train/loss"] = f"{float(trainer.logged_metrics['train/loss']):.4g}"
+        return metrics
+
+
 @dataclass
 class LoggerConfig:
     tracking_uri: str | None = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
@@ -287,8 +299,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         callbacks.append(fault)
 
     if p.trainer.enable_progress_bar:
-        # the bar reads the loss back from the device when it refreshes: once per logging interval, not every step
-        callbacks.append(TQDMProgressBar(refresh_rate=p.trainer.log_every_n_steps))
+        callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
     trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job is not None:

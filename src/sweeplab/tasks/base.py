@@ -61,16 +61,14 @@ class SweepTask(L.LightningModule):
             loss, metrics = self.loss_fn(batch)
         self.last_loss = loss.detach()
         if self.should_log_step():
-            # As Python floats, read back in one sync: Lightning converts the progress-bar metrics it holds to
-            # floats after *every* batch until they are logged again, and a device tensor there means a host sync
-            # per step (on an H100 that left the GPU idle ~1 ms per TextBridge step). Floats also survive the next
-            # CUDA-graph replay, which overwrites the graph's output tensors.
-            names = ["train/loss", *metrics]
-            values = torch.stack([loss.detach().float(), *(v.detach().float() for v in metrics.values())]).tolist()
-            logged = dict(zip(names, values))
-            self.log("train/loss", logged.pop("train/loss"), on_step=True, on_epoch=False, prog_bar=True)
-            if logged:
-                self.log_dict(logged, on_step=True, on_epoch=False)
+            if self.cuda_graph:  # the graph's output tensors: the next replay overwrites them
+                loss, metrics = loss.clone(), {k: v.clone() for k, v in metrics.items()}
+            # Not prog_bar=True: Lightning converts progress-bar metrics to floats after *every* batch until they
+            # are logged again, a host sync per step (on an H100 the GPU idled ~1 ms per TextBridge step). The
+            # progress bar shows the last logged loss instead (training.LoggedLossProgressBar).
+            self.log("train/loss", loss, on_step=True, on_epoch=False)
+            if metrics:
+                self.log_dict(metrics, on_step=True, on_epoch=False)
             self.log_lr()
         return loss
 
