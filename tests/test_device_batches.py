@@ -155,3 +155,19 @@ def test_a_resumed_fit_on_device_sees_the_same_batches(stop, demo_dir, tmp_path,
     rest_losses, rest_ids, _ = _fit(demo_dir, monkeypatch, 24, *common, f"resume={ckpt}")
     assert len(rest_ids) == 24 - stop and rest_ids == ref_ids[stop:]
     torch.testing.assert_close(torch.tensor(rest_losses), torch.tensor(ref_losses[stop:]), rtol=0, atol=0)
+
+
+def test_a_dataloader_position_is_refused_with_a_clear_message():
+    from sweeplab.data.device_batches import DeviceBatches, ResidentSplit
+    from sweeplab.data.sampling import ResumableShuffleBatchSampler
+
+    split = ResidentSplit(
+        input_ids=torch.zeros((4, 3), dtype=torch.int64),
+        attention_mask=torch.ones((4, 3), dtype=torch.int64),
+        target=torch.zeros((4, 2)),
+        sample_id=torch.arange(4),
+        lengths=torch.full((4,), 3).numpy(),
+    )
+    batches = DeviceBatches(split, ResumableShuffleBatchSampler(4, 2, seed=0))
+    with pytest.raises(ValueError, match="data.on_device=false"):
+        batches.load_state_dict({"_index_sampler_state": {"epoch": 0, "batches_yielded": 1}, "_num_yielded": 1})

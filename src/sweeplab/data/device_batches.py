@@ -145,6 +145,11 @@ class DeviceBatches:
         return self.batch_sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        if "epoch" not in state:  # a StatefulDataLoader's state: the checkpoint was written with on_device=false
+            raise ValueError(
+                "the checkpoint's data position was saved by the DataLoader path (data.on_device=false); "
+                "resume with the setting it was trained with"
+            )
         self.batch_sampler.load_state_dict(state)
 
 
