@@ -37,6 +37,14 @@ def assert_no_running_runs(uri: str) -> None:
             assert run.info.status != "RUNNING", run.data.tags.get("mlflow.runName")
 
 
+def assert_failed_cleanly(code: int, err: str, uri: str, *expected: str) -> None:
+    """Exit 2, exactly one `error:` line holding each expected text, no traceback, no MLflow run left RUNNING."""
+    assert code == 2
+    assert all(text in err for text in expected), err
+    assert "Traceback" not in err and len(error_lines(err)) == 1
+    assert_no_running_runs(uri)
+
+
 def _jsonl(path, records):
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8")
     return path
@@ -60,10 +68,7 @@ def bad_files(tmp):
 def test_bad_data_files(case, tmp_path, mlflow_uri, monkeypatch, capsys):
     path, expected = bad_files(tmp_path)[case]
     code, err = run_cli(["debug=smoke", f"data.path={path}"], monkeypatch, capsys)
-    assert code == 2
-    assert expected in err and str(path.name) in err
-    assert "Traceback" not in err and len(error_lines(err)) == 1
-    assert_no_running_runs(mlflow_uri)
+    assert_failed_cleanly(code, err, mlflow_uri, expected, str(path.name))
 
 
 @pytest.mark.parametrize(
@@ -83,9 +88,7 @@ def test_bad_data_files(case, tmp_path, mlflow_uri, monkeypatch, capsys):
 )
 def test_bad_values(args, expected, mlflow_uri, monkeypatch, capsys):
     code, err = run_cli(["debug=smoke", *args], monkeypatch, capsys)
-    assert code == 2 and expected in err
-    assert "Traceback" not in err and len(error_lines(err)) == 1
-    assert_no_running_runs(mlflow_uri)
+    assert_failed_cleanly(code, err, mlflow_uri, expected)
 
 
 @pytest.mark.parametrize(

@@ -203,7 +203,7 @@ def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     if cfg.cpu_threads:
         torch.set_num_threads(cfg.cpu_threads)
-    if backend == "cuda":
+    if backend == "cuda":  # the Trainer (benchmark=None) keeps it, and turns it off itself for deterministic=true
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if backend == "mps" and cfg.mps_fallback:
         os.environ["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"

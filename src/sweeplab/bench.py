@@ -128,11 +128,10 @@ RAW_LOSS = {"textbridge": _textbridge_loss, "pagating_lm": _lm_loss}
 
 
 def _precision_context(precision: str, device: torch.device):
-    if precision == "bf16-mixed":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "16-mixed":
-        return torch.autocast(device.type, dtype=torch.float16)
-    return contextlib.nullcontext()
+    from sweeplab.tasks.step_graph import autocast_dtype
+
+    dtype = autocast_dtype(precision)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 class RawLoop:

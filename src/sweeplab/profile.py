@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
 
     from sweeplab.bench import compose
-    from sweeplab.errors import is_user_error
+    from sweeplab.errors import exit_on_user_error
     from sweeplab.training import train
 
     out = Path(args.out or Path("reports") / "profile" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
@@ -58,10 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(cfg)
     except Exception as exc:
-        if not is_user_error(exc):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        exit_on_user_error(exc)
     table = out / "profile.md"
     print(table.read_text(encoding="utf-8"))
     print("written: " + ", ".join(str(p) for p in sorted(out.iterdir())))

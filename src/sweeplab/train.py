@@ -10,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab.errors import is_user_error
+from sweeplab.errors import exit_on_user_error, is_user_error
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 log = logging.getLogger("sweeplab")
@@ -44,10 +44,7 @@ def main(cfg: DictConfig) -> float | None:
             log.error("job failed: %s", exc if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
             record_failed_job(cfg, exc)
             return None
-        if not expected:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        exit_on_user_error(exc)
 
 
 def run() -> None:

@@ -29,6 +29,9 @@ from sweeplab.tasks.optim import OptimConfig
 from sweeplab.tracking import mlflow_store, resume
 
 log = logging.getLogger(__name__)
+# cuda_graph=true trains with manual optimization, and Lightning then warns that checkpoints hold the weights after
+# the optimizer step: true of every run here, automatic optimization included
+warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
 
 @dataclass
@@ -280,8 +283,6 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
-    if p.cuda_graph:  # manual optimization: Lightning warns that checkpoints hold the weights after the step, as always
-        warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
     best = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
@@ -343,7 +344,6 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         # with cuda_graph the captured step clips (Lightning clips only under automatic optimization)
         gradient_clip_val=None if p.cuda_graph else p.optim.grad_clip or None,
         gradient_clip_algorithm="norm",
-        benchmark=p.backend_config.cudnn_benchmark if p.backend == "cuda" and not t.deterministic else None,
         plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,
         enable_progress_bar=t.enable_progress_bar,

@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.errors import UserError, is_user_error
+from sweeplab.errors import UserError, exit_on_user_error
 
 CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
 APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
@@ -70,16 +70,12 @@ def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except Exception as exc:
-        if not is_user_error(exc):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        exit_on_user_error(exc)
 
 
 if __name__ == "__main__":
     try:
         check_override_keys(sys.argv[1:])
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        exit_on_user_error(exc)
     main()

@@ -100,10 +100,10 @@ class StepGraph:
         with autocast:
             loss, metrics = self.loss_fn(batch)
         loss.backward()
-        grads = [p.grad for p in self.params if p.grad is not None]
         if self.grad_clip:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=self.device.type != "cpu")
         else:
+            grads = [p.grad for p in self.params if p.grad is not None]
             grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
         return loss.detach(), {k: v.detach() for k, v in metrics.items()}, grad_norm
 
