@@ -6,9 +6,18 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
+import lightning as L
 import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.demos.boring_classes import BoringModel
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
+
+from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.resume import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
 
 
 def _train(args, env=None, cwd=None):
@@ -72,3 +81,59 @@ def test_resume_without_an_interrupted_run_or_with_a_bad_checkpoint_fails_clearl
     exp = client.get_experiment_by_name("sweeplab")
     if exp is not None:
         assert all(r.info.status != "RUNNING" for r in client.search_runs([exp.experiment_id]))
+
+
+class _LossModel(BoringModel):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("loss", out["loss"])
+        return out
+
+
+def test_a_checkpoint_is_saved_only_after_the_metrics_it_covers_are_in_the_store(mlflow_uri, tmp_path, monkeypatch):
+    # MLflow's asynchronous queue, made slow: without the flush the store lags several steps behind the trainer
+    real_log_batch = SqlAlchemyStore.log_batch
+
+    def slow_log_batch(self, *args, **kwargs):
+        time.sleep(0.05)
+        return real_log_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", slow_log_batch)
+    stored_at_save, asked = {}, []
+
+    class Recording(ResumingMLFlowLogger):
+        def log_metrics(self, metrics, step=None):
+            asked.append(step)
+            super().log_metrics(metrics, step)
+
+    class LookAtTheStore(Callback):  # runs after MetricsStoredAtCheckpoint, before the file is written
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
+            stored_at_save[trainer.global_step] = (sorted(m.step for m in history), list(asked))
+
+    with mlflow_store.JobRun(mlflow_uri, "flush", "a job", tags={}, params={}) as job:
+        logger = Recording(experiment_name="flush", tracking_uri=mlflow_uri, run_id=job.run_id, synchronous=False)
+        last = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=0, save_last=True)
+        trainer = L.Trainer(
+            max_steps=12, limit_val_batches=0, logger=logger, log_every_n_steps=1, accelerator="cpu",
+            callbacks=[MetricsStoredAtCheckpoint(job), LookAtTheStore(), last],
+            enable_progress_bar=False, enable_model_summary=False,
+        )
+        trainer.fit(_LossModel())
+    assert sorted(stored_at_save) == [4, 8, 12]
+    for step, (stored, asked_so_far) in stored_at_save.items():
+        assert len(asked_so_far) >= step - 1 and stored == sorted(asked_so_far), step
+
+
+def test_a_resumed_run_skips_exactly_the_steps_already_stored(mlflow_uri):
+    with mlflow_store.JobRun(mlflow_uri, "skip", "a job", tags={}, params={}) as job:
+        job.log_metrics({"loss": 1.0}, step=0)
+        job.log_metrics({"loss": 3.0}, step=2)  # a killed asynchronous attempt stored step 2 but lost step 1
+        already = logged_steps(mlflow_uri, job.run_id)
+        assert already == {"loss": {0, 2}}
+        logger = ResumingMLFlowLogger(experiment_name="skip", tracking_uri=mlflow_uri, run_id=job.run_id,
+                                      already_logged=already)
+        for step in range(4):
+            logger.log_metrics({"loss": 10.0 + step}, step=step)
+    history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 1.0), (1, 11.0), (2, 3.0), (3, 13.0)]

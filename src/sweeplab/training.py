@@ -296,6 +296,10 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     )
     timer = ThroughputTimer(**p.timing)
     callbacks = [timer, NonFiniteGuard(**p.guard), best, last, *task.extra_callbacks()]
+    if job is not None:
+        from sweeplab.tracking.resume import MetricsStoredAtCheckpoint
+
+        callbacks.append(MetricsStoredAtCheckpoint(job))
     if (fault := FaultInjection.from_env()) is not None:
         callbacks.append(fault)
 
