@@ -17,7 +17,7 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
 
 from sweeplab.tracking import mlflow_store
-from sweeplab.tracking.resume import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
+from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
 
 
 def _train(args, env=None, cwd=None):
@@ -116,7 +116,7 @@ def test_a_checkpoint_is_saved_only_after_the_metrics_it_covers_are_in_the_store
         last = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=0, save_last=True)
         trainer = L.Trainer(
             max_steps=12, limit_val_batches=0, logger=logger, log_every_n_steps=1, accelerator="cpu",
-            callbacks=[MetricsStoredAtCheckpoint(job), LookAtTheStore(), last],
+            callbacks=[MetricsStoredAtCheckpoint(), LookAtTheStore(), last],
             enable_progress_bar=False, enable_model_summary=False,
         )
         trainer.fit(_LossModel())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset
 
 from sweeplab.callbacks import timing
@@ -97,13 +98,14 @@ class FakeDeviceTask(L.LightningModule):
         return None
 
 
-def _fit(timer: ThroughputTimer, task: FakeDeviceTask, max_steps: int, accumulate: int = 1, val_every: int | None = None):
+def _fit(timer: ThroughputTimer, task: FakeDeviceTask, max_steps: int, accumulate: int = 1, val_every: int | None = None,
+         callbacks: list = ()):
     trainer = L.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
-        callbacks=[timer],
+        callbacks=[timer, *callbacks],
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
         accumulate_grad_batches=accumulate,
@@ -164,6 +166,27 @@ def test_validation_and_warmup_are_not_training_time():
     for window, seconds in zip(timer.windows, truth):
         assert window["train/samples_per_sec"] * seconds == pytest.approx(window["samples"], rel=0.03)
     assert timer.summary["summary/step_time_s_median"] < 0.1  # a 2 s validation would dominate any window
+
+
+def test_a_periodic_checkpoint_is_not_training_time(tmp_path):
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+
+    class SlowSave(L.Callback):  # the checkpoint file takes 1 s to write, after every callback's on_save_checkpoint
+        saves = 0
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            SlowSave.saves += 1
+            device.host_work(1.0)
+
+    periodic = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=0, save_last=True)
+    timer = ThroughputTimer(warmup_steps=2, window=4, sync=device.sync, clock=device.clock)
+    _fit(timer, task, max_steps=18, callbacks=[SlowSave(), periodic])
+    assert SlowSave.saves >= 3  # at steps 5, 10, 15 (inside windows 1, 2 and 4)
+    truth = _true_window_seconds(task, 2, 4)
+    for window, seconds in zip(timer.windows, truth):
+        assert window["train/samples_per_sec"] * seconds == pytest.approx(window["samples"], rel=0.03)
+    assert timer.summary["summary/step_time_s_median"] < 0.1
 
 
 def test_data_loading_between_batches_is_inside_the_window():

@@ -243,7 +243,7 @@ def train(cfg: DictConfig) -> float | None:
         run_id=resume_run_id,
     )
     with job:
-        from sweeplab.tracking.resume import ResumingMLFlowLogger, logged_steps
+        from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
 
         if resume_ckpt is None:
             job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
@@ -297,9 +297,9 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     timer = ThroughputTimer(**p.timing)
     callbacks = [timer, NonFiniteGuard(**p.guard), best, last, *task.extra_callbacks()]
     if job is not None:
-        from sweeplab.tracking.resume import MetricsStoredAtCheckpoint
+        from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
-        callbacks.append(MetricsStoredAtCheckpoint(job))
+        callbacks.append(MetricsStoredAtCheckpoint())
     if (fault := FaultInjection.from_env()) is not None:
         callbacks.append(fault)
 

@@ -5,7 +5,8 @@ callback synchronises only at the edges of each timed window (a sync per step wo
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
 so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
-next training batch, so the checkpoint it triggers is not counted either.
+next training batch, so the checkpoint it triggers is not counted either; so does the periodic checkpoint (its
+file write is I/O, not a training step, and a hand-written loop timed beside it writes none).
 
 Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and needs a full window before it emits
 anything; its peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4 sparsity for some
@@ -315,14 +316,24 @@ class ThroughputTimer(L.Callback):
         self._win = self._empty_window()
         self._paused_elapsed = 0.0
 
-    # --- validation is not training time -----------------------------------------------------------
-    def on_validation_start(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or self._t0 is None:
+    # --- validation and checkpoint saving are not training time -----------------------------------
+    def _pause(self) -> None:
+        """Stop the clock; it runs again at the next training batch (on_train_batch_start)."""
+        if self._t0 is None:
             return
         self._paused_elapsed += self._elapsed_since_start()
         self._t0 = None
         self._paused = True
-        self._set_profiling(False)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and self._t0 is not None:
+            self._pause()
+            self._set_profiling(False)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        # a periodic checkpoint (checkpoint.every_n_steps) is written between two training batches: I/O, not a step
+        # (`make profile`'s phase table still sees it, as framework time)
+        self._pause()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._paused and self.profiler is not None:

@@ -1,4 +1,4 @@
-"""Resuming a run: find the interrupted run of the same configuration, and log without duplicating steps."""
+"""Resuming a run: find the interrupted run of the same configuration and the checkpoint it left."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from lightning.pytorch import Callback
-from lightning.pytorch.loggers import MLFlowLogger
 
 from sweeplab.errors import UserError
 from sweeplab.tracking import mlflow_store
@@ -50,47 +47,3 @@ def checkpoint_run_id(ckpt: Path) -> str | None:
     from sweeplab.tasks.checkpoint import read_checkpoint
 
     return (read_checkpoint(ckpt).get("sweeplab") or {}).get("mlflow_run_id")
-
-
-class ResumingMLFlowLogger(MLFlowLogger):
-    """MLFlowLogger that drops metric points at steps a previous attempt of this run already logged.
-
-    A resumed run repeats the steps between its last checkpoint and the kill; their values are the same (the run
-    is deterministic) and already in MLflow, so logging them again would duplicate steps. The check is per step,
-    not "after the last logged step": with asynchronous logging MLflow writes batches from several threads, so a
-    killed attempt may have stored step 16 but not step 15.
-    """
-
-    def __init__(self, *args, already_logged: Mapping[str, set[int]] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.already_logged = dict(already_logged or {})
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        if self.already_logged and step is not None:
-            metrics = {k: v for k, v in metrics.items() if step not in self.already_logged.get(k, ())}
-            if not metrics:
-                return
-        super().log_metrics(metrics, step)
-
-
-class MetricsStoredAtCheckpoint(Callback):
-    """Make every metric logged so far durable before a checkpoint is written.
-
-    With `logger.async_logging` metrics sit in MLflow's queue until its threads write them. A run killed with
-    points still queued, and resumed from a checkpoint saved after those steps, would never log them again: a
-    hole in the run's curves. Waiting for the queue while the checkpoint is assembled (before its file exists)
-    closes that: whatever a checkpoint covers is already in the store.
-    """
-
-    def __init__(self, job: mlflow_store.JobRun):
-        self.job = job
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        self.job.flush()
-
-
-def logged_steps(uri: str, run_id: str) -> dict[str, set[int]]:
-    """Metric key -> the steps logged in the run so far."""
-    client = mlflow_store._client(uri)
-    run = client.get_run(run_id)
-    return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}

@@ -1,0 +1,85 @@
+"""The Lightning logger of a job's MLflow run: asynchronous writes that a checkpoint waits for, and a resumed run
+that logs each step once.
+
+Imported when a tracked job starts (it imports MLflow, which costs seconds; a config error should not wait for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lightning.pytorch import Callback
+from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.tracking import MlflowClient
+
+from sweeplab.tracking import mlflow_store
+
+
+class _PendingWritesClient(MlflowClient):
+    """MlflowClient that keeps the handles of its asynchronous metric writes, so they can be waited for.
+
+    MLflow's own flush (the store's `flush_async_logging`) restarts its writer thread and waits up to a second for
+    it to notice; waiting for the writes themselves takes as long as they do."""
+
+    def __init__(self, tracking_uri: str | None):
+        super().__init__(tracking_uri)
+        self.pending = []
+
+    def log_batch(self, *args, **kwargs):
+        operation = super().log_batch(*args, **kwargs)
+        if operation is not None:  # synchronous=False: a RunOperations handle
+            self.pending.append(operation)
+        return operation
+
+    def wait_for_writes(self) -> None:
+        pending, self.pending = self.pending, []
+        for operation in pending:
+            operation.wait()  # raises if the write failed: better now than a hole in the curves found later
+
+
+class ResumingMLFlowLogger(MLFlowLogger):
+    """MLFlowLogger that drops metric points at steps a previous attempt of this run already logged, and can wait
+    until its asynchronous writes are in the store.
+
+    A resumed run repeats the steps between its last checkpoint and the kill; their values are the same (the run
+    is deterministic) and already in MLflow, so logging them again would duplicate steps. The check is per step,
+    not "after the last logged step": with asynchronous logging MLflow writes batches from several threads, so a
+    killed attempt may have stored step 16 but not step 15.
+    """
+
+    def __init__(self, *args, already_logged: Mapping[str, set[int]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.already_logged = dict(already_logged or {})
+        self._mlflow_client = _PendingWritesClient(self._tracking_uri)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self.already_logged and step is not None:
+            metrics = {k: v for k, v in metrics.items() if step not in self.already_logged.get(k, ())}
+            if not metrics:
+                return
+        super().log_metrics(metrics, step)
+
+    def wait_for_writes(self) -> None:
+        self._mlflow_client.wait_for_writes()
+
+
+class MetricsStoredAtCheckpoint(Callback):
+    """Make every metric logged so far durable before a checkpoint is written.
+
+    With `logger.async_logging` metrics sit in MLflow's queue until its threads write them. A run killed with
+    points still queued, and resumed from a checkpoint saved after those steps, would never log them again: a
+    hole in the run's curves. Waiting for those writes while the checkpoint is assembled (before its file exists)
+    closes that: whatever a checkpoint covers is already in the store.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, ResumingMLFlowLogger):
+                logger.wait_for_writes()
+
+
+def logged_steps(uri: str, run_id: str) -> dict[str, set[int]]:
+    """Metric key -> the steps logged in the run so far."""
+    client = mlflow_store._client(uri)
+    run = client.get_run(run_id)
+    return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}
