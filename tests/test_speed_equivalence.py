@@ -89,6 +89,28 @@ def test_compiled_loss_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, mon
     _assert_same_curve(_curve(demo_dir, monkeypatch, "compile=default"), eager_curve, rtol=1e-4, atol=1e-5)
 
 
+def test_the_guard_and_the_clipping_share_one_gradient_norm_per_step(demo_dir, tmp_path, monkeypatch):
+    """The non-finite guard's norm is the clipping's: one pass over the gradients per step, and the curve of
+    Lightning's own clip_grad_norm_ (guard off), up to the order the per-tensor norms are summed in (the model's
+    parameter order vs the optimizer's groups: a last-bit difference)."""
+    monkeypatch.chdir(tmp_path)
+    real = torch.nn.utils.clip_grad._get_total_norm
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils.clip_grad, "_get_total_norm", counted)  # what clip_grad_norm_ calls
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", counted)
+    shared = _curve(demo_dir, monkeypatch, "trainer.max_steps=20", "guard.mode=stop")
+    assert len(calls) == 20
+    calls.clear()
+    lightning_clipping = _curve(demo_dir, monkeypatch, "trainer.max_steps=20", "guard.mode=off")
+    assert len(calls) == 20
+    torch.testing.assert_close(torch.tensor(shared.losses), torch.tensor(lightning_clipping.losses), rtol=1e-6, atol=0)
+
+
 def test_cuda_graph_is_refused_where_it_cannot_work(demo_dir):
     with pytest.raises(ConfigError, match="cuda_graph.*backend=cuda"):
         plan(smoke_config(demo_dir, "cuda_graph=true"))

@@ -39,10 +39,7 @@ class NonFiniteGuard(L.Callback):
         if self.mode == "off":
             return
         loss = getattr(pl_module, "last_loss", None)
-        grad_norm = getattr(pl_module, "last_grad_norm", None)  # the CUDA-graph step's clipping computed it
-        if grad_norm is None:
-            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=pl_module.device)
+        grad_norm = pl_module.step_grad_norm()  # computed once per step: the clipping reuses it
         finite = torch.isfinite(grad_norm)
         if loss is not None:
             finite = finite & torch.isfinite(loss)
