@@ -126,7 +126,7 @@ def test_a_fit_on_device_gives_the_dataloader_losses(demo_dir, mlflow_uri, monke
     # 24 steps of 16-sample batches cross the end of the first epoch (16 batches)
     loader = _fit(demo_dir, monkeypatch, 24, "data.on_device=false", "logger.experiment_name=loader")
     on_device = _fit(demo_dir, monkeypatch, 24, "data.on_device=true", "logger.experiment_name=on_device")
-    assert (loader[2], on_device[2]) == ({"StatefulDataLoader"}, {"DeviceBatches"})
+    assert (loader[2], on_device[2]) == ({"ResumableDataLoader"}, {"DeviceBatches"})
     assert on_device[1] == loader[1] and len(loader[1]) == 24
     torch.testing.assert_close(torch.tensor(on_device[0]), torch.tensor(loader[0]), rtol=0, atol=1e-6)
     client = MlflowClient(mlflow_uri)
@@ -157,17 +157,12 @@ def test_a_resumed_fit_on_device_sees_the_same_batches(stop, demo_dir, tmp_path,
     torch.testing.assert_close(torch.tensor(rest_losses), torch.tensor(ref_losses[stop:]), rtol=0, atol=0)
 
 
-def test_a_dataloader_position_is_refused_with_a_clear_message():
-    from sweeplab.data.device_batches import DeviceBatches, ResidentSplit
-    from sweeplab.data.sampling import ResumableShuffleBatchSampler
-
-    split = ResidentSplit(
-        input_ids=torch.zeros((4, 3), dtype=torch.int64),
-        attention_mask=torch.ones((4, 3), dtype=torch.int64),
-        target=torch.zeros((4, 2)),
-        sample_id=torch.arange(4),
-        lengths=torch.full((4,), 3).numpy(),
-    )
-    batches = DeviceBatches(split, ResumableShuffleBatchSampler(4, 2, seed=0))
-    with pytest.raises(ValueError, match="data.on_device=false"):
-        batches.load_state_dict({"_index_sampler_state": {"epoch": 0, "batches_yielded": 1}, "_num_yielded": 1})
+@pytest.mark.parametrize("saved_on_device", [True, False])
+def test_resuming_with_the_other_data_path_is_refused_naming_the_setting(saved_on_device, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = ("logger=none", "checkpoint.every_n_steps=4")
+    _fit(demo_dir, monkeypatch, 6, *common, f"data.on_device={str(saved_on_device).lower()}")
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    saved = f"data.on_device={str(saved_on_device).lower()}"
+    with pytest.raises(ConfigError, match=f"config error: data.on_device: .*saved with {saved}; resume with that"):
+        _fit(demo_dir, monkeypatch, 6, *common, f"data.on_device={str(not saved_on_device).lower()}", f"resume={ckpt}")

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from sweeplab.data.sampling import ResumableShuffleBatchSampler
+from sweeplab.data.sampling import SWITCHED_DATA_PATH, ResumableShuffleBatchSampler
+from sweeplab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,7 @@ class DeviceBatches:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "epoch" not in state:  # a StatefulDataLoader's state: the checkpoint was written with on_device=false
-            raise ValueError(
-                "the checkpoint's data position was saved by the DataLoader path (data.on_device=false); "
-                "resume with the setting it was trained with"
-            )
+            raise ConfigError("data.on_device", SWITCHED_DATA_PATH.format(saved="false"))
         self.batch_sampler.load_state_dict(state)
 
 

@@ -29,11 +29,10 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 
 from sweeplab.data.corpus import demo_lm_splits
-from sweeplab.data.sampling import ResumableShuffleBatchSampler
+from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.files import atomic_write
 
@@ -304,7 +303,7 @@ class LMDataModule(L.LightningDataModule):
             batching = {"batch_sampler": ResumableShuffleBatchSampler(len(dataset), self.batch_size, self.seed, drop_last)}
         else:
             batching = {"batch_size": self.batch_size, "shuffle": False}
-        return StatefulDataLoader(
+        return ResumableDataLoader(
             dataset,
             **batching,
             num_workers=self.num_workers,

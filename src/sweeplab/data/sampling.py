@@ -16,6 +16,11 @@ from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from sweeplab.errors import ConfigError
+
+SWITCHED_DATA_PATH = "the checkpoint's data position was saved with data.on_device={saved}; resume with that setting"
 
 
 class ResumableShuffleBatchSampler(Sampler[list[int]]):
@@ -71,3 +76,13 @@ class ResumableShuffleBatchSampler(Sampler[list[int]]):
         self.batches_yielded = int(state["batches_yielded"])
         if self.batches_yielded >= len(self):
             self.epoch, self.batches_yielded = self.epoch + 1, 0
+
+
+class ResumableDataLoader(StatefulDataLoader):
+    """torchdata's StatefulDataLoader that names the setting when handed a position it did not write: the state of
+    device-resident batches (data.on_device=true) is the bare sampler's, on which torchdata stops with a KeyError."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if "batches_yielded" in state_dict:
+            raise ConfigError("data.on_device", SWITCHED_DATA_PATH.format(saved="true"))
+        super().load_state_dict(state_dict)

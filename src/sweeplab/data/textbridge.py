@@ -18,11 +18,10 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, ResidentSplit
 from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
-from sweeplab.data.sampling import ResumableShuffleBatchSampler
+from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -336,7 +335,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         if "batch_sampler" not in kwargs:
             kwargs["batch_size"] = self.batch_size
         kwargs.setdefault("collate_fn", self.collate)
-        return StatefulDataLoader(
+        return ResumableDataLoader(
             dataset,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,

@@ -118,6 +118,7 @@ class SweepTask(L.LightningModule):
 
     def on_fit_end(self) -> None:
         self.step_graph = None  # the graph holds this fit's gradients and inputs
+
     def configure_optimizers(self):
         optimizer = build_optimizer(self.model, self.optim_config)
         max_steps = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1000
