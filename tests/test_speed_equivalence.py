@@ -148,7 +148,8 @@ def test_step_graph_runs_eagerly_without_cuda_and_leaves_gradients_for_the_optim
     assert float(grad_norm) > 1e-3 and float(clipped) == pytest.approx(1e-3, rel=1e-3)
 
 
-def test_nothing_is_read_back_from_the_device_between_logging_steps(demo_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("data", [["data.on_device=false"], ["data.on_device=true", "data.pad_to=max"]])
+def test_nothing_is_read_back_from_the_device_between_logging_steps(data, demo_dir, tmp_path, monkeypatch):
     """Each read of a tensor's value (`.item()`, float(), bool()) is a host sync on a GPU: only logging steps (every
     `log_every_n_steps`) may read. Lightning re-reads metrics marked prog_bar=True after every batch, so none are."""
     from sweeplab.tasks.textbridge import TextBridgeTask
@@ -165,7 +166,7 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(demo_dir, tm
         def on_train_epoch_end(self, trainer, pl_module):
             epoch_ends.add(trainer.global_step - 1)
 
-    for name in ("item", "__float__", "__bool__", "tolist"):
+    for name in ("item", "__float__", "__bool__", "__int__", "__index__", "tolist", "numpy", "cpu"):
         original = getattr(torch.Tensor, name)
 
         def counted(self, *args, _original=original, **kwargs):
@@ -177,6 +178,7 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(demo_dir, tm
     cfg = smoke_config(
         demo_dir, "trainer.max_steps=40", "trainer.val_check_interval=100", "trainer.log_every_n_steps=10",
         "timing.window=1000", "timing.warmup_steps=0", "optim.implementation=fused", "checkpoint.every_n_steps=100",
+        *data,
     )
     train(cfg)  # no progress bar (smoke_config): it reads the loss once per refresh, counted per epoch
     between = sorted({s for s in reads if (s + 1) % 10 != 0 and s not in epoch_ends and 0 < s < 39})

@@ -65,7 +65,10 @@ class BenchSettings:
     limit_val_batches: int = 2  # the one validation at the end of each sweeplab job (never timed)
     textbridge_samples: int = 0  # >0: tile the demo set to this many records for TextBridge rows
     only: str = ""  # comma-separated: run only rows whose name contains one of these
-    burn_in: bool = True  # one untimed raw-loop run per accelerator row first: compile caches, page cache, cuDNN
+    # one untimed raw-loop run per row first, so neither side's first timed run pays first-time costs: compile
+    # caches, page cache, cuDNN autotuning, and on a CPU oneDNN's kernels for each new shape (TextBridge batches
+    # vary in width): without it the CPU rows' first sweeplab run timed 10-15 % slower than its later runs
+    burn_in: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.repeats < 1 or self.warmup_steps < 0:
@@ -341,7 +344,7 @@ def run_row(row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, p
     client = mlflow_store._client(uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _allow_recompiles()
-    if settings.burn_in and row.role != "cpu":
+    if settings.burn_in:
         raw_loop.run(warmup, steps)  # untimed: the first pass over the data and the first compilation pay here
     for repeat in range(settings.repeats if row.repeats is None else row.repeats):
         order = ("sweeplab", "raw") if repeat % 2 == 0 else ("raw", "sweeplab")
