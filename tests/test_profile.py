@@ -77,3 +77,22 @@ def test_profile_command_writes_table_trace_and_artifacts(demo_dir, mlflow_uri, 
     shares = [v for k, v in run.data.metrics.items() if k.startswith("profile/") and k.endswith("_share")]
     assert len(shares) == 5 and sum(shares) == pytest.approx(1.0)
     assert {a.path for a in client.list_artifacts(run.info.run_id, "profile")} == {"profile/profile.md", "profile/trace.json.gz"}
+
+
+def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflow_uri, tmp_path, monkeypatch):
+    from sweeplab import backends
+    from sweeplab.callbacks.timing import GRAPH_PHASE
+
+    original = backends.check_combination  # let cuda_graph=true plan on the CPU: StepGraph then runs eagerly
+    monkeypatch.setattr(backends, "check_combination", lambda *a, **k: original(*a, **{**k, "cuda_graph": False}))
+    out = tmp_path / "prof"
+    code = profile.main(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
+                         "trainer.enable_progress_bar=false", "cuda_graph=true", "--steps", "6", "--out", str(out)])
+    assert code == 0
+    rows = {}
+    for line in (out / "profile.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[1].replace(".", "").isdigit():
+            rows[cells[0]] = float(cells[1])
+    # forward, backward and clipping run inside the graph step; the optimizer phase is the optimizer's own work
+    assert rows[GRAPH_PHASE] > rows["optimizer"] and rows["forward"] < rows[GRAPH_PHASE]

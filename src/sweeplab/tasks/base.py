@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from sweeplab.callbacks.timing import GRAPH_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import StepGraph, autocast_dtype
 
@@ -85,7 +86,8 @@ class SweepTask(L.LightningModule):
         result = {}
 
         def closure() -> torch.Tensor:  # the optimizer calls it, then Lightning's on_before_optimizer_step hooks
-            result["loss"], result["metrics"], self.last_grad_norm = self.step_graph(batch)
+            with self.trainer.profiler.profile(GRAPH_ACTION):  # `make profile`: its own phase, not "optimizer"
+                result["loss"], result["metrics"], self.last_grad_norm = self.step_graph(batch)
             self.last_loss = result["loss"]  # read by the non-finite guard before the optimizer step
             return result["loss"]
 
