@@ -67,3 +67,29 @@ def test_the_job_run_is_what_the_sweep_callback_records_the_objective_on(mlflow_
     mlflow_store.forget_current_run()
     assert mlflow_store.current_run_id() is None
     assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
+
+
+def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlflow_uri, monkeypatch):
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from sweeplab.tracking.run_logger import ResumingMLFlowLogger
+
+    real_log_batch = SqlAlchemyStore.log_batch
+
+    def slow_log_batch(self, run_id, metrics=(), *args, **kwargs):
+        if metrics:
+            time.sleep(0.3)  # a slow store: the writes are still queued when the job's body ends
+        return real_log_batch(self, run_id, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", slow_log_batch)
+    started = time.perf_counter()
+    with mlflow_store.JobRun(mlflow_uri, "async", "a job", tags={}, params={}) as job:
+        logger = ResumingMLFlowLogger(experiment_name="async", tracking_uri=mlflow_uri, run_id=job.run_id,
+                                      synchronous=False)
+        job.add_async_writer(logger.wait_for_writes)
+        for step in range(10):
+            logger.log_metrics({"loss": float(step)}, step=step)
+    history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(10))
+    assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
+    assert time.perf_counter() - started < 5

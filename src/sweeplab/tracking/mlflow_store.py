@@ -14,7 +14,7 @@ import contextlib
 import os
 import subprocess
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,7 @@ class JobRun:
     ):
         self.uri = uri
         self.client = _client(uri)
+        self._async_writers: list[Callable[[], None]] = []
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
         global _current_run_id
@@ -182,11 +183,16 @@ class JobRun:
     def __enter__(self) -> JobRun:
         return self
 
+    def add_async_writer(self, wait: Callable[[], None]) -> None:
+        """Register something that writes to this run asynchronously (the Lightning logger under
+        `logger.async_logging`): `wait()` returns once its writes are stored. The run ends only after that."""
+        self._async_writers.append(wait)
+
     def flush(self) -> None:
-        """Wait until metrics logged asynchronously (the Lightning logger's, `logger.async_logging`) are written.
-        MLflow keeps that queue on the store object it shares between clients of one URI; it has no per-client
-        public flush, hence the store."""
-        self.client._tracking_client.store.flush_async_logging()
+        """Wait until everything logged asynchronously to this run is written. (MLflow's own flush, on the store
+        its clients share, restarts its writer thread and waits up to a second for it: a second per job.)"""
+        for wait in self._async_writers:
+            wait()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
