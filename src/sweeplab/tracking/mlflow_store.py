@@ -189,8 +189,8 @@ class JobRun:
         self._async_writers.append(wait)
 
     def flush(self) -> None:
-        """Wait until everything logged asynchronously to this run is written. (MLflow's own flush, on the store
-        its clients share, restarts its writer thread and waits up to a second for it: a second per job.)"""
+        """Wait until everything logged asynchronously to this run is written: the registered writers' own
+        pending writes (MLflow's store-wide flush would stop and restart its writer thread to get there)."""
         for wait in self._async_writers:
             wait()
 
