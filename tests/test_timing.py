@@ -189,6 +189,24 @@ def test_a_periodic_checkpoint_is_not_training_time(tmp_path):
     assert timer.summary["summary/step_time_s_median"] < 0.1
 
 
+def test_the_profile_leaves_a_periodic_checkpoint_out_as_the_clock_does(tmp_path):
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+
+    class SlowSave(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            device.host_work(1.0)
+
+    periodic = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=0, save_last=True)
+    timer = ThroughputTimer(warmup_steps=2, window=4, profile=True, profile_dir=str(tmp_path), sync=device.sync,
+                            clock=device.clock)
+    _fit(timer, task, max_steps=18, callbacks=[SlowSave(), periodic])
+    timed = sum(task.work_log[2:])
+    shares_ms = {k: v for k, v in timer.summary.items() if k.startswith("profile/") and k.endswith("_ms")}
+    step_ms = sum(shares_ms.values())
+    assert step_ms == pytest.approx(1000 * timed / 16, rel=0.05)  # 3 one-second saves would add ~190 ms a step
+
+
 def test_data_loading_between_batches_is_inside_the_window():
     device = FakeAsyncDevice(launch_cost=0.0)
     task = FakeDeviceTask(device, data_seconds=0.05)  # host-bound: the device idles while the host loads data

@@ -272,9 +272,10 @@ class ThroughputTimer(L.Callback):
             self._start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self._paused:  # first batch after a validation: the clock runs again from here
+        if self._paused:  # first batch after a validation or a checkpoint: the clock runs again from here
             self._paused = False
             self._start()
+            self._set_profiling(True)
         if self.trace_steps and self._trace is None and self._batches_seen == self.warmup_steps * self._accumulate:
             self._trace = _start_trace(self._device)
 
@@ -339,8 +340,9 @@ class ThroughputTimer(L.Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         # a periodic checkpoint (checkpoint.every_n_steps) is written between two training batches: I/O, not a step
-        # (`make profile`'s phase table still sees it, as framework time)
-        self._pause()
+        if self._t0 is not None:
+            self._pause()
+            self._set_profiling(False)  # `make profile` leaves it out too: its shares are of the timed steps
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._paused and self.profiler is not None:
