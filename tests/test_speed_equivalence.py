@@ -148,13 +148,20 @@ def test_step_graph_runs_eagerly_without_cuda_and_leaves_gradients_for_the_optim
     assert float(grad_norm) > 1e-3 and float(clipped) == pytest.approx(1e-3, rel=1e-3)
 
 
-@pytest.mark.parametrize("data", [["data.on_device=false"], ["data.on_device=true", "data.pad_to=max"]])
-def test_nothing_is_read_back_from_the_device_between_logging_steps(data, demo_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "switches",
+    [["data.on_device=false"], ["data.on_device=true", "data.pad_to=max"],
+     ["data.on_device=true", "data.pad_to=max", "cuda_graph=true"]],
+    ids=["dataloader", "on_device", "cuda_graph_path"],
+)
+def test_nothing_is_read_back_from_the_device_between_logging_steps(switches, demo_dir, tmp_path, monkeypatch, request):
     """Each read of a tensor's value (`.item()`, float(), bool()) is a host sync on a GPU: only logging steps (every
     `log_every_n_steps`) may read. Lightning re-reads metrics marked prog_bar=True after every batch, so none are."""
     from sweeplab.tasks.textbridge import TextBridgeTask
 
     monkeypatch.chdir(tmp_path)
+    if "cuda_graph=true" in switches:
+        request.getfixturevalue("graph_path_on_cpu")  # the graph step's code path, capture off
     reads: list[int] = []
     state = {"step": 0}
     epoch_ends: set[int] = set()  # an epoch's end may read (epoch metrics), once per epoch
@@ -162,6 +169,7 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(data, demo_d
     class Step(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             state["step"] = trainer.global_step
+            state["graph_step"] = pl_module.cuda_graph
 
         def on_train_epoch_end(self, trainer, pl_module):
             epoch_ends.add(trainer.global_step - 1)
@@ -178,11 +186,12 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(data, demo_d
     cfg = smoke_config(
         demo_dir, "trainer.max_steps=40", "trainer.val_check_interval=100", "trainer.log_every_n_steps=10",
         "timing.window=1000", "timing.warmup_steps=0", "optim.implementation=fused", "checkpoint.every_n_steps=100",
-        *data,
+        *switches,
     )
     train(cfg)  # no progress bar (smoke_config): it reads the loss once per refresh, counted per epoch
     between = sorted({s for s in reads if (s + 1) % 10 != 0 and s not in epoch_ends and 0 < s < 39})
     assert between == [], f"tensors read back at non-logging steps {between}"
+    assert state["graph_step"] == ("cuda_graph=true" in switches)
 
 
 def test_progress_bar_shows_the_last_logged_loss(demo_dir, tmp_path, monkeypatch):
