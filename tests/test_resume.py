@@ -137,3 +137,22 @@ def test_a_resumed_run_skips_exactly_the_steps_already_stored(mlflow_uri):
             logger.log_metrics({"loss": 10.0 + step}, step=step)
     history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == [(0, 1.0), (1, 11.0), (2, 3.0), (3, 13.0)]
+
+
+def test_a_failed_metric_write_is_named_in_a_warning_and_training_goes_on(mlflow_uri, monkeypatch, caplog):
+    def refuse(self, run_id, metrics=(), *args, **kwargs):
+        if metrics:
+            raise RuntimeError("database is locked")
+        return real_log_batch(self, run_id, metrics, *args, **kwargs)
+
+    real_log_batch = SqlAlchemyStore.log_batch
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", refuse)
+    with mlflow_store.JobRun(mlflow_uri, "refused", "a job", tags={}, params={}) as job:
+        logger = ResumingMLFlowLogger(experiment_name="refused", tracking_uri=mlflow_uri, run_id=job.run_id,
+                                      synchronous=False)
+        for step in range(3):
+            logger.log_metrics({"loss": 1.0}, step=step)
+        with caplog.at_level("WARNING", logger="sweeplab.tracking.run_logger"):
+            logger.wait_for_writes()
+    assert "could not store" in caplog.text and "database is locked" in caplog.text
+    assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"

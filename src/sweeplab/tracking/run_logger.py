@@ -6,6 +6,7 @@ Imported when a tracked job starts (it imports MLflow, which costs seconds; a co
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from lightning.pytorch import Callback
@@ -14,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeplab.tracking import mlflow_store
 
+log = logging.getLogger(__name__)
 
 class _PendingWritesClient(MlflowClient):
     """MlflowClient that keeps the handles of its asynchronous metric writes, so they can be waited for.
@@ -32,9 +34,20 @@ class _PendingWritesClient(MlflowClient):
         return operation
 
     def wait_for_writes(self) -> None:
+        """Return once every write so far is done. A write that failed (MLflow already logged its error) is named
+        in one warning; training goes on: a lost metric point is not worth a lost run."""
         pending, self.pending = self.pending, []
+        failed = []
         for operation in pending:
-            operation.wait()  # raises if the write failed: better now than a hole in the curves found later
+            try:
+                operation.wait()
+            except Exception as exc:  # MlflowException, or the store's own (a locked sqlite file, a dropped server)
+                failed.append(exc)
+        if failed:
+            log.warning(
+                "MLflow could not store %d metric write(s) of this run; their points are missing from its curves "
+                "(first error: %s)", len(failed), str(failed[0]).splitlines()[0] if str(failed[0]) else type(failed[0]).__name__,
+            )
 
 
 class ResumingMLFlowLogger(MLFlowLogger):
