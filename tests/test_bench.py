@@ -65,6 +65,11 @@ def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, t
     assert rows[1]["status"] == "skipped: no accelerator" and rows[1]["samples/s"] == ""
     markdown = bench.render([result], settings, "python -m sweeplab.bench")
     assert "| smoke row |" in markdown and "overhead" in markdown
+    assert all(r["summary/compiles_in_timed_steps"] == 0 for r in result.sweeplab) and all(r["compiles"] == 0 for r in result.raw)
+
+    recompiled = bench.RowResult(row, cfg, sweeplab=[{"summary/samples_per_sec": 9.0, "summary/compiles_in_timed_steps": 2.0}],
+                                 raw=[{"samples_per_sec": 10.0, "compiles": 0}])
+    assert bench.table_rows([recompiled])[0]["status"] == "compiled during timing (sweeplab 2, raw 0)"
 
 
 def test_presets_compose_and_every_row_plans(tmp_path):

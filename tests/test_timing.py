@@ -207,6 +207,20 @@ def test_the_profile_leaves_a_periodic_checkpoint_out_as_the_clock_does(tmp_path
     assert step_ms == pytest.approx(1000 * timed / 16, rel=0.05)  # 3 one-second saves would add ~190 ms a step
 
 
+def test_compilations_inside_the_timed_steps_are_counted_not_those_in_warmup():
+    device = FakeAsyncDevice()
+    compiled = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)  # dynamo counts graphs per backend too
+
+    class Compiling(FakeDeviceTask):
+        def training_step(self, batch, batch_idx):
+            compiled(torch.ones(3 if self.batches < 6 else 4))  # compiles at batch 0 (warm-up) and at batch 6 (timed)
+            return super().training_step(batch, batch_idx)
+
+    timer = ThroughputTimer(warmup_steps=2, window=4, sync=device.sync, clock=device.clock)
+    _fit(timer, Compiling(device), max_steps=12)
+    assert timer.summary["summary/compiles_in_timed_steps"] == 1
+
+
 def test_data_loading_between_batches_is_inside_the_window():
     device = FakeAsyncDevice(launch_cost=0.0)
     task = FakeDeviceTask(device, data_seconds=0.05)  # host-bound: the device idles while the host loads data

@@ -35,7 +35,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab import backends
-from sweeplab.callbacks.timing import synchronize
+from sweeplab.callbacks.timing import compiled_graphs, synchronize
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store
@@ -241,7 +241,7 @@ class RawLoop:
         for _ in range(warmup_steps):
             self.step(next_batch())
         synchronize(self.device)
-        t0 = clock()
+        t0, graphs = clock(), compiled_graphs()
         samples = 0
         for _ in range(steps):
             batch = next_batch()
@@ -250,7 +250,8 @@ class RawLoop:
         synchronize(self.device)
         elapsed = clock() - t0
         self.optimizer.zero_grad(set_to_none=True)
-        return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples}
+        return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples,
+                "compiles": compiled_graphs() - graphs}
 
 
 # --- one row: sweeplab and the raw loop, alternating ----------------------------------------------------
@@ -414,6 +415,13 @@ def _select(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=None)
 
 
+def _compile_note(r: RowResult) -> str:
+    """Compilations inside timed steps make a row's numbers wrong: the status says so, per side."""
+    ours = sum(int(m.get("summary/compiles_in_timed_steps", 0)) for m in r.sweeplab)
+    raw = sum(int(m.get("compiles", 0)) for m in r.raw)
+    return f"compiled during timing (sweeplab {ours}, raw {raw})" if ours or raw else ""
+
+
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
     baselines: dict[str, float] = {}
     for r in results:
@@ -451,7 +459,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
                 "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
-                "status": r.skipped or r.failed or "ok",
+                "status": r.skipped or r.failed or _compile_note(r) or "ok",
             }
         )
         rows.append(row)

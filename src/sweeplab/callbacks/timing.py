@@ -16,6 +16,7 @@ boards. We reuse its table (`get_available_flops`) for every other GPU and keep 
 from __future__ import annotations
 
 import gzip
+import logging
 import resource
 import shutil
 import statistics
@@ -27,6 +28,8 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.profilers import Profiler
+
+log = logging.getLogger(__name__)
 
 PRECISION_DTYPES = {
     "32-true": torch.float32,
@@ -55,6 +58,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process so far (0 if it never ran). A compilation inside a
+    timed stretch puts seconds of compile time into its step time."""
+    utils = sys.modules.get("torch._dynamo.utils")  # not imported: nothing was compiled, and importing costs a second
+    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
 
 
 def hopper_chip(device_name: str) -> str | None:
@@ -230,6 +240,8 @@ class ThroughputTimer(L.Callback):
         self._t0: float | None = None
         self._paused = False
         self._paused_elapsed = 0.0
+        self._graphs_at_start = 0
+        self._compiles_timed = 0
         self._win = self._empty_window()
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
@@ -243,6 +255,10 @@ class ThroughputTimer(L.Callback):
     def _start(self) -> None:
         self._sync(self._device)
         self._t0 = self._clock()
+        self._graphs_at_start = compiled_graphs()
+
+    def _count_compiles(self) -> None:  # at the end of a timed stretch (a pause or the end of training)
+        self._compiles_timed += compiled_graphs() - self._graphs_at_start
 
     def _elapsed_since_start(self) -> float:
         self._sync(self._device)
@@ -330,6 +346,7 @@ class ThroughputTimer(L.Callback):
         if self._t0 is None:
             return
         self._paused_elapsed += self._elapsed_since_start()
+        self._count_compiles()
         self._t0 = None
         self._paused = True
 
@@ -352,6 +369,14 @@ class ThroughputTimer(L.Callback):
         if self._win["batches"] > 0:  # a partial window counts in the totals, not as a logged sample
             elapsed = self._paused_elapsed + (self._elapsed_since_start() if self._t0 is not None else 0.0)
             self._close_window(trainer, elapsed, log=False)
+        if self._t0 is not None:
+            self._count_compiles()
+        if self._compiles_timed:
+            log.warning(
+                "torch.compile compiled %d graph(s) during the timed steps: their compile time is in the step time "
+                "(raise timing.warmup_steps, or look for recompilations with TORCH_LOGS=recompiles)",
+                self._compiles_timed,
+            )
         self._t0 = None
         self._paused = False
         self._set_profiling(False)
@@ -398,7 +423,7 @@ class ThroughputTimer(L.Callback):
             _log_artifacts(logger, self.files)
 
     def summarize(self) -> dict[str, float]:
-        summary = {"summary/peak_mem_mb": self._peak_mem_mb}
+        summary = {"summary/peak_mem_mb": self._peak_mem_mb, "summary/compiles_in_timed_steps": float(self._compiles_timed)}
         total = self._total
         steps = total["batches"] / self._accumulate
         if total["elapsed"] > 0:
