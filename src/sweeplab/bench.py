@@ -422,6 +422,14 @@ def _compile_note(r: RowResult) -> str:
     return f"compiled during timing (sweeplab {ours}, raw {raw})" if ours or raw else ""
 
 
+def _noise_note(pairs: list[float], spread: float = 0.10) -> str:
+    """Pairs further apart than `spread` of their median: the machine's noise is larger than a 3 % overhead."""
+    if len(pairs) < 2:
+        return ""
+    width = (max(pairs) - min(pairs)) / statistics.median(pairs)
+    return f"noisy: pairs {min(pairs):.2f}-{max(pairs):.2f}, raise bench.repeats" if width > spread else ""
+
+
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
     baselines: dict[str, float] = {}
     for r in results:
@@ -459,7 +467,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
                 "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
-                "status": r.skipped or r.failed or _compile_note(r) or "ok",
+                "status": r.skipped or r.failed or "; ".join(n for n in (_compile_note(r), _noise_note(pairs)) if n) or "ok",
             }
         )
         rows.append(row)
