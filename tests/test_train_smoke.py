@@ -47,3 +47,21 @@ def test_bad_input_fails_with_one_line_and_no_running_run(demo_dir, mlflow_uri, 
     assert result.returncode != 0
     assert "loss: alpha and beta are both 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri, monkeypatch):
+    """Lightning's logger would mark the run FINISHED when fit ends; the final validation, the summary and the
+    export still follow, and only the job decides how the run ends."""
+    from sweeplab import training
+
+    seen = []
+    original = training._final_validation
+
+    def recording(trainer, task, datamodule, p):
+        seen.append(MlflowClient(mlflow_uri).get_run(task.mlflow_run_id).info.status)
+        original(trainer, task, datamodule, p)
+
+    monkeypatch.setattr(training, "_final_validation", recording)
+    train(smoke_config(demo_dir))
+    _, run = _only_run(mlflow_uri)
+    assert seen == ["RUNNING"] and run.info.status == "FINISHED"

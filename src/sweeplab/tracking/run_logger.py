@@ -75,6 +75,12 @@ class ResumingMLFlowLogger(MLFlowLogger):
     def wait_for_writes(self) -> None:
         self._mlflow_client.wait_for_writes()
 
+    def finalize(self, status: str = "success") -> None:
+        """Lightning calls this when fit ends and MLFlowLogger would end the run there (FINISHED or FAILED). The
+        job goes on (final validation, summary, export), and its JobRun ends the run with the status of the whole
+        job; here only the writes are waited for."""
+        self.wait_for_writes()
+
 
 class MetricsStoredAtCheckpoint(Callback):
     """Make every metric logged so far durable before a checkpoint is written.
