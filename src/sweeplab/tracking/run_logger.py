@@ -17,6 +17,7 @@ from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
+
 class _PendingWritesClient(MlflowClient):
     """MlflowClient that keeps the handles of its asynchronous metric writes, so they can be waited for.
 
