@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import datetime as dt
 import gc
 import logging
@@ -191,6 +192,30 @@ class RawLoop:
         self.scheduled_alpha = p.family.name == "pagating_lm" and str(p.model_values.get("alpha")) in ("cosine", "linear")
         self.step_count = 0
         self.loader = self.datamodule.train_dataloader()
+        self.seed = int(cfg.seed)
+        self._initial = {  # what every run starts from (reset); weights kept on the host, off the device's memory
+            "model": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "scheduler": copy.deepcopy(self.scheduler.state_dict()),
+        }
+
+    def reset(self) -> None:
+        """Back to where a sweeplab job starts: the initial weights, no optimizer state, the schedule's first step,
+        the first batch of the first epoch, the same random state. Every timed run then does exactly one job's work
+        whatever ran before it; without this the loop trained on from run to run, on later batches (TextBridge
+        batches differ in width, so in work) than the job it was compared with."""
+        import lightning as L
+
+        from sweeplab.data.sampling import ResumableShuffleBatchSampler
+
+        L.seed_everything(self.seed, workers=True, verbose=False)
+        self.model.load_state_dict(self._initial["model"])
+        self.optimizer.load_state_dict(self._initial["optimizer"])  # also the groups' initial learning rates
+        self.scheduler.load_state_dict(self._initial["scheduler"])
+        self.step_count = 0
+        sampler = getattr(self.loader, "batch_sampler", None)
+        if isinstance(sampler, ResumableShuffleBatchSampler):
+            sampler.load_state_dict({"epoch": 0, "batches_yielded": 0})
 
     def _to_device(self, batch: dict) -> dict:
         moved = {k: v.to(self.device, non_blocking=self.non_blocking) for k, v in batch.items()}
@@ -227,7 +252,9 @@ class RawLoop:
         self.step_count += 1
 
     def run(self, warmup_steps: int, steps: int, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-        """Warm up, then time `steps` steps (data loading included) between two device syncs."""
+        """From the initial state (reset), warm up, then time `steps` steps (data loading included) between two
+        device syncs."""
+        self.reset()
         batches = iter(self.loader)  # a fresh pass, as each Lightning fit starts one
 
         def next_batch():
