@@ -70,6 +70,7 @@ def test_the_job_run_is_what_the_sweep_callback_records_the_objective_on(mlflow_
 
 
 def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlflow_uri, monkeypatch):
+    """JobRun relies on MLflow's set_terminated draining the asynchronous queue first; this holds it to that."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     from sweeplab.tracking.run_logger import ResumingMLFlowLogger
@@ -86,7 +87,6 @@ def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlf
     with mlflow_store.JobRun(mlflow_uri, "async", "a job", tags={}, params={}) as job:
         logger = ResumingMLFlowLogger(experiment_name="async", tracking_uri=mlflow_uri, run_id=job.run_id,
                                       synchronous=False)
-        job.add_async_writer(logger.wait_for_writes)
         for step in range(10):
             logger.log_metrics({"loss": float(step)}, step=step)
     history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")

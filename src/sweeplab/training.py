@@ -258,7 +258,6 @@ def train(cfg: DictConfig) -> float | None:
             already_logged=logged_steps(uri, job.run_id) if resume_ckpt is not None else None,
             synchronous=not p.logger.async_logging,
         )
-        job.add_async_writer(logger.wait_for_writes)
         return _fit(p, output_dir, logger=logger, job=job, resume_ckpt=resume_ckpt)
 
 

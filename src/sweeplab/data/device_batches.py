@@ -15,6 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -38,6 +39,8 @@ def _collate_with_lengths(items: list[dict], collate: Callable) -> tuple[dict[st
 @dataclass
 class ResidentSplit:
     """One split as the tensors `collate_textbridge` gives, one row per sample, all padded to `width` columns."""
+
+    TENSORS: ClassVar[tuple[str, ...]] = ("input_ids", "attention_mask", "target", "sample_id")  # the per-row tensors
 
     input_ids: torch.Tensor  # int64 (N, width), padded with pad_id
     attention_mask: torch.Tensor  # int64 (N, width)
@@ -70,7 +73,7 @@ class ResidentSplit:
         start = 0
         for batch, lengths in tqdm(loader, desc="data.on_device", leave=False, disable=n < _PROGRESS_MIN):
             stop = start + len(lengths)
-            for name in ("input_ids", "attention_mask", "target", "sample_id"):
+            for name in cls.TENSORS:
                 getattr(split, name)[start:stop] = batch[name]
             split.lengths[start:stop] = lengths
             start = stop
@@ -78,7 +81,7 @@ class ResidentSplit:
 
     def to(self, device: torch.device) -> ResidentSplit:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("input_ids", "attention_mask", "target", "sample_id"):
+        for name in self.TENSORS:
             moved[name] = moved[name].to(device)
         return ResidentSplit(**moved)
 
@@ -92,7 +95,7 @@ class ResidentSplit:
 
     @property
     def size_mb(self) -> float:
-        tensors = (self.input_ids, self.attention_mask, self.target, self.sample_id)
+        tensors = [getattr(self, name) for name in self.TENSORS]
         return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
     def __len__(self) -> int:

@@ -68,9 +68,8 @@ def collate_textbridge(
 ) -> dict[str, torch.Tensor]:
     """Pad on the right to the longest sample (or to `length`, for fixed shapes): input_ids int64 (B, L) with
     `pad_id`, attention_mask int64 0/1 (B, L), target float32 (B, D), sample_id int64 (B,)."""
-    longest = max(1, max(len(item["input_ids"]) for item in batch))  # L >= 1 keeps all-empty batches well-shaped
-    if length is not None:
-        longest = length
+    # L >= 1 keeps all-empty batches well-shaped
+    longest = length if length is not None else max(1, max(len(item["input_ids"]) for item in batch))
     input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.int64)
     attention_mask = torch.zeros((len(batch), longest), dtype=torch.int64)
     for row, item in enumerate(batch):
@@ -296,15 +295,17 @@ class TextBridgeDataModule(L.LightningDataModule):
             "tokens and are truncated"
         )
 
+    def _collate_to(self, length: int | None):
+        return functools.partial(collate_textbridge, pad_id=self.pad_id, length=length)
+
     @property
     def collate(self):
-        return functools.partial(collate_textbridge, pad_id=self.pad_id)
+        return self._collate_to(None)
 
     @property
     def train_collate(self):
         """The collate function of training batches: `collate`, or with pad_to=max one padding to `fixed_len`."""
-        length = self.fixed_len if self.pad_to == "max" else None
-        return functools.partial(collate_textbridge, pad_id=self.pad_id, length=length)
+        return self._collate_to(self.fixed_len if self.pad_to == "max" else None)
 
     def _train_device(self) -> torch.device:
         """The attached trainer's device (the rank's own under DDP); without a trainer, `self.device`."""
@@ -318,8 +319,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         device = self._train_device()
         if self._resident is None:
             width = self.fixed_len
-            collate = functools.partial(collate_textbridge, pad_id=self.pad_id, length=width)
-            split = ResidentSplit.build(self.train_dataset, collate, width, self.target_dim, self.num_workers)
+            split = ResidentSplit.build(self.train_dataset, self._collate_to(width), width, self.target_dim, self.num_workers)
             log.info(
                 "data.on_device: %d training samples x %d tokens, %.1f MB on %s", len(split), width, split.size_mb,
                 device,

@@ -19,7 +19,7 @@ from torch import nn
 
 from sweeplab.callbacks.timing import GRAPH_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
-from sweeplab.tasks.step_graph import StepGraph, autocast_dtype
+from sweeplab.tasks.step_graph import StepGraph, autocast_dtype, total_grad_norm
 
 
 class SweepTask(L.LightningModule):
@@ -105,8 +105,7 @@ class SweepTask(L.LightningModule):
         other (a full pass over the gradients each: 0.5 ms of a 100 ms step for the CPU bench's paGating model).
         Under cuda_graph=true the graph's clipping computed it."""
         if self.last_grad_norm is None:
-            grads = [p.grad for p in self.parameters() if p.grad is not None]
-            self.last_grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
+            self.last_grad_norm = total_grad_norm(self.parameters(), self.device)
         return self.last_grad_norm
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:

@@ -103,8 +103,7 @@ class StepGraph:
         if self.grad_clip:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=self.device.type != "cpu")
         else:
-            grads = [p.grad for p in self.params if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
+            grad_norm = total_grad_norm(self.params, self.device)
         return loss.detach(), {k: v.detach() for k, v in metrics.items()}, grad_norm
 
     # --- capture ----------------------------------------------------------------------------------------
@@ -143,9 +142,15 @@ class StepGraph:
         )
 
 
+def total_grad_norm(params, device: torch.device) -> torch.Tensor:
+    """The 2-norm over all gradients of `params`, on the device (no host sync); 0 when none has a gradient."""
+    grads = [p.grad for p in params if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=device)
+
+
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The autocast dtype a Lightning precision setting trains under; None for full/true precisions."""
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-__all__ = ["StepGraph", "autocast_dtype"]
+__all__ = ["StepGraph", "autocast_dtype", "total_grad_norm"]

@@ -14,7 +14,7 @@ import contextlib
 import os
 import subprocess
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,6 @@ class JobRun:
     ):
         self.uri = uri
         self.client = _client(uri)
-        self._async_writers: list[Callable[[], None]] = []
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
         global _current_run_id
@@ -183,20 +182,10 @@ class JobRun:
     def __enter__(self) -> JobRun:
         return self
 
-    def add_async_writer(self, wait: Callable[[], None]) -> None:
-        """Register something that writes to this run asynchronously (the Lightning logger under
-        `logger.async_logging`): `wait()` returns once its writes are stored. The run ends only after that."""
-        self._async_writers.append(wait)
-
-    def flush(self) -> None:
-        """Wait until everything logged asynchronously to this run is written: the registered writers' own
-        pending writes (MLflow's store-wide flush would stop and restart its writer thread to get there)."""
-        for wait in self._async_writers:
-            wait()
-
     def __exit__(self, exc_type, exc, tb) -> bool:
+        # set_terminated first drains MLflow's asynchronous queue (the Lightning logger's metrics, logger.async_logging):
+        # the run ends only once everything it logged is stored
         if exc is None:
-            self.flush()
             self.client.set_terminated(self.run_id, "FINISHED")
         else:
             self.fail(exc)
@@ -207,8 +196,6 @@ class JobRun:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
-        with contextlib.suppress(Exception):
-            self.flush()  # what the run logged before failing stays in it
         with contextlib.suppress(Exception):
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
