@@ -92,10 +92,48 @@ def test_a_restored_device_batches_continues_exactly(demo_dir, stop_after):
 
 
 def test_bad_pad_to_is_named(demo_dir):
-    with pytest.raises(ValueError, match=r"data\.pad_to='longest' is not one of \('batch', 'max'\)"):
+    with pytest.raises(ValueError, match=r"data\.pad_to='longest' is not one of \('batch', 'bucket', 'max'\)"):
         TextBridgeDataModule(path=str(demo_dir), pad_to="longest")
-    with pytest.raises(ConfigError, match=r"data\.pad_to"):
+    with pytest.raises(ConfigError, match=r"data\.pad_to.*'longest' is not one of batch, bucket, max, auto"):
         plan(smoke_config(demo_dir, "data.pad_to=longest"))
+    with pytest.raises(ConfigError, match=r"data\.pad_multiple"):
+        plan(smoke_config(demo_dir, "data.pad_multiple=0"))
+
+
+@pytest.mark.parametrize("cuda_graph, expected", [(False, "bucket"), (True, "max")])
+def test_pad_to_auto_buckets_and_is_recorded_resolved(demo_dir, cuda_graph, expected):
+    from sweeplab.data.device_batches import resolve_pad_to
+
+    assert resolve_pad_to("auto", cuda_graph) == expected and resolve_pad_to("batch", cuda_graph) == "batch"
+    p = plan(smoke_config(demo_dir))  # the config's default is auto; the CPU has no CUDA graphs
+    assert p.datamodule.pad_to == p.container["data"]["pad_to"] == "bucket"
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_buckets_bound_the_shapes_and_the_warmup_covers_every_one(demo_dir, on_device):
+    reference = _take(_datamodule(demo_dir).train_dataloader(), 66)  # pad_to=batch, two epochs
+    dm = _datamodule(demo_dir, pad_to="bucket", pad_multiple=16, on_device=on_device)
+    got = _take(dm.train_dataloader(), 66)
+    widths = set()
+    for g, ref in zip(got, reference, strict=True):
+        cut, width = ref["input_ids"].shape[1], g["input_ids"].shape[1]
+        assert width == min(-(-cut // 16) * 16, dm.fixed_len)  # the next multiple of 16, at most the fixed width
+        assert torch.equal(g["input_ids"][:, :cut], ref["input_ids"]) and (g["input_ids"][:, cut:] == dm.pad_id).all()
+        assert torch.equal(g["attention_mask"][:, :cut], ref["attention_mask"]) and not g["attention_mask"][:, cut:].any()
+        widths.add(width)
+    assert len({r["input_ids"].shape[1] for r in reference}) > len(widths) > 1
+    warmup = dm.shape_warmup_batches()
+    warm_shapes = {tuple(b["input_ids"].shape) for b in warmup}
+    assert {(BATCH, w) for w in widths} <= warm_shapes  # every shape training met was warmed up before
+    assert all(w % 16 == 0 or w == dm.fixed_len for _, w in warm_shapes) and len(warm_shapes) <= -(-dm.fixed_len // 16)
+    for b in warmup:
+        assert set(b) == set(KEYS) and b["attention_mask"].shape == b["input_ids"].shape
+
+
+def test_no_warmup_shapes_for_per_batch_widths_one_for_max(demo_dir):
+    assert _datamodule(demo_dir).shape_warmup_batches() == []
+    dm = _datamodule(demo_dir, pad_to="max")
+    assert [tuple(b["input_ids"].shape) for b in dm.shape_warmup_batches()] == [(BATCH, dm.fixed_len)]
 
 
 # --- through Lightning -----------------------------------------------------------------------------

@@ -141,8 +141,11 @@ def test_samples_per_sec_times_true_window_time_is_the_samples_processed(accumul
         assert window["train/tokens_per_sec"] == pytest.approx(7 * samples / seconds, rel=0.03)
     # the totals cover every timed step, the last partial window included
     timed_seconds = sum(task.work_log[3 * accumulate :])
-    assert timer.summary["summary/samples_per_sec"] * timed_seconds == pytest.approx(30 * accumulate * BATCH, rel=0.03)
-    assert timer.summary["summary/timed_steps"] == 30
+    summary = timer.summary
+    assert summary["summary/samples_per_sec_overall"] * timed_seconds == pytest.approx(30 * accumulate * BATCH, rel=0.03)
+    assert summary["summary/timed_steps"] == 30
+    # the headline throughput is the median step time's: samples per step / median step time, exactly
+    assert summary["summary/samples_per_sec"] == pytest.approx(accumulate * BATCH / summary["summary/step_time_s_median"])
 
 
 def test_an_unsynchronised_clock_would_be_wrong_on_the_fake_device():
@@ -240,14 +243,20 @@ def test_syncs_only_at_window_edges():
     assert device.syncs == 1 + 4 + 1  # warm-up end, 4 window ends, the partial window at the end
 
 
-def test_summary_has_median_and_p90_and_memory():
+def test_summary_has_median_p10_p90_spread_and_memory():
     timer = ThroughputTimer(warmup_steps=0, window=1)
     timer.windows = [{"train/step_time_s": t} for t in (1.0, 2.0, 3.0, 4.0, 100.0)]
     timer._total.update(batches=5, samples=50, tokens=500, elapsed=110.0)
     summary = timer.summarize()
     assert summary["summary/step_time_s_median"] == 3.0
     assert 4.0 < summary["summary/step_time_s_p90"] <= 100.0
-    assert summary["summary/samples_per_sec"] == pytest.approx(50 / 110)
+    assert 1.0 <= summary["summary/step_time_s_p10"] < 2.0
+    spread = (summary["summary/step_time_s_p90"] - summary["summary/step_time_s_p10"]) / 3.0
+    assert summary["summary/step_time_spread"] == pytest.approx(spread)
+    # samples/s and median step time are one statistic: 10 samples a step / 3 s; the stopwatch figure apart
+    assert summary["summary/samples_per_sec"] == pytest.approx(10 / 3.0)
+    assert summary["summary/tokens_per_sec"] == pytest.approx(100 / 3.0)
+    assert summary["summary/samples_per_sec_overall"] == pytest.approx(50 / 110)
     assert "summary/peak_mem_mb" in summary
 
 

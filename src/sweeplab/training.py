@@ -22,6 +22,7 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.config import bind, build
+from sweeplab.data.device_batches import resolve_pad_to
 from sweeplab.errors import ConfigError
 from sweeplab.families import get_family
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
@@ -148,6 +149,8 @@ def plan(cfg: DictConfig) -> JobPlan:
     )
     if family.build_task_config is not None:
         family.build_task_config(container.get("loss") or {})
+    if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
+        container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
     datamodule = family.build_datamodule(container["data"], model_config)
     return JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,

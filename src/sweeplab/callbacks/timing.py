@@ -4,7 +4,15 @@ CUDA and MPS run asynchronously: a host clock read without a device sync times k
 callback synchronises only at the edges of each timed window (a sync per step would itself cost throughput),
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
-so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
+so data loading between batches is inside the measurement.
+
+A job's numbers must not depend on its place in a sweep. The first time a process meets a batch shape it pays once
+(cuDNN autotuning, a Metal graph on MPS, oneDNN primitives, a torch.compile recompilation); before the first step,
+the timer runs one forward/backward of every shape the data can give (`shape_warmup_batches` of the datamodule,
+`warm_up_shapes` of the task: no optimizer step, so training is unchanged), so no timed step pays. Every run also
+says how far it can be trusted: the spread of its window step times, the batch shapes its timed steps saw and how
+many of them were new there, graphs compiled there, host load and CPU threads (`summarize`; judged in
+sweeplab.stability). A validation pauses the clock from its start to the
 next training batch, so the checkpoint it triggers is not counted either; so does the periodic checkpoint (its
 file write is I/O, not a training step, and a hand-written loop timed beside it writes none).
 
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import os
 import resource
 import shutil
 import statistics
@@ -58,6 +67,33 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average (runnable threads, ours included), where the OS reports one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
+def host_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a container's or taskset's share, not the whole host)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def batch_shape(batch) -> tuple:
+    """The shapes of a batch's tensors, as one hashable key (a dict's in key order)."""
+    if torch.is_tensor(batch):
+        return tuple(batch.shape)
+    if isinstance(batch, dict):
+        return tuple((k, tuple(v.shape)) for k, v in batch.items() if torch.is_tensor(v))
+    if isinstance(batch, (list, tuple)):
+        return tuple(tuple(v.shape) for v in batch if torch.is_tensor(v))
+    return ()
 
 
 def compiled_graphs() -> int:
@@ -197,30 +233,35 @@ def phase_table(shares: dict[str, float], steps: float) -> str:
 
 class ThroughputTimer(L.Callback):
     """Logs `train/step_time_s`, `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window
-    of `window` optimizer steps, after `warmup_steps` untimed steps; `summary` holds the run's totals, median and
-    p90 step time and peak memory. `sync` and `clock` are injectable so tests can stand in for an async device."""
+    of `window` optimizer steps, after `warmup_steps` untimed steps (and, before them, `warmup_per_shape`
+    forward/backward passes of every batch shape the data can give); `summary` holds the run's median, p10 and
+    p90 step time, throughput at the median, stability figures and peak memory. `sync` and `clock` are injectable
+    so tests can stand in for an async device."""
 
     def __init__(
         self,
         warmup_steps: int = 5,
         window: int = 20,
+        warmup_per_shape: int = 1,
         profile: bool = False,
         trace_steps: int = 0,
         profile_dir: str | None = None,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        """profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
+        """warmup_per_shape: forward/backward passes of each batch shape before the first step (0: none);
+        profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
         device sync at every phase edge, logged as `profile/*` and written to profile.md; trace_steps: record that
         many steps right after warm-up with torch.profiler (trace.json.gz, untimed); profile_dir: where those
         files go (default: <trainer.default_root_dir>/profile)."""
-        if warmup_steps < 0 or window < 1 or trace_steps < 0:
+        if warmup_steps < 0 or window < 1 or trace_steps < 0 or warmup_per_shape < 0:
             raise ValueError(
-                f"timing: warmup_steps and trace_steps must be >= 0 and window >= 1, got {warmup_steps}, "
-                f"{trace_steps}, {window}"
+                f"timing: warmup_steps, warmup_per_shape and trace_steps must be >= 0 and window >= 1, got "
+                f"{warmup_steps}, {warmup_per_shape}, {trace_steps}, {window}"
             )
         self.warmup_steps = warmup_steps
         self.window = window
+        self.warmup_per_shape = warmup_per_shape
         self.profile = profile
         self.trace_steps = trace_steps
         self.profile_dir = profile_dir
@@ -246,6 +287,10 @@ class ThroughputTimer(L.Callback):
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
         self._accumulate = 1
+        self._shapes_seen: set[tuple] = set()  # in the shape warm-up and every step so far
+        self._timed_shapes: set[tuple] = set()
+        self._new_timed_shapes = 0  # shapes a timed step met first
+        self._load_start: float | None = None
 
     @staticmethod
     def _empty_window() -> dict:
@@ -278,14 +323,27 @@ class ThroughputTimer(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_totals()
         self.windows = []
+        self._load_start = load_average()
         self._device = pl_module.device
         self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
         self._peak = peak_flops(self._device, str(trainer.precision))
+        self._warm_up_shapes(trainer, pl_module)
         reset_peak_memory(self._device)
         if self.profiler is not None:
             self.profiler.device = self._device
         if self._untimed_batches == 0:
             self._start()
+
+    def _warm_up_shapes(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """One forward/backward per batch shape the data can give, before any step: not timed, not training."""
+        source = getattr(trainer.datamodule, "shape_warmup_batches", None)
+        warm_up = getattr(pl_module, "warm_up_shapes", None)
+        if not self.warmup_per_shape or source is None or warm_up is None:
+            return
+        batches = [pl_module.transfer_batch_to_device(batch, pl_module.device, 0) for batch in source()]
+        warm_up(batches, self.warmup_per_shape)
+        self._shapes_seen.update(batch_shape(batch) for batch in batches)
+        self._sync(self._device)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._paused:  # first batch after a validation or a checkpoint: the clock runs again from here
@@ -301,6 +359,11 @@ class ThroughputTimer(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches_seen += 1
+        shape = batch_shape(batch)
+        if self._t0 is not None:
+            self._timed_shapes.add(shape)
+            self._new_timed_shapes += shape not in self._shapes_seen
+        self._shapes_seen.add(shape)
         if self._trace is not None and self._batches_seen == self._untimed_batches:
             self._stop_trace(trainer)
         if self._t0 is None:
@@ -314,10 +377,10 @@ class ThroughputTimer(L.Callback):
         win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
         win["flops"] += pl_module.flops_in(batch) or 0.0
         if win["batches"] >= self.window * self._accumulate:
-            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True, pl_module=pl_module)
+            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True)
             self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
 
-    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool, pl_module=None) -> None:
+    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool) -> None:
         win = self._win
         win["elapsed"] = elapsed
         win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
@@ -334,9 +397,12 @@ class ThroughputTimer(L.Callback):
             if self._peak and win["flops"]:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
-            # Through Lightning's own logging, so the numbers reach MLflow in the same write as the loss at the next
-            # `log_every_n_steps` step: a separate write costs ~10 ms on a sqlite store, 1-2 % of a CPU run.
-            pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+            # Straight to the loggers, once, at this step (Lightning's own step for this batch, as train/loss gets).
+            # Through pl_module.log the value stayed in Lightning's results and was written again at the next
+            # `log_every_n_steps` step. MLflow writes asynchronously (logger.async_logging): no step waits for it.
+            step = trainer.fit_loop.epoch_loop._batches_that_stepped
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
         self._win = self._empty_window()
         self._paused_elapsed = 0.0
 
@@ -384,6 +450,7 @@ class ThroughputTimer(L.Callback):
             self._stop_trace(trainer)
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
         self.summary = self.summarize()
+        self.summary.update(self.host_summary(self._load_start, load_average()))
         if self.profiler is not None:
             self._write_profile(trainer)
 
@@ -423,24 +490,54 @@ class ThroughputTimer(L.Callback):
             _log_artifacts(logger, self.files)
 
     def summarize(self) -> dict[str, float]:
-        summary = {"summary/peak_mem_mb": self._peak_mem_mb, "summary/compiles_in_timed_steps": float(self._compiles_timed)}
+        """The run's timed steps in one place. Throughput is at the median window step time (per-step samples,
+        tokens and FLOPs of all timed steps over `step_time_s_median`), so samples/s = samples per step / median step
+        time exactly; `samples_per_sec_overall` is all timed samples over all timed seconds (what a stopwatch around
+        the timed steps gives; the bench compares it with its raw loop). `step_time_spread` = (p90 - p10) / median of
+        the window step times: how much the run's own speed moved (sweeplab.stability judges it)."""
+        summary = {
+            "summary/peak_mem_mb": self._peak_mem_mb,
+            "summary/compiles_in_timed_steps": float(self._compiles_timed),
+            "summary/batch_shapes": float(len(self._timed_shapes)),
+            "summary/new_shapes_in_timed_steps": float(self._new_timed_shapes),
+        }
         total = self._total
         steps = total["batches"] / self._accumulate
         if total["elapsed"] > 0:
-            summary["summary/samples_per_sec"] = total["samples"] / total["elapsed"]
-            summary["summary/tokens_per_sec"] = total["tokens"] / total["elapsed"]
+            summary["summary/samples_per_sec_overall"] = total["samples"] / total["elapsed"]
             summary["summary/timed_steps"] = float(steps)
             summary["summary/timed_seconds"] = float(total["elapsed"])
-            if self._peak and total["flops"]:
-                summary["summary/mfu"] = total["flops"] / total["elapsed"] / self._peak
         step_times = [w["train/step_time_s"] for w in self.windows]
-        if not step_times and steps:
+        if not step_times and steps and total["elapsed"] > 0:
             step_times = [total["elapsed"] / steps]
-        if step_times:
-            summary["summary/step_time_s_median"] = statistics.median(step_times)
-            summary["summary/step_time_s_p90"] = (
-                statistics.quantiles(step_times, n=10, method="inclusive")[-1] if len(step_times) >= 2 else step_times[0]
-            )
+        if not step_times:
+            return summary
+        median = statistics.median(step_times)
+        summary["summary/step_time_s_median"] = median
+        if len(step_times) >= 2:
+            deciles = statistics.quantiles(step_times, n=10, method="inclusive")
+            p10, p90 = deciles[0], deciles[-1]
+            summary["summary/step_time_spread"] = (p90 - p10) / median
+        else:
+            p10 = p90 = step_times[0]
+        summary["summary/step_time_s_p10"] = p10
+        summary["summary/step_time_s_p90"] = p90
+        if steps and median > 0:
+            summary["summary/samples_per_sec"] = total["samples"] / steps / median
+            summary["summary/tokens_per_sec"] = total["tokens"] / steps / median
+            if self._peak and total["flops"]:
+                summary["summary/mfu"] = total["flops"] / steps / median / self._peak
+        return summary
+
+    @staticmethod
+    def host_summary(load_start: float | None, load_end: float | None) -> dict[str, float]:
+        """What else ran on the host: its 1-minute load average when training started and ended (this run's threads
+        included), the CPUs this process may use, and torch's intra-op threads."""
+        summary = {"summary/cpu_threads": float(torch.get_num_threads()), "summary/host_cpus": float(host_cpus())}
+        if load_start is not None:
+            summary["summary/load_avg_start"] = load_start
+        if load_end is not None:
+            summary["summary/load_avg_end"] = load_end
         return summary
 
 

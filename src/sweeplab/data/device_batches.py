@@ -26,9 +26,54 @@ from sweeplab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-PAD_TO_MODES = ("batch", "max")
+PAD_TO_MODES = ("batch", "bucket", "max")
+PAD_TO_SETTINGS = (*PAD_TO_MODES, "auto")  # what `data.pad_to` accepts; `auto` is resolved by `resolve_pad_to`
 _BUILD_BATCH = 1024  # samples read and collated per step of the one-off build pass
 _PROGRESS_MIN = 10_000  # build passes over fewer samples show no progress bar
+
+
+def resolve_pad_to(pad_to: str, cuda_graph: bool) -> str:
+    """`data.pad_to=auto`: `max` under cuda_graph (a captured graph holds one shape), else `bucket`, on every backend.
+
+    Every new batch shape costs a one-off price the first time a process meets it (cuDNN autotuning on CUDA, a Metal
+    graph on MPS, oneDNN primitives on the CPU: ~12 ms a shape for TextBridge small, 20 % of a step). With
+    per-batch widths the first job of a sweep meets most shapes inside its timed steps and later jobs do not, so a
+    job's speed depended on its place in the sweep. Buckets bound the shapes, and the timer's shape warm-up pays for
+    each one before timing. On the CPU too: the extra padding (< `pad_multiple` tokens a row) costs every job alike.
+    """
+    if pad_to not in PAD_TO_SETTINGS:
+        raise ConfigError("data.pad_to", f"{pad_to!r} is not one of {', '.join(PAD_TO_SETTINGS)}")
+    if pad_to == "auto":
+        return "max" if cuda_graph else "bucket"
+    return pad_to
+
+
+@dataclass(frozen=True)
+class Padding:
+    """The width of a training batch: its longest sample (`batch`), that rounded up to a multiple of `multiple`
+    (`bucket`), or always `fixed_len` (`max`); never wider than `fixed_len`. Picklable, for DataLoader workers."""
+
+    mode: str
+    fixed_len: int
+    multiple: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in PAD_TO_MODES:
+            raise ValueError(f"data.pad_to={self.mode!r} is not one of {PAD_TO_MODES}")
+        if self.multiple < 1:
+            raise ValueError(f"data.pad_multiple must be >= 1, got {self.multiple}")
+
+    def width(self, longest: int) -> int:
+        if self.mode == "max":
+            return self.fixed_len
+        longest = max(1, longest)  # L >= 1 keeps all-empty batches well-shaped
+        if self.mode == "bucket":
+            return min(self.fixed_len, -(-longest // self.multiple) * self.multiple)
+        return longest
+
+    def widths_from(self, narrowest: int) -> list[int]:
+        """Every width a batch whose longest sample has at least `narrowest` tokens can get (`batch`: all of them)."""
+        return sorted({self.width(n) for n in range(max(1, narrowest), self.fixed_len + 1)})
 
 
 def _collate_with_lengths(items: list[dict], collate: Callable) -> tuple[dict[str, torch.Tensor], list[int]]:
@@ -105,19 +150,17 @@ class ResidentSplit:
 class DeviceBatches:
     """Batches gathered from a `ResidentSplit` in the order `batch_sampler` gives, as dicts like the collate function's.
 
-    pad_to="batch" cuts each batch to its longest sample (the DataLoader path's tensors exactly); "max" keeps the
-    split's fixed width (one shape for CUDA graphs and torch.compile). Lightning resumes it like a StatefulDataLoader:
+    Each batch is cut to `padding`'s width of its longest sample (the DataLoader path's tensors exactly): with
+    `max` the split's fixed width (one shape for CUDA graphs and torch.compile). Lightning resumes it like a StatefulDataLoader:
     `state_dict`/`load_state_dict` make it `_Stateful`, and the state is the sampler's.
     """
 
-    def __init__(self, split: ResidentSplit, batch_sampler: ResumableShuffleBatchSampler, pad_to: str = "batch"):
-        if pad_to not in PAD_TO_MODES:
-            raise ValueError(f"data.pad_to={pad_to!r} is not one of {PAD_TO_MODES}")
+    def __init__(self, split: ResidentSplit, batch_sampler: ResumableShuffleBatchSampler, padding: Padding | None = None):
         if batch_sampler.num_samples != len(split):
             raise ValueError(f"the sampler covers {batch_sampler.num_samples} samples, the split holds {len(split)}")
         self.split = split
         self.batch_sampler = batch_sampler
-        self.pad_to = pad_to
+        self.padding = padding if padding is not None else Padding("batch", split.width)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -131,7 +174,7 @@ class DeviceBatches:
         """Rows `indices` of the split, on its device; the width comes from host-side lengths (no device read)."""
         split = self.split
         host_rows = np.asarray(indices, dtype=np.int64)  # one conversion of the list serves both uses
-        width = split.width if self.pad_to == "max" else max(1, int(split.lengths[host_rows].max()))
+        width = self.padding.width(int(split.lengths[host_rows].max()))
         rows = torch.from_numpy(host_rows)
         if split.device.type == "cuda":
             # from pinned memory (torch caches pinned blocks) the copy is truly asynchronous; from pageable memory
@@ -154,4 +197,4 @@ class DeviceBatches:
         self.batch_sampler.load_state_dict(state)
 
 
-__all__ = ["DeviceBatches", "ResidentSplit", "PAD_TO_MODES"]
+__all__ = ["DeviceBatches", "Padding", "ResidentSplit", "PAD_TO_MODES", "PAD_TO_SETTINGS", "resolve_pad_to"]

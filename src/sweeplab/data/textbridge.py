@@ -1,10 +1,12 @@
 """TextBridge batches: (input_ids, attention_mask, target) from a JSONL/EFB1 file or the offline demo dataset.
 
 Records are read lazily (`formats.open_dataset`); the train/val split is seeded, so one seed gives one split on every
-run (the original's split was an unseeded shuffle). Batches are padded on the right to the longest sample in them,
-or with `pad_to="max"` training batches to one fixed width (fixed shapes for CUDA graphs and torch.compile; the causal
-TCN pools with the mask, so extra right padding changes no real output). `on_device=true` serves training batches from
-tensors kept on the training device (`device_batches.DeviceBatches`) instead of a DataLoader.
+run (the original's split was an unseeded shuffle). Batches are padded on the right to the longest sample in them;
+training batches with `pad_to="bucket"` to that rounded up to a multiple of `pad_multiple` (a few shapes, each warmed
+up before timing: `shape_warmup_batches`), with `pad_to="max"` to one fixed width (fixed shapes for CUDA graphs and
+torch.compile). The causal TCN pools with the mask, so extra right padding changes no real output. `on_device=true`
+serves training batches from tensors kept on the training device (`device_batches.DeviceBatches`) instead of a
+DataLoader.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
-from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, ResidentSplit
+from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, Padding, ResidentSplit
 from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
@@ -64,12 +66,16 @@ class TextBridgeDataset(Dataset):
 
 
 def collate_textbridge(
-    batch: list[dict[str, torch.Tensor]], pad_id: int = 0, length: int | None = None
+    batch: list[dict[str, torch.Tensor]], pad_id: int = 0, length: int | None = None, padding: Padding | None = None
 ) -> dict[str, torch.Tensor]:
-    """Pad on the right to the longest sample (or to `length`, for fixed shapes): input_ids int64 (B, L) with
-    `pad_id`, attention_mask int64 0/1 (B, L), target float32 (B, D), sample_id int64 (B,)."""
-    # L >= 1 keeps all-empty batches well-shaped
-    longest = length if length is not None else max(1, max(len(item["input_ids"]) for item in batch))
+    """Pad on the right to the longest sample (or to `length`, for fixed shapes, or to `padding`'s width of the longest
+    sample): input_ids int64 (B, L) with `pad_id`, attention_mask int64 0/1 (B, L), target float32 (B, D), sample_id
+    int64 (B,)."""
+    longest = max([len(item["input_ids"]) for item in batch] + [1])  # L >= 1 keeps all-empty batches well-shaped
+    if length is not None:
+        longest = length
+    elif padding is not None:
+        longest = padding.width(longest)
     input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.int64)
     attention_mask = torch.zeros((len(batch), longest), dtype=torch.int64)
     for row, item in enumerate(batch):
@@ -96,6 +102,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         too_long: str = "truncate",
         drop_last: bool = True,
         pad_to: str = "batch",
+        pad_multiple: int = 8,
         on_device: bool = False,
     ):
         super().__init__()
@@ -103,6 +110,8 @@ class TextBridgeDataModule(L.LightningDataModule):
             raise ValueError(f"data.too_long={too_long!r} is not one of {TOO_LONG_MODES}")
         if pad_to not in PAD_TO_MODES:
             raise ValueError(f"data.pad_to={pad_to!r} is not one of {PAD_TO_MODES}")
+        if pad_multiple < 1:
+            raise ValueError(f"data.pad_multiple must be >= 1, got {pad_multiple}")
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
         for name, value in (("batch_size", batch_size), ("max_len", max_len)):
@@ -122,6 +131,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.too_long = too_long
         self.drop_last = drop_last
         self.pad_to = pad_to
+        self.pad_multiple = pad_multiple
         self.on_device = on_device
         # where on_device keeps the training split when no trainer is attached (a hand-written loop sets it)
         self.device = torch.device("cpu")
@@ -132,6 +142,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.val_dataset: TextBridgeDataset | None = None
         self._max_token_id = -1
         self._longest = 0  # tokens in the longest record of the source, before truncation
+        self._train_lengths: np.ndarray | None = None  # tokens per training sample, after truncation
         self._resident: ResidentSplit | None = None  # the on_device training split, built on first use
 
     # --- Lightning hooks ----------------------------------------------------------------------
@@ -159,6 +170,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).numpy()
         self.val_dataset = TextBridgeDataset(source, np.sort(order[:n_val]), self.max_len, self.tokenizer)
         self.train_dataset = TextBridgeDataset(source, order[n_val:], self.max_len, self.tokenizer)
+        self._train_lengths = np.minimum(lengths[order[n_val:]], self.max_len)
         self.source = source
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
@@ -172,7 +184,7 @@ class TextBridgeDataModule(L.LightningDataModule):
             drop_last = False
         sampler = ResumableShuffleBatchSampler(len(self.train_dataset), self.batch_size, self.seed, drop_last)
         if self.on_device:
-            return DeviceBatches(self._resident_train(), sampler, self.pad_to)
+            return DeviceBatches(self._resident_train(), sampler, self.padding)
         return self._loader(self.train_dataset, batch_sampler=sampler, collate_fn=self.train_collate)
 
     def val_dataloader(self) -> DataLoader:
@@ -211,6 +223,34 @@ class TextBridgeDataModule(L.LightningDataModule):
         """The one width of every training batch with pad_to=max: max_len, or the longest record if shorter."""
         self.setup()
         return max(1, min(self.max_len, self._longest))
+
+    @property
+    def padding(self) -> Padding:
+        """How wide each training batch is (data.pad_to, data.pad_multiple)."""
+        return Padding(self.pad_to, self.fixed_len, self.pad_multiple)
+
+    def shape_warmup_batches(self) -> list[dict[str, torch.Tensor]]:
+        """One host batch of every shape a training batch can have, for a forward/backward before the timed steps
+        (callbacks/timing.py). Widths below the padding of the `batch_size`-th shortest sample cannot occur (a batch is
+        as wide as its longest sample); with pad_to=batch there are too many widths to cover: none. The tokens are the
+        first training samples cut to each width: what a warm-up computes does not matter, only its shapes."""
+        self.setup()
+        if self.pad_to == "batch" or not len(self.train_dataset):
+            return []
+        sizes = {min(self.batch_size, self.num_train)}
+        if not self.drop_last and self.num_train % self.batch_size:
+            sizes.add(self.num_train % self.batch_size)  # the short last batch of each epoch
+        narrowest = int(np.sort(self._train_lengths)[min(self.batch_size, self.num_train) - 1])
+        padding = self.padding
+        widths = [self.fixed_len] if self.pad_to == "max" else padding.widths_from(narrowest)
+        batches = []
+        for size in sorted(sizes, reverse=True):
+            items = [self.train_dataset[k] for k in range(size)]
+            for width in widths:
+                cut = [{**item, "input_ids": item["input_ids"][:width], "attention_mask": item["attention_mask"][:width]}
+                       for item in items]
+                batches.append(collate_textbridge(cut, self.pad_id, length=width))
+        return batches
 
     @property
     def num_train(self) -> int:
@@ -295,8 +335,8 @@ class TextBridgeDataModule(L.LightningDataModule):
             "tokens and are truncated"
         )
 
-    def _collate_to(self, length: int | None):
-        return functools.partial(collate_textbridge, pad_id=self.pad_id, length=length)
+    def _collate_to(self, length: int | None, padding: Padding | None = None):
+        return functools.partial(collate_textbridge, pad_id=self.pad_id, length=length, padding=padding)
 
     @property
     def collate(self):
@@ -304,8 +344,8 @@ class TextBridgeDataModule(L.LightningDataModule):
 
     @property
     def train_collate(self):
-        """The collate function of training batches: `collate`, or with pad_to=max one padding to `fixed_len`."""
-        return self._collate_to(self.fixed_len if self.pad_to == "max" else None)
+        """The collate function of training batches: padding to `padding`'s width (data.pad_to)."""
+        return self._collate_to(None, self.padding)
 
     def _train_device(self) -> torch.device:
         """The attached trainer's device (the rank's own under DDP); without a trainer, `self.device`."""

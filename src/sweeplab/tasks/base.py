@@ -97,6 +97,31 @@ class SweepTask(L.LightningModule):
             scheduler.step()
         return result["loss"], result["metrics"]
 
+    # --- before the timed steps ------------------------------------------------------------------------
+    def warm_up_shapes(self, batches: list[dict], passes: int = 1) -> None:
+        """Forward and backward of each batch (on the device) `passes` times, so every one-off cost of a new batch
+        shape (cuDNN autotuning, oneDNN primitives, a Metal graph, a torch.compile recompilation) is paid before the
+        timed steps, through the very function training runs (`loss_fn`, compiled or not, under the trainer's
+        precision). Training is unchanged: no optimizer step, gradients put back as they were (None when a fit
+        starts), random number generators restored; the models keep no running statistics."""
+        if not batches or passes < 1:
+            return
+        params = list(self.parameters())
+        grads = [p.grad for p in params]
+        plugin = self.trainer.precision_plugin
+        devices = [] if self.device.type == "cpu" else [self.device]
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type), torch.enable_grad():
+            for batch in batches:
+                batch = plugin.convert_input(batch)
+                for _ in range(passes):
+                    with plugin.train_step_context():
+                        loss, _ = self.loss_fn(batch)
+                    loss.backward()
+                    for p in params:
+                        p.grad = None
+        for p, grad in zip(params, grads):
+            p.grad = grad
+
     # --- the gradient norm: computed once per step ---------------------------------------------------
     def step_grad_norm(self) -> torch.Tensor:
         """This step's total gradient norm (2-norm over all gradients, on the device: no host sync).
