@@ -1,0 +1,112 @@
+"""A job's numbers do not depend on its place in a sweep, training is the same with or without the shape warm-up, and
+each throughput window is stored once in MLflow.
+
+The first-shape cost stands in for cuDNN autotuning, a Metal graph or oneDNN primitives: a process-wide cache (one
+`FirstShapeCost` shared by the jobs of a "process") that charges the first forward at each input shape. Time is the
+timer's injectable clock, advanced only by the model's forward passes, so the numbers are exact, not flaky.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import smoke_config
+from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.training import plan, train
+
+FIRST_SHAPE_SECONDS = 0.5  # ~40 steps of work: a new shape in a timed step shows
+SECONDS_PER_TOKEN = 1e-4  # a 4 x 32 batch: 13 ms
+
+
+class FirstShapeCost:
+    """A fake clock and a forward pre-hook: each forward costs its tokens; the first one at a new shape costs more."""
+
+    def __init__(self, first_shape_seconds: float = FIRST_SHAPE_SECONDS):
+        self.first_shape_seconds = first_shape_seconds
+        self.seen: set[tuple] = set()
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def hook(self, module, args) -> None:
+        input_ids = args[0]
+        self.now += SECONDS_PER_TOKEN * input_ids.numel()
+        if tuple(input_ids.shape) not in self.seen:
+            self.seen.add(tuple(input_ids.shape))
+            self.now += self.first_shape_seconds
+
+
+def _job(demo_dir, cost: FirstShapeCost, *overrides: str, max_steps: int = 40) -> tuple[dict, L.LightningModule]:
+    """A TextBridge job as `training._fit` assembles it (the config's data, task and timer), on the fake clock."""
+    # batch 4: the demo's batches have 27 different longest samples an epoch (batch 16: 3)
+    p = plan(smoke_config(demo_dir, "data.batch_size=4", f"trainer.max_steps={max_steps}", *overrides))
+    dm = p.datamodule
+    dm.prepare_data()
+    dm.setup("fit")
+    model_config = p.family.fit_model_to_data(p.model_config, dm, p.model_values)
+    L.seed_everything(0, verbose=False)
+    task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+    task.model.register_forward_pre_hook(cost.hook)
+    timer = ThroughputTimer(**p.timing, sync=lambda device: None, clock=cost.clock)
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=max_steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
+    )
+    trainer.fit(task, datamodule=dm)
+    return timer.summary, task
+
+
+def test_the_first_job_in_a_process_is_as_fast_as_a_job_that_pays_no_first_shape_cost(demo_dir):
+    cold, _ = _job(demo_dir, FirstShapeCost())  # the first job of a sweep: every shape is new to the process
+    free, _ = _job(demo_dir, FirstShapeCost(first_shape_seconds=0.0))
+    process = FirstShapeCost()
+    _job(demo_dir, process)
+    later, _ = _job(demo_dir, process, "loss.beta=0.5")  # a later job of the same process: every shape seen before
+    for key in ("summary/samples_per_sec", "summary/samples_per_sec_overall", "summary/step_time_s_median"):
+        assert cold[key] == pytest.approx(free[key], rel=0.01), key
+        assert later[key] == pytest.approx(free[key], rel=0.01), key
+    assert cold["summary/new_shapes_in_timed_steps"] == 0
+    assert 1 < cold["summary/batch_shapes"] <= 64 // 8  # buckets: a few multiples of data.pad_multiple
+
+
+def test_per_batch_widths_would_make_the_first_job_pay_in_its_timed_steps(demo_dir):
+    """The same check with data.pad_to=batch (the old default): too many widths to warm up, so the first job meets
+    new ones inside its timed steps and the run says so."""
+    cold, _ = _job(demo_dir, FirstShapeCost(), "data.pad_to=batch")
+    free, _ = _job(demo_dir, FirstShapeCost(first_shape_seconds=0.0), "data.pad_to=batch")
+    assert cold["summary/new_shapes_in_timed_steps"] >= 10
+    assert cold["summary/batch_shapes"] > 64 // 8
+    assert cold["summary/samples_per_sec_overall"] < 0.5 * free["summary/samples_per_sec_overall"]
+
+
+def test_the_shape_warmup_changes_no_weight(demo_dir):
+    """Forward and backward of every bucket before the first step, no optimizer step, RNG restored: bit-identical
+    weights after training (CPU)."""
+    _, warmed = _job(demo_dir, FirstShapeCost(), "timing.warmup_per_shape=2", max_steps=12)
+    _, plain = _job(demo_dir, FirstShapeCost(), "timing.warmup_per_shape=0", max_steps=12)
+    for (name, a), (_, b) in zip(warmed.model.named_parameters(), plain.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+    assert all(p.grad is None or not p.grad.isnan().any() for p in warmed.model.parameters())
+
+
+def test_each_window_metric_is_stored_once_at_its_step(demo_dir, mlflow_uri):
+    """Windows of 5 steps after 2 warm-up steps end at steps 6, 11, 16; Lightning logs every 5 steps (4, 9, 14, 19):
+    a window value logged through Lightning was written again at the next logging step."""
+    train(smoke_config(demo_dir))
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    for key in ("train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == [6, 11, 16], key
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == [4, 9, 14, 19]
+    metrics = run.data.metrics
+    for key in ("summary/step_time_spread", "summary/batch_shapes", "summary/new_shapes_in_timed_steps",
+                "summary/load_avg_start", "summary/load_avg_end", "summary/cpu_threads", "summary/host_cpus"):
+        assert key in metrics, key
+    assert metrics["summary/cpu_threads"] == torch.get_num_threads()
+    assert metrics["summary/samples_per_sec"] == pytest.approx(16 / metrics["summary/step_time_s_median"])
+    assert run.data.params["data.pad_to"] == "bucket"
