@@ -91,3 +91,45 @@ def test_cli_from_a_multirun_dir_logs_artifacts_and_flags_failures(mlflow_uri, t
     assert "1 of 4 jobs FAILED" in capsys.readouterr().out
     artifacts = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent, "report")}
     assert {"report/report.md", "report/throughput.png", "report/validation.png"} <= artifacts
+
+
+STABLE = {"summary/batch_shapes": 3.0, "summary/host_cpus": 2.0, "summary/load_avg_start": 0.5, "summary/load_avg_end": 1.2}
+NOISY_JOBS = [  # name, samples/s, spread of the window step times, other summary metrics
+    ("base", 100.0, 0.02, {}),
+    ("same work", 103.0, 0.02, {}),  # 3 %: inside the 5 % floor
+    ("noisy same work", 112.0, 0.25, {}),  # 12 % apart, but its own step times spread over 25 %
+    ("noisy faster", 140.0, 0.25, {}),  # 40 %: outside even that
+    ("faster", 120.0, 0.03, {}),
+    ("loaded", 100.0, 0.02, {"summary/load_avg_end": 5.0}),
+    ("first-shape costs", 100.0, 0.02, {"summary/new_shapes_in_timed_steps": 7.0, "summary/compiles_in_timed_steps": 1.0}),
+]
+
+
+def test_the_report_marks_unreliable_rows_and_claims_no_speedup_inside_the_noise(mlflow_uri, tmp_path):
+    experiment_id = mlflow_store.init_store(mlflow_uri, "sweeplab")
+    client = MlflowClient(mlflow_uri)
+    parent = client.create_run(experiment_id, tags={"sweeplab.role": "sweep"}).info.run_id
+    for name, rate, spread, extra in NOISY_JOBS:
+        tags = {"mlflow.parentRunId": parent, "mlflow.runName": name, "family": "textbridge", "backend": "cpu"}
+        run_id = client.create_run(experiment_id, tags=tags).info.run_id
+        metrics = {**STABLE, "summary/samples_per_sec": rate, "summary/step_time_s_median": 32 / rate,
+                   "summary/step_time_spread": spread, **extra}
+        for key, value in metrics.items():
+            client.log_metric(run_id, key, value)
+        client.set_terminated(run_id, "FINISHED")
+
+    result = report.sweep_report(mlflow_uri, parent, None)
+    rows = {r["run"]: r for r in result.rows}
+    assert {"spread", "stability"} <= set(result.columns)
+    assert rows["base"]["speedup"] == "1.00× (baseline)" and rows["base"]["stability"] == "ok"
+    assert rows["base"]["spread"] == "2.0%"
+    assert rows["same work"]["speedup"] == "within noise (1.03×)"
+    assert rows["noisy same work"]["speedup"] == "within noise (1.12×)"
+    assert rows["noisy same work"]["stability"] == "noisy (spread 25% > 10%)"
+    assert rows["noisy faster"]["speedup"] == "1.40×"
+    assert rows["faster"]["speedup"] == "1.20×" and rows["faster"]["stability"] == "ok"
+    assert rows["loaded"]["stability"] == "loaded host (load 5.0 on 2 CPUs)"
+    assert rows["first-shape costs"]["stability"] == (
+        "1 compilation(s) in timed steps; 7 new batch shape(s) in timed steps"
+    )
+    assert "within noise: the two rows differ by less than" in result.markdown

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import backends
+from sweeplab import backends, stability
 from sweeplab.callbacks.timing import compiled_graphs, synchronize
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
@@ -282,6 +282,12 @@ class RawLoop:
 
 
 # --- one row: sweeplab and the raw loop, alternating ----------------------------------------------------
+def sweeplab_rate(metrics: dict[str, float]) -> float | None:
+    """A job's samples/s as the raw loop measures its own: all timed samples over all timed seconds (the job's
+    headline `summary/samples_per_sec` is at its median window, which a single stopwatch stretch does not have)."""
+    return metrics.get("summary/samples_per_sec_overall") or metrics.get("summary/samples_per_sec")
+
+
 @dataclass
 class RowResult:
     row: BenchRow
@@ -297,13 +303,18 @@ class RowResult:
         return statistics.median(values) if values else None
 
     @property
+    def sweeplab_rate(self) -> float | None:
+        values = [rate for m in self.sweeplab if (rate := sweeplab_rate(m))]
+        return statistics.median(values) if values else None
+
+    @property
     def overhead(self) -> float | None:
-        ours, raw = self.median("sweeplab", "summary/samples_per_sec"), self.median("raw", "samples_per_sec")
+        ours, raw = self.sweeplab_rate, self.median("raw", "samples_per_sec")
         return ours / raw if ours and raw else None
 
     @property
     def pair_overheads(self) -> list[float]:
-        return [s["summary/samples_per_sec"] / r["samples_per_sec"] for s, r in zip(self.sweeplab, self.raw)]
+        return [sweeplab_rate(s) / r["samples_per_sec"] for s, r in zip(self.sweeplab, self.raw)]
 
 
 def row_config(row: BenchRow, settings: BenchSettings, experiment: list[str], row_args: list[str], data_path: str | None) -> DictConfig:
@@ -389,11 +400,11 @@ def run_row(row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, p
             result.sweeplab.append(dict(run.data.metrics))
             for key, value in (("mlflow.parentRunId", parent_run_id), ("bench.row", row.name), ("bench.repeat", str(repeat))):
                 client.set_tag(run.info.run_id, key, value)
-            log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, run.data.metrics.get("summary/samples_per_sec", 0))
+            log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, sweeplab_rate(run.data.metrics) or 0)
     for run_id, ours, raw in zip(result.run_ids, result.sweeplab, result.raw):
         metrics = {"bench/raw_samples_per_sec": raw["samples_per_sec"], "bench/raw_step_time_s": raw["step_time_s"]}
-        if ours.get("summary/samples_per_sec"):
-            metrics["bench/overhead"] = ours["summary/samples_per_sec"] / raw["samples_per_sec"]
+        if sweeplab_rate(ours):
+            metrics["bench/overhead"] = sweeplab_rate(ours) / raw["samples_per_sec"]
         for key, value in metrics.items():
             client.log_metric(run_id, key, value)
     del raw_loop
@@ -449,7 +460,7 @@ def _compile_note(r: RowResult) -> str:
     return f"compiled during timing (sweeplab {ours}, raw {raw})" if ours or raw else ""
 
 
-def _noise_note(pairs: list[float], spread: float = 0.10) -> str:
+def _noise_note(pairs: list[float], spread: float = stability.NOISY_SPREAD) -> str:
     """Pairs further apart than `spread` of their median: the machine's noise is larger than a 3 % overhead."""
     if len(pairs) < 2:
         return ""
@@ -460,7 +471,7 @@ def _noise_note(pairs: list[float], spread: float = 0.10) -> str:
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
     baselines: dict[str, float] = {}
     for r in results:
-        ours = r.median("sweeplab", "summary/samples_per_sec")
+        ours = r.sweeplab_rate
         if r.row.role == "cpu" and ours and r.cfg is not None:
             baselines.setdefault(str(r.cfg.model.family), ours)
     rows = []
@@ -480,7 +491,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 compile=str(cfg.compile),
                 switches=", ".join(s for s in switches if s),
             )
-        ours = r.median("sweeplab", "summary/samples_per_sec")
+        ours = r.sweeplab_rate
         baseline = baselines.get(str(cfg.model.family)) if cfg is not None else None
         pairs = r.pair_overheads
         row.update(

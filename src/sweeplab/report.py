@@ -3,7 +3,8 @@
     python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN] [--out DIR]
 
 Writes report.md and report.csv (configuration, backend, device, batch size, precision, compile, median step time,
-samples/s, tokens/s, MFU, speedup against the baseline row, final validation metric) and two plots:
+samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the baseline row or "within
+noise", stability, final validation metric) and two plots:
 throughput.png (samples/s against batch size, one line per backend/precision/compile) and validation.png (the
 family's validation metric against step, one line per job). The sweep callback calls `sweep_report` at the end of
 every multirun and logs `report.files` as artifacts of the sweep's parent run.
@@ -20,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweeplab import stability
 from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
 
@@ -34,7 +36,13 @@ FAMILY_PARAMS = {
 FINAL_METRIC = {"textbridge": ("val/cos", "val cos"), "pagating_lm": ("val/ppl", "val ppl")}
 SHORT = {"data.batch_size": "bs", "loss.alpha": "α", "loss.beta": "β", "model.unit": "unit", "model.alpha": "α mode"}
 IGNORED_VARYING = {"data.seed"}
-PERF_COLUMNS = ["median step (s)", "samples/s", "tokens/s", "MFU", "speedup"]
+PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "speedup", "stability"]
+STABILITY_NOTE = (
+    "samples/s: samples per step / median step time. spread: (p90 - p10) / median of the run's window step times. "
+    f"stability: ok, or why the row's speed is unreliable (spread over {stability.NOISY_SPREAD:.0%}, host load over "
+    f"{stability.LOADED_HOST:g} per CPU, compilations or new batch shapes in timed steps). within noise: the two rows "
+    f"differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), so no speedup is claimed."
+)
 
 
 @dataclass
@@ -113,7 +121,8 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     columns = ["run", "status", "backend", "device", *[SHORT.get(k, k) for k in param_keys]]
     columns += ["precision", "compile", *PERF_COLUMNS, "final metric"]
     base_index = pick_baseline(runs, baseline)
-    base_rate = runs[base_index].data.metrics["summary/samples_per_sec"] if base_index is not None else None
+    base_metrics = runs[base_index].data.metrics if base_index is not None else {}
+    base_rate = base_metrics.get("summary/samples_per_sec")
     rows, failed = [], 0
     for i, r in enumerate(runs):
         m, tags = r.data.metrics, r.data.tags
@@ -125,7 +134,12 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         rate = m.get("summary/samples_per_sec")
         speedup = ""
         if rate and base_rate:
-            speedup = f"{rate / base_rate:.2f}×" + (" (baseline)" if i == base_index else "")
+            speedup = f"{rate / base_rate:.2f}×"
+            if i == base_index:
+                speedup += " (baseline)"
+            elif stability.within_noise(rate, m, base_rate, base_metrics):
+                speedup = f"within noise ({speedup})"
+        spread = m.get("summary/step_time_spread")
         row = {
             "run": _run_label(r),
             "status": status,
@@ -135,9 +149,11 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
             "compile": tags.get("compile", ""),
             "median step (s)": format_number(m.get("summary/step_time_s_median")),
             "samples/s": format_number(rate),
+            "spread": f"{spread:.1%}" if spread is not None else "",
             "tokens/s": format_number(m.get("summary/tokens_per_sec")),
             "MFU": f"{m['summary/mfu']:.1%}" if "summary/mfu" in m else "",
             "speedup": speedup,
+            "stability": ("; ".join(stability.problems(m)) or "ok") if stability.has_stability_data(m) else "",
             "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
@@ -245,6 +261,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     markdown = f"## {title}\n\n{to_markdown(rows, columns)}\n"
     if base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
+    markdown += f"\n{STABILITY_NOTE}\n"
     if failed:
         markdown += f"\n{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)\n"
     files: list[Path] = []

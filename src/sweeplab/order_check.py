@@ -1,0 +1,179 @@
+"""Does a job's speed depend on its place in the sweep? Runs a sweep's jobs in their order and again reversed and
+compares each configuration's samples/s.
+
+    python -m sweeplab.order_check sweep=default backend=cuda
+    python -m sweeplab.order_check model=pagating_lm sweep=pagating_batch backend=cuda
+    python -m sweeplab.order_check debug=smoke data.batch_size=8,16 loss.beta=0.5,0.7   # any sweep of `train -m`
+
+Each order is one `python -m sweeplab.train -m` process running the jobs one after another (Hydra's basic launcher:
+each job in the same process as its neighbours, as a plain sweep runs them), so every configuration runs once early
+in a process (the first job pays whatever a process pays first) and once late. Hydra runs the product of the swept
+values in order; reversing every value list reverses the job order. Prints and writes order_check.md: per
+configuration, its place and samples/s in each order, the ratio, and whether the two agree within
+`stability.ORDER_TOLERANCE` (±5 %). Exit status 0 when every configuration agrees, 1 when one does not or a job
+failed, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+from sweeplab import stability
+from sweeplab.files import write_text_atomic
+
+ORDERS = ("forward", "reversed")
+_LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
+
+
+def _compose(overrides: list[str], with_hydra: bool = False):
+    from hydra import compose, initialize_config_dir
+
+    from sweeplab.bench import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+def swept_values(overrides: list[str]) -> tuple[OrderedDict[str, list[str]], list[str]]:
+    """({swept key: its values in Hydra's order}, the overrides that sweep nothing). Keys come from the sweep
+    preset's `hydra.sweeper.params` first, then the command line (a key given there replaces the preset's values
+    in the preset's place), as Hydra's basic sweeper orders them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    overrides = [o for o in overrides if not o.startswith(_LAUNCHER_KEYS)]
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    fixed = [text for text, o in zip(overrides, parsed) if not o.is_sweep_override()]
+    cfg = _compose(fixed, with_hydra=True)
+    params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    preset = OmegaConf.to_container(params, resolve=False) if params else {}
+    swept: OrderedDict[str, list[str]] = OrderedDict()
+    for o in [*parser.parse_overrides([f"{k}={v}" for k, v in preset.items()]), *parsed]:
+        if not o.is_sweep_override():
+            continue
+        if not o.is_discrete_sweep():
+            raise SystemExit(f"error: {o.input_line}: the order check runs discrete sweeps only (a,b,c or range)")
+        swept[o.get_key_element()] = list(o.sweep_string_iterator())
+    return swept, fixed
+
+
+def pass_overrides(swept: OrderedDict[str, list[str]], fixed: list[str], order: str, sweep_dir: Path) -> list[str]:
+    """The `train -m` arguments of one order: one sequential process, every swept list in that order."""
+    lists = [f"{key}={','.join(values if order == 'forward' else values[::-1])}" for key, values in swept.items()]
+    return [*fixed, *lists, "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}"]
+
+
+def run_order(overrides: list[str], log_path: Path) -> int:
+    with open(log_path, "w", encoding="utf-8") as log:
+        return subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *overrides], stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+
+
+def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
+    """Configuration (the swept keys' values) -> {position, rate, problems, status} of a finished order."""
+    from sweeplab.report import child_runs
+    from sweeplab.tracking import mlflow_store
+
+    marker = sweep_dir / mlflow_store.PARENT_RUN_FILE
+    if not marker.exists():
+        return {}
+    out = {}
+    for position, run in enumerate(child_runs(uri, marker.read_text().strip()), start=1):
+        config = tuple(run.data.params.get(key, "?") for key in keys)
+        metrics = run.data.metrics
+        out[config] = {
+            "position": position,
+            "rate": metrics.get("summary/samples_per_sec"),
+            "problems": stability.problems(metrics),
+            "status": run.info.status,
+        }
+    return out
+
+
+def table(keys: list[str], by_order: dict[str, dict[tuple, dict]]) -> tuple[list[dict[str, str]], int]:
+    """Rows in the forward order's job order, and how many configurations disagree between the orders or failed."""
+    forward, backward = by_order["forward"], by_order["reversed"]
+    configs = sorted(set(forward) | set(backward), key=lambda c: forward.get(c, {}).get("position", 10**9))
+    rows, bad = [], 0
+    for config in configs:
+        a, b = forward.get(config, {}), backward.get(config, {})
+        row = {"configuration": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, config))}
+        for name, r in (("forward", a), ("reversed", b)):
+            row[f"{name} job"] = str(r.get("position", ""))
+            row[f"{name} samples/s"] = f"{r['rate']:.4g}" if r.get("rate") else r.get("status", "missing")
+        notes = [f"{name}: {'; '.join(r['problems'])}" for name, r in (("forward", a), ("reversed", b)) if r.get("problems")]
+        row["stability"] = " / ".join(notes) or "ok"
+        if a.get("rate") and b.get("rate"):
+            ratio = b["rate"] / a["rate"]
+            agree = abs(ratio - 1) <= stability.ORDER_TOLERANCE
+            row["reversed / forward"] = f"{ratio:.3f}"
+            row["verdict"] = "ok" if agree else f"differs by more than ±{stability.ORDER_TOLERANCE:.0%}"
+            if not agree and notes:  # a loaded or noisy run can differ without any order effect: say so
+                row["verdict"] += " (unreliable runs: see stability)"
+        else:
+            agree = False
+            row["verdict"] = "no throughput: job failed or missing"
+        bad += not agree
+        rows.append(row)
+    return rows, bad
+
+
+COLUMNS = ["configuration", "forward job", "forward samples/s", "reversed job", "reversed samples/s",
+           "reversed / forward", "verdict", "stability"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.order_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="what `python -m sweeplab.train -m` takes: sweep=..., a,b values")
+    parser.add_argument("--out", default=None, help="output directory (default: multirun/order_check/<time>)")
+    args = parser.parse_args(argv)
+    from sweeplab.report import to_markdown
+    from sweeplab.tracking import mlflow_store
+
+    swept, fixed = swept_values(args.overrides)
+    if not swept:
+        print("error: nothing is swept: give a sweep preset (sweep=default) or comma-separated values "
+              "(data.batch_size=8,16)", file=sys.stderr)
+        return 2
+    keys = list(swept)
+    cfg = _compose(fixed)
+    uri = mlflow_store.resolve_uri(cfg.logger.tracking_uri)
+    out = Path(args.out or Path("multirun") / "order_check" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    n_jobs = 1
+    for values in swept.values():
+        n_jobs *= len(values)
+    by_order, failed_passes = {}, []
+    for order in ORDERS:
+        sweep_dir = out / order
+        overrides = pass_overrides(swept, fixed, order, sweep_dir)
+        print(f"order check: {order} order, {n_jobs} jobs in one process: python -m sweeplab.train -m "
+              f"{' '.join(overrides)}", flush=True)
+        if run_order(overrides, out / f"{order}.log") != 0:
+            failed_passes.append(order)
+            print(f"order check: the {order} sweep exited non-zero; its log: {out / f'{order}.log'}", file=sys.stderr)
+        by_order[order] = results(uri, sweep_dir, keys)
+    rows, bad = table(keys, by_order)
+    command = "python -m sweeplab.order_check " + " ".join(args.overrides)
+    verdict = (
+        f"every configuration within ±{stability.ORDER_TOLERANCE:.0%} in both orders" if not bad
+        else f"{bad} of {len(rows)} configurations differ by more than ±{stability.ORDER_TOLERANCE:.0%} or failed"
+    )
+    markdown = (
+        f"## order check\n\n`{command}`\n\nsamples/s (at the median window step time) of each configuration, run in "
+        f"the sweep's order and reversed, each order one process.\n\n{to_markdown(rows, COLUMNS)}\n\n{verdict}\n"
+    )
+    write_text_atomic(out / "order_check.md", markdown)
+    print(markdown)
+    print(f"written: {out / 'order_check.md'}")
+    return 1 if bad or failed_passes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

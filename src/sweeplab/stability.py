@@ -1,0 +1,57 @@
+"""How far a run's speed can be trusted, judged in one place for the report, the bench and the order check.
+
+Every job records (callbacks/timing.py) the spread of its window step times, the batch shapes its timed steps saw and
+how many of them were new there, graphs compiled there, the host's load average at start and end and its CPUs.
+A run is unreliable when its own speed moved a lot, when other work competed for the host, or when one-off costs
+(a compilation, a new batch shape) fell inside its timed steps. Two runs are only called different when their
+throughputs differ by more than the noise of both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+# (p90 - p10) / median of a run's window step times above this: its own speed moved too much to compare closely.
+# A quiet machine gives a few percent.
+NOISY_SPREAD = 0.10
+# 1-minute load average per usable CPU, at start or end, above this: other work competed for the CPUs. The run's own
+# threads count in the load, so a CPU run with as many threads as CPUs sits near 1.0 by itself.
+LOADED_HOST = 1.0
+# Throughputs closer than this are never called different, however small the spreads: run-to-run and order effects
+# of a few percent remain on a quiet machine (issue 12 asks for ±5 % between the two orders of a sweep).
+NOISE_FLOOR = 0.05
+# `python -m sweeplab.order_check`: a configuration's samples/s in the two orders must agree within this.
+ORDER_TOLERANCE = 0.05
+
+
+def problems(metrics: Mapping[str, float]) -> list[str]:
+    """Why a run's speed cannot be trusted (empty: nothing known against it)."""
+    found = []
+    spread = metrics.get("summary/step_time_spread")
+    if spread is not None and spread > NOISY_SPREAD:
+        found.append(f"noisy (spread {spread:.0%} > {NOISY_SPREAD:.0%})")
+    cpus = metrics.get("summary/host_cpus")
+    loads = [metrics[k] for k in ("summary/load_avg_start", "summary/load_avg_end") if metrics.get(k) is not None]
+    if cpus and loads and max(loads) / cpus > LOADED_HOST:
+        found.append(f"loaded host (load {max(loads):.1f} on {cpus:g} CPUs)")
+    if compiles := metrics.get("summary/compiles_in_timed_steps"):
+        found.append(f"{compiles:g} compilation(s) in timed steps")
+    if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):
+        found.append(f"{new_shapes:g} new batch shape(s) in timed steps")
+    return found
+
+
+def has_stability_data(metrics: Mapping[str, float]) -> bool:
+    """Runs recorded before sweeplab measured its own stability have none of it."""
+    return "summary/batch_shapes" in metrics
+
+
+def noise(metrics: Mapping[str, float]) -> float:
+    """Relative noise of a run's throughput: its spread, at least NOISE_FLOOR."""
+    return max(NOISE_FLOOR, metrics.get("summary/step_time_spread") or 0.0)
+
+
+def within_noise(rate: float, metrics: Mapping[str, float], other_rate: float, other: Mapping[str, float]) -> bool:
+    """Whether two throughputs differ by no more than the larger noise of the two runs (compared as a ratio)."""
+    return abs(math.log(rate / other_rate)) <= math.log1p(max(noise(metrics), noise(other)))
