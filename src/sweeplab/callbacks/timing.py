@@ -4,7 +4,9 @@ CUDA and MPS run asynchronously: a host clock read without a device sync times k
 callback synchronises only at the edges of each timed window (a sync per step would itself cost throughput),
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
-so data loading between batches is inside the measurement.
+so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
+next training batch, so the checkpoint it triggers is not counted either; so does the periodic checkpoint (its
+file write is I/O, not a training step, and a hand-written loop timed beside it writes none).
 
 A job's numbers must not depend on its place in a sweep. The first time a process meets a batch shape it pays once
 (cuDNN autotuning, a Metal graph on MPS, oneDNN primitives, a torch.compile recompilation); before the first step,
@@ -12,9 +14,7 @@ the timer runs one forward/backward of every shape the data can give (`shape_war
 `warm_up_shapes` of the task: no optimizer step, so training is unchanged), so no timed step pays. Every run also
 says how far it can be trusted: the spread of its window step times, the batch shapes its timed steps saw and how
 many of them were new there, graphs compiled there, host load and CPU threads (`summarize`; judged in
-sweeplab.stability). A validation pauses the clock from its start to the
-next training batch, so the checkpoint it triggers is not counted either; so does the periodic checkpoint (its
-file write is I/O, not a training step, and a hand-written loop timed beside it writes none).
+sweeplab.stability).
 
 Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and needs a full window before it emits
 anything; its peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4 sparsity for some
