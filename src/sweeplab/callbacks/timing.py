@@ -335,12 +335,15 @@ class ThroughputTimer(L.Callback):
             self._start()
 
     def _warm_up_shapes(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """One forward/backward per batch shape the data can give, before any step: not timed, not training."""
+        """One forward/backward per batch shape the run will meet, before any step: not timed, not training."""
         source = getattr(trainer.datamodule, "shape_warmup_batches", None)
         warm_up = getattr(pl_module, "warm_up_shapes", None)
         if not self.warmup_per_shape or source is None or warm_up is None:
             return
-        batches = [pl_module.transfer_batch_to_device(batch, pl_module.device, 0) for batch in source()]
+        # the shapes of the batches this run will train on (its first max_steps); under DDP, this rank's
+        steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        host_batches = source(steps * self._accumulate if steps else None)
+        batches = [pl_module.transfer_batch_to_device(batch, pl_module.device, 0) for batch in host_batches]
         warm_up(batches, self.warmup_per_shape)
         self._shapes_seen.update(batch_shape(batch) for batch in batches)
         self._sync(self._device)

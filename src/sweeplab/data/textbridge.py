@@ -174,18 +174,23 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.source = source
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
-        self.setup()
-        drop_last = self.drop_last
-        if drop_last and self.num_train < self.batch_size:
-            rank_zero_warn(
-                f"data: {self.num_train} training samples < batch_size {self.batch_size}; keeping the partial batch "
-                "(drop_last would leave no batch at all)"
-            )
-            drop_last = False
-        sampler = ResumableShuffleBatchSampler(len(self.train_dataset), self.batch_size, self.seed, drop_last)
+        sampler = self._train_sampler(warn=True)
         if self.on_device:
             return DeviceBatches(self._resident_train(), sampler, self.padding)
         return self._loader(self.train_dataset, batch_sampler=sampler, collate_fn=self.train_collate)
+
+    def _train_sampler(self, warn: bool = False) -> ResumableShuffleBatchSampler:
+        """The training batches' indices, from the first batch of the first epoch."""
+        self.setup()
+        drop_last = self.drop_last
+        if drop_last and self.num_train < self.batch_size:
+            if warn:
+                rank_zero_warn(
+                    f"data: {self.num_train} training samples < batch_size {self.batch_size}; keeping the partial "
+                    "batch (drop_last would leave no batch at all)"
+                )
+            drop_last = False
+        return ResumableShuffleBatchSampler(len(self.train_dataset), self.batch_size, self.seed, drop_last)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()
@@ -229,27 +234,39 @@ class TextBridgeDataModule(L.LightningDataModule):
         """How wide each training batch is (data.pad_to, data.pad_multiple)."""
         return Padding(self.pad_to, self.fixed_len, self.pad_multiple)
 
-    def shape_warmup_batches(self) -> list[dict[str, torch.Tensor]]:
-        """One host batch of every shape a training batch can have, for a forward/backward before the timed steps
-        (callbacks/timing.py). Widths below the padding of the `batch_size`-th shortest sample cannot occur (a batch is
-        as wide as its longest sample); with pad_to=batch there are too many widths to cover: none. The tokens are the
-        first training samples cut to each width: what a warm-up computes does not matter, only its shapes."""
+    def shape_warmup_batches(self, num_batches: int | None = None) -> list[dict[str, torch.Tensor]]:
+        """One host batch of every shape the first `num_batches` training batches have (the sampler's order is a
+        function of the seed, and the widths come from the known lengths: nothing is read), or without
+        `num_batches` of every shape a training batch can have (widths from the padding of the `batch_size`-th
+        shortest sample up). For a forward/backward before the timed steps (callbacks/timing.py). With
+        pad_to=batch the widths are too many to cover: none. The tokens are the first training samples cut to each
+        width: what a warm-up computes does not matter, only its shapes."""
         self.setup()
         if self.pad_to == "batch" or not len(self.train_dataset):
             return []
-        sizes = {min(self.batch_size, self.num_train)}
-        if not self.drop_last and self.num_train % self.batch_size:
-            sizes.add(self.num_train % self.batch_size)  # the short last batch of each epoch
-        narrowest = int(np.sort(self._train_lengths)[min(self.batch_size, self.num_train) - 1])
-        padding = self.padding
-        widths = [self.fixed_len] if self.pad_to == "max" else padding.widths_from(narrowest)
+        padding, lengths = self.padding, self._train_lengths
+        sampler = self._train_sampler()
+        if not len(sampler):
+            return []
+        if num_batches is None:
+            full = min(self.batch_size, self.num_train)
+            shapes = {(full, w) for w in padding.widths_from(int(np.sort(lengths)[full - 1]))}
+            if not sampler.drop_last and self.num_train % self.batch_size:  # the short last batch of each epoch
+                shapes |= {(self.num_train % self.batch_size, w) for _, w in shapes}
+        else:
+            shapes, seen = set(), 0
+            while seen < num_batches:
+                for indices in sampler:
+                    shapes.add((len(indices), padding.width(int(lengths[indices].max()))))
+                    seen += 1
+                    if seen == num_batches:
+                        break
         batches = []
-        for size in sorted(sizes, reverse=True):
+        for size, width in sorted(shapes):
             items = [self.train_dataset[k] for k in range(size)]
-            for width in widths:
-                cut = [{**item, "input_ids": item["input_ids"][:width], "attention_mask": item["attention_mask"][:width]}
-                       for item in items]
-                batches.append(collate_textbridge(cut, self.pad_id, length=width))
+            cut = [{**item, "input_ids": item["input_ids"][:width], "attention_mask": item["attention_mask"][:width]}
+                   for item in items]
+            batches.append(collate_textbridge(cut, self.pad_id, length=width))
         return batches
 
     @property
