@@ -12,6 +12,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import smoke_config
 from sweeplab import train as train_cli
 
 
@@ -122,3 +123,38 @@ def test_unreachable_tracking_server_fails_fast_naming_the_uri(monkeypatch, caps
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     code, err = run_cli(["debug=smoke"], monkeypatch, capsys)
     assert code == 2 and "http://127.0.0.1:9" in err and "Traceback" not in err
+
+
+# --- values no check used to reject (issue 13, cause 5): refused by `training.plan`, before any run exists ---------
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["optim.grad_clip=-1"], "optim.grad_clip: must be >= 0, got -1"),
+        (["optim.decay_steps=-5"], "optim.decay_steps: must be >= 1, got -5"),
+        (["optim.eps=-1e-8"], "optim.eps: must be > 0"),
+        (["optim.betas=[0.9,1.0]"], "optim.betas: item 1 must be in [0, 1), got 1.0"),
+        (["optim.betas=[0.9]"], "optim.betas: needs 2 values"),
+        (["loss.alpha=nan"], "loss.alpha: expected a finite number, got nan"),
+        (["optim.lr=inf"], "optim.lr: expected a finite number, got inf"),
+        (["data.num_workers=-1"], "data.num_workers: must be >= 0, got -1"),
+        (["timing.window=0"], "timing.window: must be >= 1, got 0"),
+        (["backend.cpu_threads=0"], "backend.cpu_threads: must be >= 1"),
+        (["trainer.limit_val_batches=1.5"], "trainer.limit_val_batches: must be in [0, 1], got 1.5"),
+        (["model.dilations=[1,0]"], "model.dilations: item 1 must be >= 1, got 0"),
+        (["seed=-1"], "seed: expected an integer in [0, 4294967295], got -1"),
+        (["model=pagating_lm", "data.num_workers=-2"], "data.num_workers: must be >= 0"),
+    ],
+)
+def test_out_of_range_values_fail_before_any_run(args, expected, mlflow_uri, monkeypatch, capsys):
+    code, err = run_cli(["debug=smoke", *args], monkeypatch, capsys)
+    assert_failed_cleanly(code, err, mlflow_uri, f"config error: {expected}")
+    assert not MlflowClient(mlflow_uri).search_runs(["0"]) and len(MlflowClient(mlflow_uri).search_experiments()) == 1
+
+
+def test_warmup_longer_than_the_run_warns_naming_the_peak_lr(demo_dir, caplog):
+    from sweeplab.training import plan
+
+    with caplog.at_level("WARNING", logger="sweeplab.training"):
+        plan(smoke_config(demo_dir, "optim.warmup_steps=40", "trainer.max_steps=20", "optim.lr=1e-3"))
+    assert "optim.warmup_steps=40 is longer than the run (trainer.max_steps=20)" in caplog.text
+    assert "peaks at 0.0005" in caplog.text

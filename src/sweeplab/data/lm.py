@@ -23,10 +23,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import lightning as L
 import numpy as np
 import torch
+from annotated_types import Ge
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -217,7 +219,7 @@ class LMDataModule(L.LightningDataModule):
         batch_size: int = 8,
         vocab_size: int = 2048,
         tokenizer_path: str | os.PathLike | None = None,
-        num_workers: int = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         seed: int = 0,
         max_train_tokens: int | None = None,

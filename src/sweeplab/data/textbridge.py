@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import lightning as L
 import numpy as np
 import torch
+from annotated_types import Ge
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
@@ -90,7 +92,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         seed: int = 0,
         max_len: int = 128,
-        num_workers: int = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         tokenizer_path: str | None = None,
         too_long: str = "truncate",
