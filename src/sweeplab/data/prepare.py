@@ -97,11 +97,12 @@ def prepare_textbridge_demo(
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict | None:
-    """The manifest of a prepared directory, or None when there is none (or it is unreadable)."""
+    """The manifest of a prepared directory, or None when there is none (or it is unreadable or not one of ours)."""
     try:
-        return json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest = json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files", {}), dict) else None
 
 
 def build_demo(
