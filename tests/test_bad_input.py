@@ -238,3 +238,51 @@ def test_a_manifest_names_only_files_beside_it(files, expected, tmp_path, mlflow
     (tmp_path / "data" / "manifest.json").write_text(json.dumps({"files": files}))
     code, err = run_cli(["debug=smoke", f"data.path={tmp_path / 'data'}", "model.out_dim=2"], monkeypatch, capsys)
     assert_failed_cleanly(code, err, mlflow_uri, "data/manifest.json:line 1:", expected)
+
+
+# --- plain exceptions with good messages that used to print a traceback (issue 13, cause 7) -----------------------
+def _lm_dir(tmp, case):
+    root = tmp / f"lm_{case}"
+    root.mkdir()
+    text = "the quick brown fox jumps over the lazy dog\n" * 200
+    splits = {"train": text, "valid": text, "test": text}
+    if case == "train_only":
+        splits = {"train": text}
+    for split, body in splits.items():
+        (root / f"{split}.txt").write_text(body, encoding="utf-8")
+    if case == "empty":
+        (root / "valid.txt").write_text("")
+    elif case == "binary":
+        (root / "train.txt").write_bytes(bytes(range(256)) * 64)
+    elif case == "latin1":
+        (root / "train.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 100)
+    elif case == "tiny":
+        for split in ("train", "valid", "test"):
+            (root / f"{split}.txt").write_text("tiny\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("missing", "no such directory"),
+        ("empty", "valid.txt: empty file"),
+        ("train_only", "no valid.txt or wiki.valid.raw"),
+        ("binary", "train.txt: not valid UTF-8 at byte 128"),
+        ("latin1", "train.txt: not valid UTF-8 at byte 3"),
+        ("tiny", "shorter than one block"),
+    ],
+)
+def test_bad_lm_data_directories(case, expected, tmp_path, mlflow_uri, monkeypatch, capsys):
+    path = tmp_path / "nowhere" if case == "missing" else _lm_dir(tmp_path, case)
+    code, err = run_cli(["model=pagating_lm", "debug=smoke", f"data.path={path}"], monkeypatch, capsys)
+    assert_failed_cleanly(code, err, mlflow_uri, expected)
+
+
+@pytest.mark.parametrize("content", ["", '{"version": "1.0", "model": '])
+def test_a_corrupt_or_empty_tokenizer_json_is_one_line(content, demo_dir, tmp_path, mlflow_uri, monkeypatch, capsys):
+    (tmp_path / "bad_tok").mkdir()
+    shutil.copy(demo_dir / "demo.text.jsonl", tmp_path / "bad_tok" / "demo.text.jsonl")
+    (tmp_path / "bad_tok" / "tokenizer.json").write_text(content)
+    code, err = run_cli(["debug=smoke", f"data.path={tmp_path / 'bad_tok' / 'demo.text.jsonl'}", "model.out_dim=64"], monkeypatch, capsys)
+    assert_failed_cleanly(code, err, mlflow_uri, "tokenizer.json: not a valid tokenizer.json")
