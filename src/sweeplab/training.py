@@ -25,6 +25,7 @@ from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.config import bind, build, require
 from sweeplab.errors import ConfigError
 from sweeplab.families import get_family
+from sweeplab.files import check_writable_dir
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import OptimConfig
 from sweeplab.tracking import mlflow_store, resume
@@ -247,6 +248,7 @@ def train(cfg: DictConfig) -> float | None:
     if resume_ckpt is not None:
         output_dir = resume_ckpt.parent.parent  # keep writing checkpoints where the interrupted run did
 
+    check_writable_dir(output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
     if not p.logger.enabled or not distributed.is_global_zero():  # one MLflow run per job: rank 0's
         return _fit(p, output_dir, logger=False, job=None, resume_ckpt=resume_ckpt)
 
