@@ -155,6 +155,12 @@ def test_out_of_range_values_fail_before_any_run(args, expected, mlflow_uri, mon
     assert not MlflowClient(mlflow_uri).search_runs(["0"]) and len(MlflowClient(mlflow_uri).search_experiments()) == 1
 
 
+def test_a_negative_grad_clip_fails_in_a_real_process_before_any_run(tmp_path, mlflow_uri):
+    code, err = run_cli_subprocess(["debug=smoke", "optim.grad_clip=-1"], tmp_path, mlflow_uri)
+    assert_failed_cleanly(code, err, mlflow_uri, "config error: optim.grad_clip: must be >= 0, got -1")
+    assert MlflowClient(mlflow_uri).get_experiment_by_name("sweeplab") is None  # no run, not even its experiment
+
+
 def test_warmup_longer_than_the_run_warns_naming_the_peak_lr(demo_dir, caplog):
     from sweeplab.training import plan
 
