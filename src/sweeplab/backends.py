@@ -9,8 +9,10 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
+from annotated_types import Ge
 
 from sweeplab.errors import ConfigError, UserError
 
@@ -26,7 +28,7 @@ class BackendConfig:
     name: str = "cpu"  # cpu | mps | cuda | auto (cuda, else mps, else cpu)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision: highest | high | medium
     mps_fallback: bool = False  # run ops MPS lacks on the CPU (PYTORCH_ENABLE_MPS_FALLBACK); slow, so opt-in
-    cpu_threads: int | None = None  # torch.set_num_threads; null keeps torch's default
+    cpu_threads: Annotated[int, Ge(1)] | None = None  # torch.set_num_threads; null keeps torch's default
     # cuDNN tries its convolution algorithms once per input shape and keeps the fastest. TextBridge's dilated
     # convolutions train 1.5x faster on an H100 with it (BENCHMARKS.md); it costs a few ms per new shape.
     cudnn_benchmark: bool = True  # CUDA only

@@ -4,16 +4,24 @@ Hydra already refuses unknown keys given on the command line (the composed confi
 cannot see is a typo inside a YAML file, a wrong type, or a value out of range. `bind()` checks a mapping against a
 dataclass or a class's `__init__` signature in milliseconds, so a bad sweep fails before any job trains
 (the torchtune way).
+
+Ranges are declared where a value is defined, as `annotated_types` constraints on its annotation
+(`Annotated[int, Ge(1)]`, the metadata pydantic reads too), and `bind` checks them, naming the key. Every float,
+also inside lists and mappings, must be finite: no setting here has a meaning for NaN or infinity, and a NaN passes
+every `<`/`>` check written for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
+
+import annotated_types
 
 from sweeplab.errors import ConfigError
 
@@ -23,11 +31,11 @@ _META_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_"})
 def _accepted(cls: type) -> dict[str, Any]:
     """Parameter name -> type annotation (Any when unannotated) of a dataclass or a class's __init__."""
     if dataclasses.is_dataclass(cls):
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)
         return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
     init = cls.__init__
     try:
-        hints = typing.get_type_hints(init)
+        hints = typing.get_type_hints(init, include_extras=True)
     except Exception:
         hints = {}
     params = inspect.signature(init).parameters
@@ -40,6 +48,8 @@ def _accepted(cls: type) -> dict[str, Any]:
 
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _type_name(typing.get_args(tp)[0])
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
@@ -53,6 +63,8 @@ def _matches(value: Any, tp: Any) -> bool:
     if tp is Any:
         return True
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _matches(value, typing.get_args(tp)[0])
     if origin is Literal:
         return value in typing.get_args(tp)
     if origin in (Union, types.UnionType):
@@ -88,6 +100,9 @@ def bind(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str
             raise ConfigError(f"{where}.{key}", f"unknown key{hint}; accepted: {', '.join(sorted(accepted))}")
         if not _matches(value, accepted[key]):
             raise ConfigError(f"{where}.{key}", f"expected {_type_name(accepted[key])}, got {value!r}")
+        problem = _non_finite(value) or _out_of_range(value, accepted[key])
+        if problem:
+            raise ConfigError(f"{where}.{key}", problem)
         kwargs[key] = value
     return kwargs
 
@@ -122,3 +137,55 @@ def build_sized(cls: type, sizes: Mapping[str, Mapping[str, Any]], values: Mappi
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:
         raise ConfigError(where, str(exc)) from None
+
+
+def _non_finite(value: Any) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"expected a finite number, got {value!r}"
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return next((problem for v in value if (problem := _non_finite(v))), None)
+    return None
+
+
+_HOLDS = {"gt": (">", float.__gt__), "ge": (">=", float.__ge__), "lt": ("<", float.__lt__), "le": ("<=", float.__le__)}
+
+
+def _out_of_range(value: Any, tp: Any) -> str | None:
+    """The first `annotated_types` constraint of `tp` (or of the union member or list items `value` is) that
+    `value` breaks, as "must be ..., got ..."; None when it keeps them all (or `tp` declares none)."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *metadata = typing.get_args(tp)
+        for constraint in metadata:
+            if problem := _breaks(value, constraint):
+                return problem
+        return _out_of_range(value, base)
+    if origin in (Union, types.UnionType):
+        member = next((a for a in typing.get_args(tp) if _matches(value, a)), None)
+        return _out_of_range(value, member) if member is not None else None
+    if origin in (list, tuple, typing.Sequence) and isinstance(value, (list, tuple)):
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        for i, item in enumerate(value):
+            if problem := _out_of_range(item, item_tp):
+                return f"item {i} {problem}"
+    return None
+
+
+def _breaks(value: Any, constraint: Any) -> str | None:
+    """What `value` breaks of one constraint: a bound (Gt, Ge, Lt, Le), an Interval of them, or a length."""
+    if isinstance(constraint, (annotated_types.Len, annotated_types.MinLen, annotated_types.MaxLen)):
+        low = getattr(constraint, "min_length", 0)
+        high = getattr(constraint, "max_length", None)
+        if len(value) < low or (high is not None and len(value) > high):
+            wanted = f"{low}" if low == high else f"{low} to {high}" if high is not None else f"at least {low}"
+            return f"needs {wanted} values, got {value!r}"
+        return None
+    bounds = [(attr, bound) for attr in _HOLDS if (bound := getattr(constraint, attr, None)) is not None]
+    if not bounds or all(_HOLDS[attr][1](float(value), float(bound)) for attr, bound in bounds):
+        return None
+    if isinstance(constraint, annotated_types.Interval) and len(bounds) == 2:
+        (low_attr, low), (high_attr, high) = bounds
+        return f"must be in {'[' if low_attr == 'ge' else '('}{low}, {high}{']' if high_attr == 'le' else ')'}, got {value!r}"
+    return " and ".join(f"must be {_HOLDS[attr][0]} {bound}" for attr, bound in bounds) + f", got {value!r}"

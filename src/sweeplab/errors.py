@@ -1,11 +1,14 @@
 """Errors meant for users: one line naming the input, the problem and what is accepted.
 
 Entry points catch `UserError` (and the data layer's `DataFormatError`, a ValueError) and print the message
-without a traceback; anything else is a bug and keeps its traceback.
+without a traceback; anything else is a bug and keeps its traceback. `is_user_error` is the one place that decides
+what is expected: besides those, a file system that is full, read-only or not ours to write (anywhere in the
+exception's chain: torch.save, for one, reports a full disk as a RuntimeError whose context is the OSError).
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 from typing import NoReturn
 
@@ -20,10 +23,33 @@ class ConfigError(UserError):
         super().__init__(f"config error: {key}: {problem}")
 
 
+# the environment's answer, not a bug: the user can free space, pick a writable directory or fix permissions
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT})
+
+
+def environment_error(exc: BaseException) -> OSError | None:
+    """The OSError with one of ENVIRONMENT_ERRNOS that `exc` is or was raised from (its cause/context chain)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def is_user_error(exc: BaseException) -> bool:
     from sweeplab.data.formats import DataFormatError
 
-    return isinstance(exc, (UserError, DataFormatError, FileNotFoundError))
+    return isinstance(exc, (UserError, DataFormatError, FileNotFoundError)) or environment_error(exc) is not None
+
+
+def user_message(exc: BaseException) -> str:
+    """The one line an expected error prints: its message, or for the file system the path and the OS's reason."""
+    if isinstance(exc, (UserError, FileNotFoundError)) or (os_error := environment_error(exc)) is None:
+        return str(exc)
+    where = " -> ".join(str(name) for name in (os_error.filename, os_error.filename2) if name is not None)
+    return f"{where or 'writing a file'}: {os_error.strerror or errno.errorcode.get(os_error.errno, '?')}"
 
 
 def exit_on_user_error(exc: BaseException) -> NoReturn:
@@ -31,5 +57,5 @@ def exit_on_user_error(exc: BaseException) -> NoReturn:
     anything else is re-raised with its traceback."""
     if not is_user_error(exc):
         raise exc
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {user_message(exc)}", file=sys.stderr)
     sys.exit(2)

@@ -45,10 +45,9 @@ def _textbridge_data(values: Mapping[str, Any], model_config) -> L.LightningData
 
 
 def _textbridge_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
-    vocab = dm.vocab_size
-    if model_values.get("vocab_size") is not None:  # the user chose a vocabulary: every id must fit in it
-        vocab = model_config.vocab_size
-        dm.check_vocab(vocab)
+    # the user's vocabulary, else the tokenizer's, else the one the ids imply (bounded); every id must fit in it
+    vocab = model_config.vocab_size if model_values.get("vocab_size") is not None else dm.vocab_size
+    dm.check_vocab(vocab)
     if dm.target_dim != model_config.out_dim:
         raise ConfigError(
             "model.out_dim",

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from sweeplab.errors import environment_error
+
 
 @contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
@@ -26,8 +28,11 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
+        os_error = environment_error(exc)
+        if os_error is not None and os_error.filename is None:  # a failed write() names no file: name the target
+            raise type(os_error)(os_error.errno, os_error.strerror, str(path)) from exc
         raise
     _fsync_dir(path.parent)
 
@@ -55,3 +60,17 @@ def _fsync_dir(directory: Path) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path) as f:
         f.write(text.encode("utf-8"))
+
+
+def check_writable_dir(directory: str | os.PathLike) -> Path:
+    """Create `directory` if missing and write (then remove) a probe file in it, so a read-only, foreign or missing
+    location fails before work that would write there; the OSError passes through (`errors.is_user_error` names it).
+
+    A full disk is not caught here (an empty file still fits); writes there fail later, with the same one line.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-probe-")
+    os.close(fd)
+    os.unlink(probe)
+    return directory

@@ -10,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab.errors import exit_on_user_error, is_user_error
+from sweeplab.errors import exit_on_user_error, is_user_error, user_message
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 log = logging.getLogger("sweeplab")
@@ -32,7 +32,9 @@ def main(cfg: DictConfig) -> float | None:
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables"
+    # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
+    # anyway (read-only, locked, full), which mlflow_store reports in one line
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
     try:
         return train(cfg)
@@ -41,7 +43,7 @@ def main(cfg: DictConfig) -> float | None:
         if _in_multirun():
             # One failed job must not end the sweep: it is recorded as a FAILED run (reason in its `error` tag),
             # the other jobs run, the report lists it and the sweep's exit code says so.
-            log.error("job failed: %s", exc if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
+            log.error("job failed: %s", user_message(exc) if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
             record_failed_job(cfg, exc)
             return None
         exit_on_user_error(exc)

@@ -10,10 +10,11 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
+from annotated_types import Ge, Interval
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,10 +22,11 @@ from sweeplab import backends, distributed, tuning
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.config import bind, build
+from sweeplab.config import bind, build, require
 from sweeplab.data.device_batches import resolve_pad_to
 from sweeplab.errors import ConfigError
 from sweeplab.families import get_family
+from sweeplab.files import check_writable_dir
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import OptimConfig
 from sweeplab.tracking import mlflow_store, resume
@@ -39,12 +41,12 @@ warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual opt
 class TrainerConfig:
     max_steps: int = 200
     val_check_interval: int = 50  # optimizer steps between validations
-    limit_val_batches: int | float = 1.0
+    limit_val_batches: Annotated[int, Ge(0)] | Annotated[float, Interval(ge=0, le=1)] = 1.0  # batches | share
     log_every_n_steps: int = 10
     precision: str = "32-true"
     accumulate_grad_batches: int = 1
     devices: int = 1
-    num_sanity_val_steps: int = 0
+    num_sanity_val_steps: Annotated[int, Ge(-1)] = 0  # -1: the whole validation set
     enable_progress_bar: bool = True
     deterministic: bool = False
 
@@ -107,6 +109,9 @@ class JobPlan:
     tune: tuning.TuneConfig
 
 
+MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
+
+
 def plan(cfg: DictConfig) -> JobPlan:
     """Check every group before any work happens; a mistake raises ConfigError naming the key."""
     try:
@@ -118,6 +123,19 @@ def plan(cfg: DictConfig) -> JobPlan:
     model_config = family.build_model_config(container["model"])
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
+    seed = container.get("seed", 0)
+    require(
+        type(seed) is int and 0 <= seed <= MAX_SEED, "seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}"
+    )
+    if optim.warmup_steps > trainer.max_steps:
+        # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
+        # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
+        peak = max(optim.min_lr, optim.lr * trainer.max_steps / optim.warmup_steps)
+        log.warning(
+            "optim.warmup_steps=%d is longer than the run (trainer.max_steps=%d): the learning rate peaks at %.3g, "
+            "never reaching optim.lr=%.3g; lower optim.warmup_steps for a run that trains at optim.lr",
+            optim.warmup_steps, trainer.max_steps, peak, optim.lr,
+        )
     backend_config = build(backends.BackendConfig, container["backend"], "backend")
     timing = bind(ThroughputTimer, container.get("timing", {}), "timing", ignore=frozenset({"sync", "clock"}))
     logger = build(LoggerConfig, container["logger"], "logger")
@@ -233,6 +251,7 @@ def train(cfg: DictConfig) -> float | None:
     if resume_ckpt is not None:
         output_dir = resume_ckpt.parent.parent  # keep writing checkpoints where the interrupted run did
 
+    check_writable_dir(output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
     if not p.logger.enabled or not distributed.is_global_zero():  # one MLflow run per job: rank 0's
         return _fit(p, output_dir, logger=False, job=None, resume_ckpt=resume_ckpt)
 

@@ -8,9 +8,11 @@ boolean back from the device (a host sync); `check_every_n_steps > 1` trades tha
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 import lightning as L
 import torch
+from annotated_types import Ge
 
 from sweeplab.errors import UserError
 
@@ -23,7 +25,9 @@ class NonFiniteError(UserError):
 
 
 class NonFiniteGuard(L.Callback):
-    def __init__(self, mode: str = "stop", check_every_n_steps: int = 1, max_consecutive_skips: int = 10):
+    def __init__(
+        self, mode: str = "stop", check_every_n_steps: int = 1, max_consecutive_skips: Annotated[int, Ge(0)] = 10
+    ):
         if mode not in MODES:
             raise ValueError(f"guard.mode={mode!r} is not one of {MODES}")
         if check_every_n_steps < 1:

@@ -33,9 +33,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import lightning as L
 import torch
+from annotated_types import Ge
 from lightning.pytorch.profilers import Profiler
 
 log = logging.getLogger(__name__)
@@ -240,11 +242,11 @@ class ThroughputTimer(L.Callback):
 
     def __init__(
         self,
-        warmup_steps: int = 5,
-        window: int = 20,
-        warmup_per_shape: int = 1,
+        warmup_steps: Annotated[int, Ge(0)] = 5,
+        window: Annotated[int, Ge(1)] = 20,
+        warmup_per_shape: Annotated[int, Ge(0)] = 1,
         profile: bool = False,
-        trace_steps: int = 0,
+        trace_steps: Annotated[int, Ge(0)] = 0,
         profile_dir: str | None = None,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,

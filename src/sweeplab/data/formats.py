@@ -18,7 +18,7 @@ import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import BinaryIO
 
 import numpy as np
@@ -118,7 +118,8 @@ class SampleSource:
     """Random access to the records of one file; holds an index of offsets, reads a record on access.
 
     Attributes after the index pass: `path`, `target_dim`, `has_tokens`, `has_text`, `max_token_id` (-1 without
-    tokens) and `token_lengths` (int32 per record, None without tokens).
+    tokens), `max_token_record` (the index of the first record holding it), `unmasked_tokens` (how many tokens have
+    attention_mask 1, in all records) and `token_lengths` (int32 per record, None without tokens).
     """
 
     path: Path
@@ -126,6 +127,8 @@ class SampleSource:
     has_tokens: bool
     has_text: bool
     max_token_id: int
+    max_token_record: int = -1
+    unmasked_tokens: int = 0
     token_lengths: np.ndarray | None
 
     def __init__(self, path: Path):
@@ -201,11 +204,21 @@ class _TokenStats:
     def __init__(self) -> None:
         self.lengths = array("i")
         self.max_token_id = -1
+        self.max_token_record = -1
+        self.unmasked_tokens = 0
 
-    def add(self, ids_max: int, length: int) -> None:
-        self.lengths.append(length)
+    def add(self, ids_max: int, length: int, unmasked: int) -> None:
         if ids_max > self.max_token_id:
             self.max_token_id = ids_max
+            self.max_token_record = len(self.lengths)
+        self.lengths.append(length)
+        self.unmasked_tokens += unmasked
+
+    def store_on(self, source: SampleSource) -> None:
+        source.max_token_id = self.max_token_id
+        source.max_token_record = self.max_token_record
+        source.unmasked_tokens = self.unmasked_tokens
+        source.token_lengths = np.frombuffer(self.lengths, dtype=np.int32) if source.has_tokens else None
 
 
 _NUMBER_TYPES = frozenset((float, int))  # exact types: bool is an int subclass and not a number here
@@ -250,8 +263,7 @@ class JsonlSource(SampleSource):
         self._starts = np.frombuffer(starts, dtype=np.int64)
         self._ends = np.append(self._starts[1:], offset)  # blank lines in between are harmless to json.loads
         self._line_numbers = np.frombuffer(line_numbers, dtype=np.int64)
-        self.max_token_id = stats.max_token_id
-        self.token_lengths = np.frombuffer(stats.lengths, dtype=np.int32) if self.has_tokens else None
+        stats.store_on(self)
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -318,7 +330,7 @@ class JsonlSource(SampleSource):
             raise DataFormatError(f"{where}: 'attention_mask' values must be 0 or 1")
         if ids and min(ids) < 0:
             raise DataFormatError(f"{where}: 'input_ids' contains a negative id ({min(ids)})")
-        stats.add(max(ids) if ids else -1, len(ids))
+        stats.add(max(ids) if ids else -1, len(ids), sum(mask))
 
     def _read(self, index: int) -> Sample:
         start = int(self._starts[index])
@@ -377,7 +389,7 @@ class Efb1Source(SampleSource):
                     raise DataFormatError(f"{where}: attention_mask values must be 0 or 1")
                 if not np.isfinite(target).all():
                     raise DataFormatError(f"{where}: target contains NaN or Inf")
-                stats.add(int(ids.max()) if length else -1, length)
+                stats.add(int(ids.max()) if length else -1, length, int(mask.sum(dtype=np.int64)))
                 starts.append(offset)
                 offset += _U32.size + body_size
         if len(starts) != num_samples:
@@ -387,8 +399,7 @@ class Efb1Source(SampleSource):
         if num_samples == 0:
             raise DataFormatError(f"{path}:record 0: no records")
         self._starts = np.frombuffer(starts, dtype=np.int64)
-        self.max_token_id = stats.max_token_id
-        self.token_lengths = np.frombuffer(stats.lengths, dtype=np.int32)
+        stats.store_on(self)
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -416,10 +427,7 @@ def resolve_data_file(path: str | os.PathLike) -> Path:
         return path
     manifest_path = path / MANIFEST_NAME
     if manifest_path.is_file():
-        try:
-            files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise DataFormatError(f"{manifest_path}:line 1: not a prepare.py manifest ({e})") from None
+        files = manifest_files(manifest_path)
         for key in FORMAT_PREFERENCE:
             if key in files and (path / files[key]).is_file():
                 return path / files[key]
@@ -433,6 +441,34 @@ def resolve_data_file(path: str | os.PathLike) -> Path:
             f"{path}: a data directory needs a {MANIFEST_NAME} or exactly one .jsonl/.efb1 file (found: {found})"
         )
     return candidates[0]
+
+
+def manifest_files(manifest_path: Path) -> dict[str, str]:
+    """The manifest's "files": {format key: file name}, each name a file inside the manifest's own directory.
+
+    A name that is absolute or climbs out with ".." is refused, not followed: a data directory is what its manifest
+    describes, and one copied or unpacked from elsewhere must not make a job read (or train on) an unrelated file.
+    """
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise DataFormatError(f"{manifest_path}:line 1: not valid UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{manifest_path}:line {e.lineno}: not a prepare.py manifest ({e.msg})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise DataFormatError(
+            f"{manifest_path}:line 1: not a prepare.py manifest (expected an object whose \"files\" maps format "
+            f"names to file names, e.g. {{\"files\": {{\"efb1\": \"demo.efb1\"}}}})"
+        )
+    for key, name in files.items():
+        parts = PurePath(name).parts
+        if not parts or PurePath(name).is_absolute() or ".." in parts:
+            raise DataFormatError(
+                f"{manifest_path}:line 1: files.{key}={name!r} is not a file inside {manifest_path.parent}; "
+                "a manifest names files beside it"
+            )
+    return files
 
 
 def open_dataset(path: str | os.PathLike) -> SampleSource:

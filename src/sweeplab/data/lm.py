@@ -23,10 +23,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import lightning as L
 import numpy as np
 import torch
+from annotated_types import Ge
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -34,6 +36,7 @@ from tqdm.auto import tqdm
 from sweeplab.data.corpus import demo_lm_splits
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
 
 SPLITS = ("train", "valid", "test")
@@ -83,7 +86,7 @@ class TextSource:
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(
+            raise UserError(
                 f"{self.name}: not valid UTF-8 at byte {offset + err.start}; re-encode it (e.g. iconv -t UTF-8)"
             ) from None
 
@@ -95,17 +98,17 @@ def resolve_sources(path: str | os.PathLike | None) -> dict[str, TextSource]:
         return {s: TextSource(s, f"demo corpus ({s})", text=splits[s]) for s in SPLITS}
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise ValueError(f"data.path={path}: no such directory; point it at a folder with train.txt/valid.txt/test.txt")
+        raise UserError(f"data.path={path}: no such directory; point it at a folder with train.txt/valid.txt/test.txt")
     sources = {}
     for split in SPLITS:
         candidates = (root / f"{split}.txt", root / f"wiki.{split}.raw")
         file = next((c for c in candidates if c.is_file()), None)
         if file is None:
-            raise ValueError(
+            raise UserError(
                 f"{root}: no {split}.txt or wiki.{split}.raw; an LM data folder needs train, valid and test text"
             )
         if file.stat().st_size == 0:
-            raise ValueError(f"{file}: empty file; an LM split needs text")
+            raise UserError(f"{file}: empty file; an LM split needs text")
         sources[split] = TextSource(split, str(file), path=file)
     return sources
 
@@ -217,7 +220,7 @@ class LMDataModule(L.LightningDataModule):
         batch_size: int = 8,
         vocab_size: int = 2048,
         tokenizer_path: str | os.PathLike | None = None,
-        num_workers: int = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         seed: int = 0,
         max_train_tokens: int | None = None,
@@ -286,7 +289,7 @@ class LMDataModule(L.LightningDataModule):
             if split == "train" and self.max_train_tokens is not None:
                 n_tokens = min(n_tokens, self.max_train_tokens)
             if n_tokens < self.block_size + 1:
-                raise ValueError(
+                raise UserError(
                     f"{source.name}: {n_tokens} tokens, shorter than one block (block_size + 1 = {self.block_size + 1}); "
                     "lower data.block_size or use more text"
                 )

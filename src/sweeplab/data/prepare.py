@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sweeplab.data.corpus import demo_sentences
 from sweeplab.data.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
+from sweeplab.errors import is_user_error, user_message
 from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
@@ -97,11 +98,12 @@ def prepare_textbridge_demo(
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict | None:
-    """The manifest of a prepared directory, or None when there is none (or it is unreadable)."""
+    """The manifest of a prepared directory, or None when there is none (or it is unreadable or not one of ours)."""
     try:
-        return json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest = json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files", {}), dict) else None
 
 
 def build_demo(
@@ -306,8 +308,10 @@ def main(argv: list[str] | None = None) -> int:
             normalize_targets=args.normalize_targets,
         )
         out_dir, built = build_demo(args.out, options, force=args.force, progress=not args.no_progress)
-    except ValueError as e:  # DataFormatError included: expected mistakes get one line, no traceback
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:  # expected mistakes (DataFormatError, a full or read-only disk) get one line, no traceback
+        if not (isinstance(e, ValueError) or is_user_error(e)):
+            raise
+        print(f"error: {user_message(e)}", file=sys.stderr)
         return 2
     manifest = read_manifest(out_dir) or {}
     status = "wrote" if built else "up to date, kept"

@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import lightning as L
 import numpy as np
 import torch
+from annotated_types import Ge
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
@@ -31,6 +33,10 @@ log = logging.getLogger(__name__)
 TOO_LONG_MODES = ("truncate", "error")
 _TEXT_PASS_CHUNK = 1024  # texts tokenised per call in the setup pass over text-mode data
 _NO_LIMIT = 2**31 - 1  # a max_len that cuts nothing
+# Without a tokenizer the vocabulary is implied by the largest id in the data. Real vocabularies stay below 2^18
+# (GPT-2 50k, BERT 30k, Gemma 256k); an id far above that is a corrupt record, and believing it would build an
+# embedding of gigabytes (id 4e9 in EFB1: 512 GB). Beyond this bound, model.vocab_size must be given.
+MAX_IMPLIED_VOCAB = 2**20
 
 
 class TextBridgeDataset(Dataset):
@@ -96,7 +102,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         seed: int = 0,
         max_len: int = 128,
-        num_workers: int = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         tokenizer_path: str | None = None,
         too_long: str = "truncate",
@@ -156,6 +162,10 @@ class TextBridgeDataModule(L.LightningDataModule):
         source = open_dataset(self._data_path())
         self.tokenizer = self._load_tokenizer(source)
         lengths, self._max_token_id = self._token_lengths(source)
+        unmasked = source.unmasked_tokens if source.has_tokens else int(lengths.sum())
+        if unmasked == 0:
+            what = "attention_mask is 0 everywhere" if source.has_tokens else "every text is empty (no tokens)"
+            raise DataFormatError(f"{source.path}: {what} in all {len(source)} records: nothing to train on")
         self._check_lengths(source, lengths)
         self._longest = int(lengths.max()) if len(lengths) else 0
 
@@ -203,9 +213,18 @@ class TextBridgeDataModule(L.LightningDataModule):
     # --- what the model needs to know ---------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        """The tokenizer's vocabulary; without a tokenizer, the largest token id in the data + 1."""
+        """The tokenizer's vocabulary; without a tokenizer, the largest token id in the data + 1 (at most
+        MAX_IMPLIED_VOCAB: a larger one raises DataFormatError naming the record)."""
         self.setup()
-        return self.tokenizer.vocab_size if self.tokenizer is not None else self._max_token_id + 1
+        if self.tokenizer is not None:
+            return self.tokenizer.vocab_size
+        if self._max_token_id >= MAX_IMPLIED_VOCAB:
+            raise DataFormatError(
+                f"{self.source.locate(self.source.max_token_record)}: token id {self._max_token_id} would make a "
+                f"vocabulary of {self._max_token_id + 1:,} tokens (more than {MAX_IMPLIED_VOCAB:,}) and there is no "
+                "tokenizer.json to say otherwise; set model.vocab_size if that is meant, or fix the record"
+            )
+        return self._max_token_id + 1
 
     @property
     def pad_id(self) -> int:

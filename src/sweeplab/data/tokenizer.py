@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
 
 PAD_TOKEN = "[PAD]"
@@ -73,7 +74,7 @@ class TextTokenizer:
         if path.is_file():
             return cls(_tokenizer_from_file(path))
         if not path.is_dir():
-            raise ValueError(f"{path}: no such tokenizer file or directory")
+            raise UserError(f"{path}: no such tokenizer file or directory")
         if (path / "tokenizer.json").is_file():
             return cls(_tokenizer_from_file(path / "tokenizer.json"))
         from transformers import AutoTokenizer
@@ -82,10 +83,10 @@ class TextTokenizer:
             hf_tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError) as e:
             first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ValueError(f"{path}: not a local Hugging Face tokenizer directory ({first_line})") from None
+            raise UserError(f"{path}: not a local Hugging Face tokenizer directory ({first_line})") from None
         backend = getattr(hf_tokenizer, "backend_tokenizer", None)
         if backend is None:
-            raise ValueError(f"{path}: tokenizer has no fast (tokenizers) backend; save it with a tokenizer.json")
+            raise UserError(f"{path}: tokenizer has no fast (tokenizers) backend; save it with a tokenizer.json")
         return cls(backend, pad_id=hf_tokenizer.pad_token_id)
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -127,7 +128,7 @@ def _tokenizer_from_file(path: Path) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception on malformed files
-        raise ValueError(f"{path}: not a valid tokenizer.json ({str(e).splitlines()[0] if str(e) else e!r})") from None
+        raise UserError(f"{path}: not a valid tokenizer.json ({str(e).splitlines()[0] if str(e) else e!r})") from None
 
 
 __all__ = ["TextTokenizer", "PAD_TOKEN", "UNK_TOKEN", "SPECIAL_TOKENS"]

@@ -7,9 +7,11 @@ Specification: shared/DESIGN.md ("TextBridge"). Plain PyTorch; no Lightning, MLf
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 from torch import nn
 
 FREEZE_MODES = ("none", "trunk", "trunk_except_last")
@@ -32,7 +34,7 @@ class TextBridgeConfig:
     d_hidden: int = 512
     n_blocks: int = 4
     kernel_size: int = 5
-    dilations: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    dilations: list[Annotated[int, Ge(1)]] = field(default_factory=lambda: [1, 2, 4, 8])
     out_dim: int = 768
     max_len: int = 128
     use_tanh: bool = False
@@ -41,7 +43,7 @@ class TextBridgeConfig:
     # Training only: with a frozen trunk, compute its output once per sample and reuse it every step (the frozen
     # layers are a fixed function of the input). Ignored by forward(); up to cache_max_mb of memory on the device.
     cache_frozen: bool = True
-    cache_max_mb: int = 4096
+    cache_max_mb: Annotated[int, Ge(0)] = 4096
 
     def __post_init__(self) -> None:
         if self.init not in INIT_MODES:

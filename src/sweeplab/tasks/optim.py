@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
+from annotated_types import Ge, Gt, Interval, Len
 from torch import nn
 
 OPTIMIZERS = ("adamw", "adam_l2")
@@ -16,12 +18,15 @@ class OptimConfig:
     name: str = "adamw"  # adamw: decoupled decay; adam_l2: the original's decay added to the gradient
     lr: float = 3e-4
     weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
+    betas: Annotated[list[Annotated[float, Interval(ge=0, lt=1)]], Len(2, 2)] = field(
+        default_factory=lambda: [0.9, 0.999]
+    )
+    eps: Annotated[float, Gt(0)] = 1e-8  # 0 divides 0 by 0 for a parameter whose gradient is always 0 (unused ids)
     warmup_steps: int = 50
-    decay_steps: int | None = None  # cosine length after warm-up; null: the rest of trainer.max_steps
+    # cosine length after warm-up; null: the rest of trainer.max_steps
+    decay_steps: Annotated[int, Ge(1)] | None = None
     min_lr: float = 1e-5
-    grad_clip: float | None = 1.0  # global L2 norm; null or 0 disables
+    grad_clip: Annotated[float, Ge(0)] | None = 1.0  # global L2 norm; null or 0 disables
     implementation: str = "auto"  # auto | fused | foreach | for_loop (torch's optimizer kernels)
 
     def __post_init__(self) -> None:

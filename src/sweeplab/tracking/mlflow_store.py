@@ -59,7 +59,10 @@ def check_server(uri: str, timeout_s: float = SERVER_PROBE_TIMEOUT_S) -> None:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    try:
+        return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
+    except Exception as exc:
+        raise UserError(f"MLflow tracking store {uri} is not usable: {store_problem(exc)}") from exc
 
 
 def init_store(uri: str, experiment_name: str) -> str:
@@ -86,8 +89,21 @@ def init_store(uri: str, experiment_name: str) -> str:
     except UserError:
         raise
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"MLflow tracking store {uri} is not usable: {first_line}") from None
+        raise UserError(f"MLflow tracking store {uri} is not usable: {store_problem(exc)}") from None
+
+
+def store_problem(exc: BaseException) -> str:
+    """What the store said, in one line: the database driver's own error (a read-only or locked sqlite file, a full
+    disk) where MLflow wrapped one, else the first line of the message."""
+    seen, last = set(), exc
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        driver_error = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError keeps the driver's exception here
+        if isinstance(driver_error, Exception) and str(driver_error).strip():
+            return str(driver_error).strip().splitlines()[0]
+        exc = exc.__cause__ or exc.__context__
+    text = str(last).strip()
+    return text.splitlines()[0] if text else type(last).__name__
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -144,18 +160,25 @@ class JobRun:
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
         global _current_run_id
-        if run_id is not None:  # resuming: reopen the run the checkpoint names
-            self.run_id = run_id
-            _current_run_id = run_id
-            self.client.update_run(run_id, status="RUNNING")
-            return
-        all_tags = {"mlflow.runName": run_name, **tags}
-        if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
-        self.run_id = run.info.run_id
-        _current_run_id = self.run_id
-        self.log_params(params)
+        self.run_id = None
+        try:
+            if run_id is not None:  # resuming: reopen the run the checkpoint names
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+                _current_run_id = run_id
+                return
+            all_tags = {"mlflow.runName": run_name, **tags}
+            if parent_run_id:
+                all_tags["mlflow.parentRunId"] = parent_run_id
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+            self.run_id = run.info.run_id
+            _current_run_id = self.run_id
+            self.log_params(params)
+        except Exception as exc:  # a read-only, locked or full store: one line naming it, no run left RUNNING
+            if self.run_id is not None:
+                with contextlib.suppress(Exception):
+                    self.client.set_terminated(self.run_id, "FAILED")
+            raise UserError(f"MLflow tracking store {uri} cannot record the run: {store_problem(exc)}") from exc
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)
