@@ -155,7 +155,11 @@ class JobRun:
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
         _current_run_id = self.run_id
-        self.log_params(params)
+        try:  # the run exists from here on: whatever stops this constructor must still end it
+            self.log_params(params)
+        except BaseException as exc:
+            self.fail(exc)
+            raise
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)
@@ -192,8 +196,11 @@ class JobRun:
         return False
 
     def fail(self, exc: BaseException) -> None:
-        """End the run FAILED (KILLED for Ctrl-C) with the reason as its `error` tag and the traceback as error.txt."""
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        """End the run FAILED (KILLED for Ctrl-C, SIGTERM and exits) with the reason as its `error` tag and the
+        traceback as error.txt."""
+        from sweeplab.interrupts import is_interrupt
+
+        status = "KILLED" if is_interrupt(exc) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
         with contextlib.suppress(Exception):
