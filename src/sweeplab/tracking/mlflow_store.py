@@ -27,6 +27,7 @@ MAX_PARAM_CHARS = 6000
 
 
 SERVER_PROBE_TIMEOUT_S = 5.0
+STORE_LOCK_TIMEOUT_S = 300.0  # creating a fresh store's schema takes seconds; minutes mean a stuck process
 _current_run_id: str | None = None  # the JobRun this process created last (the sweep callback's on_job_end reads it)
 
 
@@ -56,33 +57,86 @@ def check_server(uri: str, timeout_s: float = SERVER_PROBE_TIMEOUT_S) -> None:
         )
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for other stores (and in-memory sqlite)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].partition("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+_store_locks: dict[Path, Any] = {}  # one FileLock per database in this process: re-entered, never self-deadlocked
+_opened_stores: set[str] = set()  # sqlite URIs this process has opened (schema checked or created) already
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Hold `<database>.lock` while a sqlite store is created, migrated or given an experiment.
+
+    MLflow creates a new database's schema (and runs its migrations) the first time a process opens it, with no
+    lock of its own: two processes doing that at once leave a half-migrated file that every later run fails on.
+    Other stores (a tracking server) need nothing here. A directory where the lock file cannot be created cannot
+    hold a new database either; the store's own error says so later.
+    """
+    from filelock import FileLock, Timeout
+
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    lock = _store_locks.setdefault(path, FileLock(f"{path}.lock", timeout=STORE_LOCK_TIMEOUT_S))
+    acquired = False
+    try:
+        lock.acquire()
+        acquired = True
+    except Timeout:
+        raise UserError(
+            f"MLflow tracking store {uri}: {lock.lock_file} is held by another process for over "
+            f"{STORE_LOCK_TIMEOUT_S:.0f} s; is a process stuck creating the store?"
+        ) from None
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if acquired:
+            lock.release()
+
+
 def _client(uri: str):
+    """An MlflowClient; a sqlite store is opened the first time under `store_lock`, as that may create its schema."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    if uri in _opened_stores or sqlite_path(uri) is None:
+        return MlflowClient(tracking_uri=uri)
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)  # opens (and caches) the store: a new file gets its schema here
+    _opened_stores.add(uri)
+    return client
 
 
 def init_store(uri: str, experiment_name: str) -> str:
     """Create the store's schema and the experiment if missing; return the experiment id.
 
-    Call once before parallel jobs start: several processes creating a fresh sqlite schema at once fail.
-    An unreachable tracking server fails here, fast, with the URI in the message.
+    Safe from several processes at once (`store_lock`). An unreachable tracking server fails here, fast, with the
+    URI in the message.
     """
     if uri.startswith(("http://", "https://")):
         check_server(uri)
-    client = _client(uri)
     try:
-        experiment = client.get_experiment_by_name(experiment_name)
-        if experiment is None:
-            try:
-                return client.create_experiment(experiment_name)
-            except Exception:  # another process created it between our two calls
-                experiment = client.get_experiment_by_name(experiment_name)
-                if experiment is None:
-                    raise
-        if experiment.lifecycle_stage == "deleted":
-            client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
+        with store_lock(uri):
+            client = _client(uri)
+            experiment = client.get_experiment_by_name(experiment_name)
+            if experiment is None:
+                try:
+                    return client.create_experiment(experiment_name)
+                except Exception:  # another process created it between our two calls (a tracking server)
+                    experiment = client.get_experiment_by_name(experiment_name)
+                    if experiment is None:
+                        raise
+            if experiment.lifecycle_stage == "deleted":
+                client.restore_experiment(experiment.experiment_id)
+            return experiment.experiment_id
     except UserError:
         raise
     except Exception as exc:
