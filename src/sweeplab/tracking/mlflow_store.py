@@ -115,6 +115,35 @@ def _client(uri: str):
     return client
 
 
+def open_existing_store(uri: str):
+    """A client of a store that must exist already (read-only entry points: the report, export by run id).
+
+    A tracking server must answer now (MLflow would retry for minutes); a sqlite path must name a database file, not
+    be created empty on the spot (a mistyped path would otherwise report "no runs" and leave a stray mlflow.db).
+    """
+    if uri.startswith(("http://", "https://")):
+        check_server(uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
+    try:
+        return _client(uri)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"MLflow tracking store {uri} is not usable: {first_line}") from None
+
+
+def get_run(client, run_id: str, what: str = "run_id"):
+    """The run `run_id`, or one UserError line when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{what}={run_id}: not found in {client.tracking_uri}: {first_line[:200]}") from None
+
+
 def init_store(uri: str, experiment_name: str) -> str:
     """Create the store's schema and the experiment if missing; return the experiment id.
 

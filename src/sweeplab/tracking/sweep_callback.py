@@ -317,7 +317,8 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
     value = best.data.metrics["objective"]
     metric = best.data.tags.get("objective", "")
     swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
-    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in children}) > 1}
+    configured = [r for r in children if r.data.params]  # not the jobs that failed before training
+    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in configured}) > 1}
     swept -= {"data.seed"}
     params = {f"best.{k}": best.data.params[k] for k in sorted(swept) if k in best.data.params}
     name = best.data.tags.get("mlflow.runName", best.info.run_id[:8])
