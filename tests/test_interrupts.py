@@ -4,6 +4,7 @@ in its first job closes its parent run KILLED with the job counts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,11 +18,17 @@ from mlflow.tracking import MlflowClient
 TIMEOUT_S = 240
 
 
-def _start(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _start(tmp_path: Path, *args: str, env: dict[str, str] | None = None, new_session: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "sweeplab.train", *args],
-        cwd=tmp_path, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "sweeplab.train", *args], cwd=tmp_path, env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=new_session,
     )
+
+
+def _kill(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # its own session's group, when it has one
+        os.killpg(process.pid, signal.SIGKILL)
+    process.kill()
 
 
 def _wait_for(condition, process: subprocess.Popen, what: str) -> None:
@@ -30,7 +37,7 @@ def _wait_for(condition, process: subprocess.Popen, what: str) -> None:
         if process.poll() is not None:
             raise AssertionError(f"exited with {process.returncode} before {what}:\n{process.stdout.read()[-3000:]}")
         if time.monotonic() > deadline:
-            process.kill()
+            _kill(process)
             raise AssertionError(f"not {what} after {TIMEOUT_S} s:\n{process.communicate()[0][-3000:]}")
         time.sleep(0.1)
 
@@ -39,7 +46,7 @@ def _finish(process: subprocess.Popen) -> tuple[int, str]:
     try:
         output, _ = process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        process.kill()
+        _kill(process)
         raise AssertionError(f"still running {TIMEOUT_S} s after the signal:\n{process.communicate()[0][-3000:]}") from None
     return process.returncode, output
 
@@ -113,18 +120,24 @@ def test_sigterm_while_the_data_is_read_ends_the_run_killed(demo_dir, mlflow_uri
     assert "open_dataset" in Path(traceback_text).read_text()  # it was stopped while opening the data
 
 
-def test_ctrl_c_in_the_first_job_stops_the_sweep_and_closes_its_parent_with_the_counts(demo_dir, mlflow_uri, tmp_path):
-    process = _start(tmp_path, "-m", *_smoke(demo_dir, "data.batch_size=8,16", "trainer.max_steps=10"),
-                     env=_paused(tmp_path, SWEEPLAB_FAULT_PAUSE_AT_STEP="3"))
-    _wait_for((tmp_path / "paused").exists, process, "paused in its first job")
-    process.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
+def test_ctrl_c_in_a_sweep_stops_it_and_closes_its_parent_with_the_counts(demo_dir, mlflow_uri, tmp_path, launcher):
+    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    process = _start(tmp_path, "-m", *parallel, *_smoke(demo_dir, "data.batch_size=8,16", "trainer.max_steps=10"),
+                     env=_paused(tmp_path, SWEEPLAB_FAULT_PAUSE_AT_STEP="3"), new_session=True)
+    _wait_for((tmp_path / "paused").exists, process, "paused in a job")
+    os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the group, joblib's workers too
     code, output = _finish(process)
 
     assert code == 130, output[-3000:]
     _, runs = _runs(mlflow_uri)
     (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
-    (job,) = [r for r in runs if r is not parent]  # the second job never started
-    assert job.info.status == "KILLED" and job.data.params["data.batch_size"] == "8"
+    jobs = [r for r in runs if r is not parent]
     assert parent.info.status == "KILLED"
+    assert {r.info.status for r in jobs} == {"KILLED"}
     counts = {k: v for k, v in parent.data.metrics.items() if k.startswith("jobs_")}
-    assert counts == {"jobs_planned": 2, "jobs_done": 0, "jobs_failed": 0, "jobs_killed": 1, "jobs_not_run": 1}
+    if launcher == "basic":  # one job at a time: the second never started
+        assert [r.data.params["data.batch_size"] for r in jobs] == ["8"]
+        assert counts == {"jobs_planned": 2, "jobs_done": 0, "jobs_failed": 0, "jobs_killed": 1, "jobs_not_run": 1}
+    else:
+        assert counts["jobs_killed"] == len(jobs) and counts["jobs_killed"] + counts["jobs_not_run"] == 2

@@ -66,6 +66,7 @@ class MLflowSweepCallback(Callback):
         self.parent_run_id: str | None = None
         self._uri = ""
         self._planned_jobs: int | None = None
+        self._jobs_die_with_the_sweep = True
         self._launch_env: dict[str, str | None] | None = None
 
     @staticmethod
@@ -119,6 +120,8 @@ class MLflowSweepCallback(Callback):
         self.parent_run_id = run.info.run_id
         global _open_sweep
         _open_sweep = self
+        # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
+        self._jobs_die_with_the_sweep = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
         try:
             self._planned_jobs = planned_jobs(config)
         except Exception as exc:  # a sweep type the count does not know: no jobs_not_run, the sweep still runs
@@ -210,7 +213,15 @@ class MLflowSweepCallback(Callback):
         try:
             from sweeplab.report import child_runs
 
-            record_job_counts(client, parent, child_runs(self._uri, parent), self._planned_jobs)
+            children = child_runs(self._uri, parent)
+            if status == "KILLED" and self._jobs_die_with_the_sweep:
+                # joblib's workers are terminated with the launching process before they can close their runs
+                for run in children:
+                    if run.info.status == "RUNNING":
+                        client.set_tag(run.info.run_id, "error", "Interrupted: the sweep was interrupted")
+                        client.set_terminated(run.info.run_id, "KILLED")
+                children = child_runs(self._uri, parent)
+            record_job_counts(client, parent, children, self._planned_jobs)
         except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
         client.set_terminated(parent, status)
