@@ -71,6 +71,8 @@ def test_failing_jobs_are_recorded_and_the_sweep_runs_on_and_exits_nonzero(demo_
     parent = next(r for r in runs if r.data.tags.get("sweeplab.role") == "sweep")
     children = [r for r in runs if r is not parent]
     assert parent.info.status == "FAILED" and parent.data.tags["failed_jobs"] == "3"
+    counts = {k: v for k, v in parent.data.metrics.items() if k.startswith("jobs_")}
+    assert counts == {"jobs_planned": 4, "jobs_done": 1, "jobs_failed": 3, "jobs_killed": 0, "jobs_not_run": 0}
     by_status = {}
     for run in children:
         by_status.setdefault(run.info.status, []).append(run)

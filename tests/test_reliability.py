@@ -7,7 +7,6 @@ import pickle
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from omegaconf import open_dict
 
 from conftest import smoke_config
 from sweeplab.errors import UserError
@@ -91,18 +90,3 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     with pytest.raises(UserError, match="not a Lightning checkpoint"):
         read_checkpoint(plain)
 
-
-def test_a_run_killed_by_ctrl_c_is_marked_killed(demo_dir, mlflow_uri, monkeypatch):
-    import lightning as L
-
-    def interrupt(self, *args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(L.Trainer, "fit", interrupt)
-    cfg = smoke_config(demo_dir)
-    with open_dict(cfg):
-        cfg.trainer.max_steps = 5
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    _, run = _only_run(mlflow_uri)
-    assert run.info.status == "KILLED"

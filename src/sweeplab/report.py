@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeplab import stability
+from sweeplab.errors import UserError
 from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
 
@@ -78,7 +79,7 @@ def experiment_runs(uri: str, experiment_name: str):
     client = mlflow_store._client(uri)
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
-        raise SystemExit(f"error: no MLflow experiment named {experiment_name!r} in {uri}")
+        raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
     return client.search_runs(
         [experiment.experiment_id],
         filter_string="tags.`sweeplab.role` != 'sweep'",
@@ -111,11 +112,14 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     param_keys = list(BASE_PARAMS)
     for family in sorted(families):
         param_keys += [k for k in FAMILY_PARAMS.get(family, []) if k not in param_keys]
-    all_keys = sorted({k for r in runs for k in r.data.params})
+    # a job that failed before training has no params: it would make every key look varying; its row shows the
+    # status and the error only
+    configured = [r for r in runs if r.data.params]
+    all_keys = sorted({k for r in configured for k in r.data.params})
     varying = [
         k
         for k in all_keys
-        if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in runs}) > 1
+        if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in configured}) > 1
     ]
     param_keys += varying
     columns = ["run", "status", "backend", "device", *[SHORT.get(k, k) for k in param_keys]]
@@ -306,7 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
+    try:
+        return _report(args)
+    except UserError as exc:  # a wrong URI, sweep id or experiment: one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(args: argparse.Namespace) -> int:
     uri = mlflow_store.resolve_uri(args.tracking_uri)
+    mlflow_store.open_existing_store(uri)  # read-only: an unreachable server or a missing sqlite file fails now
 
     if args.experiment:
         out = Path(args.out or Path("reports") / args.experiment)
@@ -325,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         if parent is None:
             print(f"error: no sweep found in {uri} (experiment {args.experiment_name!r}); run `make sweep` first", file=sys.stderr)
             return 2
+        sweep_dir = mlflow_store.get_run(mlflow_store._client(uri), parent, "--sweep").data.tags.get("sweep_dir")
         if out is None:
-            sweep_dir = mlflow_store._client(uri).get_run(parent).data.tags.get("sweep_dir")
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
         report = sweep_report(uri, parent, out, args.baseline)
         client = mlflow_store._client(uri)

@@ -10,6 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from sweeplab import interrupts
 from sweeplab.errors import exit_on_user_error, is_user_error, user_message
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -50,8 +51,17 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def run() -> None:
-    main()
+    interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
     from sweeplab.tracking import sweep_callback
+
+    try:
+        main()
+    except interrupts.Interrupted as exc:
+        # the job's run is KILLED already (JobRun); the sweep's parent is closed here, as Hydra calls no callback
+        # when a job raises more than an Exception
+        sweep_callback.end_interrupted_sweep(exc)
+        print(f"error: {exc}; the MLflow runs it stopped are marked KILLED", file=sys.stderr)
+        sys.exit(exc.exit_status)
 
     failed = getattr(sweep_callback, "FAILED_JOBS", 0)
     if failed:

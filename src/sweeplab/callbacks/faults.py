@@ -4,6 +4,9 @@ SWEEPLAB_FAULT_KILL_AT_STEP=N  sends SIGKILL to the process after optimizer step
 SWEEPLAB_FAULT_RAISE_AT_STEP=N raises RuntimeError after optimizer step N (a crashing job).
 SWEEPLAB_FAULT_OOM_AT_STEP=N   raises torch.OutOfMemoryError after optimizer step N (a batch too large).
 SWEEPLAB_FAULT_NAN_GRAD_AT_STEP=N poisons the gradients of step N with NaN (a diverging step).
+SWEEPLAB_FAULT_PAUSE_AT_STEP=N    after optimizer step N, creates the file SWEEPLAB_FAULT_PAUSED_FILE names and waits
+                                  there (up to 10 minutes): a test knows the run is training and sends its signal.
+SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION=1  the same at the start of the validation after fit.
 Unset in normal use; the callback is added only when one is set.
 """
 
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -19,6 +24,10 @@ KILL_ENV = "SWEEPLAB_FAULT_KILL_AT_STEP"
 RAISE_ENV = "SWEEPLAB_FAULT_RAISE_AT_STEP"
 OOM_ENV = "SWEEPLAB_FAULT_OOM_AT_STEP"
 NAN_ENV = "SWEEPLAB_FAULT_NAN_GRAD_AT_STEP"
+PAUSE_ENV = "SWEEPLAB_FAULT_PAUSE_AT_STEP"
+PAUSE_FINAL_VALIDATION_ENV = "SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION"
+PAUSED_FILE_ENV = "SWEEPLAB_FAULT_PAUSED_FILE"
+PAUSE_S = 600.0
 
 
 class FaultInjection(L.Callback):
@@ -28,18 +37,36 @@ class FaultInjection(L.Callback):
         raise_at_step: int | None = None,
         oom_at_step: int | None = None,
         nan_grad_at_step: int | None = None,
+        pause_at_step: int | None = None,
+        pause_at_final_validation: bool = False,
+        paused_file: str | None = None,
     ):
         self.kill_at_step = kill_at_step
         self.raise_at_step = raise_at_step
         self.oom_at_step = oom_at_step
         self.nan_grad_at_step = nan_grad_at_step
+        self.pause_at_step = pause_at_step
+        self.pause_at_final_validation = pause_at_final_validation
+        self.paused_file = paused_file
 
     @classmethod
     def from_env(cls) -> FaultInjection | None:
-        values = [os.environ.get(name) for name in (KILL_ENV, RAISE_ENV, OOM_ENV, NAN_ENV)]
-        if not any(values):
+        values = [os.environ.get(name) for name in (KILL_ENV, RAISE_ENV, OOM_ENV, NAN_ENV, PAUSE_ENV)]
+        pause_final = os.environ.get(PAUSE_FINAL_VALIDATION_ENV) == "1"
+        if not any(values) and not pause_final:
             return None
-        return cls(*(int(v) if v else None for v in values))
+        return cls(*(int(v) if v else None for v in values), pause_final, os.environ.get(PAUSED_FILE_ENV))
+
+    def _pause(self, where: str) -> None:
+        if self.paused_file:
+            Path(self.paused_file).write_text(where)
+        deadline = time.monotonic() + PAUSE_S
+        while time.monotonic() < deadline:  # a signal's handler runs (and may raise) during the sleep
+            time.sleep(0.1)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self.pause_at_final_validation and trainer.state.fn == "validate":
+            self._pause("final validation")
 
     def on_after_backward(self, trainer, pl_module) -> None:
         if self.nan_grad_at_step is not None and trainer.global_step == self.nan_grad_at_step:
@@ -55,3 +82,5 @@ class FaultInjection(L.Callback):
             raise RuntimeError(f"injected failure at step {step} ({RAISE_ENV})")
         if self.oom_at_step is not None and step == self.oom_at_step:
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step} by {OOM_ENV})")
+        if self.pause_at_step is not None and step == self.pause_at_step:
+            self._pause(f"step {step}")

@@ -59,26 +59,13 @@ class ExportResult:
 
 
 # --- where the checkpoint and the package are ----------------------------------------------------
-def _existing_store(uri: str) -> str:
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///") :])
-        if not path.is_file():
-            raise UserError(f"no MLflow store at {uri} (set tracking_uri or MLFLOW_TRACKING_URI)")
-    return uri
-
-
 def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dict[str, float], str]:
     """(checkpoint path, final val/* metrics, tracking URI) of an MLflow run, from its `checkpoint` tag."""
-    from mlflow.tracking import MlflowClient
+    from sweeplab.tracking import mlflow_store
 
-    from sweeplab.tracking.mlflow_store import resolve_uri
-
-    uri = _existing_store(resolve_uri(tracking_uri))
-    try:
-        run = MlflowClient(uri).get_run(run_id)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"run_id={run_id}: not found in {uri}: {first[:200]}") from None
+    uri = mlflow_store.resolve_uri(tracking_uri)
+    # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
+    run = mlflow_store.get_run(mlflow_store.open_existing_store(uri), run_id, "run_id")
     checkpoint = run.data.tags.get("checkpoint")
     if not checkpoint:
         raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")

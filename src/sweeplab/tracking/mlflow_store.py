@@ -27,6 +27,7 @@ MAX_PARAM_CHARS = 6000
 
 
 SERVER_PROBE_TIMEOUT_S = 5.0
+STORE_LOCK_TIMEOUT_S = 300.0  # creating a fresh store's schema takes seconds; minutes mean a stuck process
 _current_run_id: str | None = None  # the JobRun this process created last (the sweep callback's on_job_end reads it)
 
 
@@ -56,36 +57,116 @@ def check_server(uri: str, timeout_s: float = SERVER_PROBE_TIMEOUT_S) -> None:
         )
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for other stores (and in-memory sqlite)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].partition("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+_store_locks: dict[Path, Any] = {}  # one FileLock per database in this process: re-entered, never self-deadlocked
+_opened_stores: set[str] = set()  # sqlite URIs this process has opened (schema checked or created) already
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Hold `<database>.lock` while a sqlite store is created, migrated or given an experiment.
+
+    MLflow creates a new database's schema (and runs its migrations) the first time a process opens it, with no
+    lock of its own: two processes doing that at once leave a half-migrated file that every later run fails on.
+    Other stores (a tracking server) need nothing here. A directory where the lock file cannot be created cannot
+    hold a new database either; the store's own error says so later.
+    """
+    from filelock import FileLock, Timeout
+
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    lock = _store_locks.setdefault(path, FileLock(f"{path}.lock", timeout=STORE_LOCK_TIMEOUT_S))
+    acquired = False
+    try:
+        lock.acquire()
+        acquired = True
+    except Timeout:
+        raise UserError(
+            f"MLflow tracking store {uri}: {lock.lock_file} is held by another process for over "
+            f"{STORE_LOCK_TIMEOUT_S:.0f} s; is a process stuck creating the store?"
+        ) from None
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if acquired:
+            lock.release()
+
+
 def _client(uri: str):
+    """An MlflowClient; a sqlite store is opened the first time under `store_lock`, as that may create its schema."""
     from mlflow.tracking import MlflowClient
 
     try:
-        return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
+        if uri in _opened_stores or sqlite_path(uri) is None:
+            return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
+        with store_lock(uri):
+            client = MlflowClient(tracking_uri=uri)  # opens (and caches) the store: a new file gets its schema here
+    except UserError:
+        raise
     except Exception as exc:
         raise UserError(f"MLflow tracking store {uri} is not usable: {store_problem(exc)}") from exc
+    _opened_stores.add(uri)
+    return client
+
+
+def open_existing_store(uri: str):
+    """A client of a store that must exist already (read-only entry points: the report, export by run id).
+
+    A tracking server must answer now (MLflow would retry for minutes); a sqlite path must name a database file, not
+    be created empty on the spot (a mistyped path would otherwise report "no runs" and leave a stray mlflow.db).
+    """
+    if uri.startswith(("http://", "https://")):
+        check_server(uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
+    return _client(uri)
+
+
+def get_run(client, run_id: str, what: str = "run_id"):
+    """The run `run_id`, or one UserError line when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{what}={run_id}: not found in {client.tracking_uri}: {first_line[:200]}") from None
 
 
 def init_store(uri: str, experiment_name: str) -> str:
     """Create the store's schema and the experiment if missing; return the experiment id.
 
-    Call once before parallel jobs start: several processes creating a fresh sqlite schema at once fail.
-    An unreachable tracking server fails here, fast, with the URI in the message.
+    Safe from several processes at once (`store_lock`). An unreachable tracking server fails here, fast, with the
+    URI in the message.
     """
     if uri.startswith(("http://", "https://")):
         check_server(uri)
-    client = _client(uri)
     try:
-        experiment = client.get_experiment_by_name(experiment_name)
-        if experiment is None:
-            try:
-                return client.create_experiment(experiment_name)
-            except Exception:  # another process created it between our two calls
-                experiment = client.get_experiment_by_name(experiment_name)
-                if experiment is None:
-                    raise
-        if experiment.lifecycle_stage == "deleted":
-            client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
+        with store_lock(uri):
+            client = _client(uri)
+            experiment = client.get_experiment_by_name(experiment_name)
+            if experiment is None:
+                try:
+                    return client.create_experiment(experiment_name)
+                except Exception:  # another process created it between our two calls (a tracking server)
+                    experiment = client.get_experiment_by_name(experiment_name)
+                    if experiment is None:
+                        raise
+            if experiment.lifecycle_stage == "deleted":
+                client.restore_experiment(experiment.experiment_id)
+            return experiment.experiment_id
     except UserError:
         raise
     except Exception as exc:
@@ -179,6 +260,10 @@ class JobRun:
                 with contextlib.suppress(Exception):
                     self.client.set_terminated(self.run_id, "FAILED")
             raise UserError(f"MLflow tracking store {uri} cannot record the run: {store_problem(exc)}") from exc
+        except BaseException as exc:  # Ctrl-C/SIGTERM while the run is being set up: it still ends (KILLED)
+            if self.run_id is not None:
+                self.fail(exc)
+            raise
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)
@@ -215,8 +300,11 @@ class JobRun:
         return False
 
     def fail(self, exc: BaseException) -> None:
-        """End the run FAILED (KILLED for Ctrl-C) with the reason as its `error` tag and the traceback as error.txt."""
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        """End the run FAILED (KILLED for Ctrl-C, SIGTERM and exits) with the reason as its `error` tag and the
+        traceback as error.txt."""
+        from sweeplab.interrupts import is_interrupt
+
+        status = "KILLED" if is_interrupt(exc) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
         with contextlib.suppress(Exception):

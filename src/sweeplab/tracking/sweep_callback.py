@@ -13,10 +13,15 @@ metric) is logged to the job's run as the metric `objective`.
 At the end (`on_multirun_end`): the sweep's report (table, throughput and validation plots: sweeplab.report) and an
 objective-per-job plot are attached to the parent, which also names the best job (tags `best_run_id`,
 `best_run_name`, `best_job`; params `best.<swept key>`; metric `best/objective`).
+
+However the sweep ends, the parent run is closed with the job counts (metrics `jobs_done`, `jobs_failed`,
+`jobs_killed`, `jobs_planned`, `jobs_not_run`): FINISHED, FAILED when a job failed, KILLED when Ctrl-C or SIGTERM
+stopped the sweep (`end_interrupted_sweep`, called by the entry point).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -31,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeplab import distributed
 from sweeplab.errors import UserError
 from sweeplab.files import write_text_atomic
+from sweeplab.interrupts import is_interrupt
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,9 @@ class MLflowSweepCallback(Callback):
         self.print_report = print_report
         self.assign_gpus = assign_gpus  # each parallel job gets `trainer.devices` GPUs of its own
         self.parent_run_id: str | None = None
+        self._uri = ""
+        self._planned_jobs: int | None = None
+        self._jobs_die_with_the_sweep = True
         self._launch_env: dict[str, str | None] | None = None
 
     @staticmethod
@@ -75,7 +84,12 @@ class MLflowSweepCallback(Callback):
         FAILED_JOBS = 0
         try:
             self._start(config)
-        except UserError as exc:  # expected mistakes: one line, no traceback, no job started
+        except BaseException as exc:
+            if self.parent_run_id is not None and not is_interrupt(exc):  # an interrupt: end_interrupted_sweep
+                self._close("FAILED")
+            if not isinstance(exc, UserError):
+                raise
+            # expected mistakes: one line, no traceback, no job started
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
@@ -86,6 +100,7 @@ class MLflowSweepCallback(Callback):
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
+        self._uri = uri
         experiment_id = mlflow_store.init_store(uri, experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
         client = mlflow_store._client(uri)
@@ -103,6 +118,15 @@ class MLflowSweepCallback(Callback):
             },
         )
         self.parent_run_id = run.info.run_id
+        global _open_sweep
+        _open_sweep = self
+        # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
+        self._jobs_die_with_the_sweep = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+        try:
+            self._planned_jobs = planned_jobs(config)
+        except Exception as exc:  # a sweep type the count does not know: no jobs_not_run, the sweep still runs
+            log.warning("could not count the sweep's jobs in advance: %s", exc)
+            self._planned_jobs = None
         search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}
         mlflow_store.log_params(client, self.parent_run_id, {f"sweep.{k}": v for k, v in search_space.items()})
         os.environ[mlflow_store.PARENT_RUN_ENV] = self.parent_run_id
@@ -170,10 +194,85 @@ class MLflowSweepCallback(Callback):
                 FAILED_JOBS = report.failed
                 status = "FAILED"
                 client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
+        except BaseException as exc:
+            if is_interrupt(exc):  # Ctrl-C while the report is written: the sweep itself is over
+                status = "KILLED"
+            raise
         finally:
-            client.set_terminated(self.parent_run_id, status)
-            os.environ.pop(mlflow_store.PARENT_RUN_ENV, None)
-            self.parent_run_id = None
+            self._close(status)
+
+    def _close(self, status: str) -> None:
+        """End the parent run with `status` and the job counts; once, whichever way the sweep ends."""
+        global _open_sweep
+        parent, self.parent_run_id = self.parent_run_id, None
+        _open_sweep = None
+        os.environ.pop(mlflow_store.PARENT_RUN_ENV, None)
+        if parent is None:
+            return
+        client = mlflow_store._client(self._uri)
+        try:
+            from sweeplab.report import child_runs
+
+            children = child_runs(self._uri, parent)
+            if status == "KILLED" and self._jobs_die_with_the_sweep:
+                # joblib's workers are terminated with the launching process before they can close their runs
+                for run in children:
+                    if run.info.status == "RUNNING":
+                        client.set_tag(run.info.run_id, "error", "Interrupted: the sweep was interrupted")
+                        client.set_terminated(run.info.run_id, "KILLED")
+                children = child_runs(self._uri, parent)
+            record_job_counts(client, parent, children, self._planned_jobs)
+        except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
+            log.warning("could not record the sweep's job counts in MLflow: %s", exc)
+        client.set_terminated(parent, status)
+
+
+_open_sweep: MLflowSweepCallback | None = None  # the callback whose parent run is open in this process
+
+
+def end_interrupted_sweep(exc: BaseException) -> None:
+    """Close the parent run of the sweep an interrupt stopped (KILLED, with the job counts), if this process opened
+    one. The entry point calls this: Hydra runs no callback when a job raises more than an Exception."""
+    if _open_sweep is not None and _open_sweep.parent_run_id is not None:
+        with contextlib.suppress(Exception):
+            mlflow_store._client(_open_sweep._uri).set_tag(_open_sweep.parent_run_id, "error", str(exc))
+        _open_sweep._close("KILLED")
+
+
+def record_job_counts(client, parent_run_id: str, children, planned: int | None) -> dict[str, int]:
+    """Metrics `jobs_done` (FINISHED), `jobs_failed`, `jobs_killed` and, when the sweeper says how many jobs it
+    plans, `jobs_planned` and `jobs_not_run` on the parent run."""
+    from mlflow.entities import Metric
+
+    statuses = [r.info.status for r in children]
+    counts = {
+        "jobs_done": statuses.count("FINISHED"),
+        "jobs_failed": statuses.count("FAILED"),
+        "jobs_killed": statuses.count("KILLED"),
+    }
+    if planned is not None:
+        counts["jobs_planned"] = planned
+        counts["jobs_not_run"] = max(0, planned - len(children))
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+    return counts
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweeper will launch: the product of the swept values (basic sweeper), `n_trials` (Optuna);
+    None when it cannot be told in advance."""
+    sweeper = OmegaConf.select(config, "hydra.sweeper")
+    if sweeper is None:
+        return None
+    if "BasicSweeper" in str(sweeper.get("_target_", "")):
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+    n_trials = sweeper.get("n_trials")
+    return int(n_trials) if isinstance(n_trials, int) else None
 
 
 def _in_multirun() -> bool:
@@ -229,7 +328,8 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
     value = best.data.metrics["objective"]
     metric = best.data.tags.get("objective", "")
     swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
-    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in children}) > 1}
+    configured = [r for r in children if r.data.params]  # not the jobs that failed before training
+    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in configured}) > 1}
     swept -= {"data.seed"}
     params = {f"best.{k}": best.data.params[k] for k in sorted(swept) if k in best.data.params}
     name = best.data.tags.get("mlflow.runName", best.info.run_id[:8])
