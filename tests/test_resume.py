@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -16,6 +18,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
 
+from conftest import compose_train
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
 
@@ -64,6 +67,90 @@ def test_killed_run_resumes_bit_identical_in_the_same_mlflow_run(demo_dir, mlflo
     assert final["global_step"] == expected["global_step"] == 30
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(final["state_dict"][name], tensor), name
+
+
+def _resume_in_process(*overrides: str) -> float | None:
+    """`resume=true` in this process, so the objective `train` hands to a sweeper can be read."""
+    from omegaconf import open_dict
+
+    from sweeplab.training import train
+
+    cfg = compose_train([*overrides, "resume=true"])
+    with open_dict(cfg):
+        cfg.trainer.enable_progress_bar = False
+    return train(cfg)
+
+
+def _best_checkpoint_is_the_best_of_the_whole_run(client, run_id, checkpoints, monitor, mode, objective):
+    """The `checkpoint` tag, the only best-*.ckpt on disk and the objective all name the best validation score
+    in the run's whole history."""
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, monitor))
+    best_value = (max if mode == "max" else min)(value for _, value in history)
+    assert sorted(checkpoints.glob("best-*.ckpt")) == [checkpoints / Path(run.data.tags["checkpoint"]).name]
+    saved = torch.load(run.data.tags["checkpoint"], weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint{'monitor': '" + monitor)]
+    assert float(state["best_model_score"]) == pytest.approx(best_value, rel=1e-6), (history, run.data.tags["checkpoint"])
+    assert objective == pytest.approx(best_value, rel=1e-6)
+    return history
+
+
+# A learning rate far too high: the best validation comes early (TextBridge: step 4, LM: step 2) and is never beaten.
+# The kill follows that validation, whose step also wrote last.ckpt: the resumed run must still know its score.
+BEST_EARLY = {
+    "textbridge": (["optim.lr=3.0"], 5, "val/cos", "max"),
+    "pagating_lm": (["model=pagating_lm", "optim.lr=2.0"], 3, "val/ppl", "min"),
+}
+
+
+@pytest.mark.parametrize("family", [
+    "textbridge", pytest.param("pagating_lm", marks=pytest.mark.slow),
+])
+def test_a_run_resumed_after_its_best_validation_names_that_checkpoint(family, demo_dir, mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))  # the LM's token cache
+    overrides, kill_at, monitor, mode = BEST_EARLY[family]
+    common = [
+        "debug=smoke", *overrides, "trainer.max_steps=10", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    if family == "textbridge":
+        common += [f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16"]
+    killed = _train(common, env={"SWEEPLAB_FAULT_KILL_AT_STEP": str(kill_at)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+
+    objective = _resume_in_process(*[o for o in common if not o.startswith("hydra.")])
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    history = _best_checkpoint_is_the_best_of_the_whole_run(
+        client, run.info.run_id, tmp_path / "run" / "checkpoints", monitor, mode, objective
+    )
+    assert len(history) == 5  # every validation once
+    best_step = (max if mode == "max" else min)(history, key=lambda sv: sv[1])[0]
+    assert best_step < kill_at - 1 < history[-1][0]  # the premise: the best validation came before the kill
+
+
+@pytest.mark.parametrize("fault", [
+    {"SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP": "11"},  # the last step's validation
+    {"SWEEPLAB_FAULT_KILL_AFTER_FIT": "1"},  # every checkpoint written; the summary, tags and export not yet
+])
+def test_a_run_killed_after_its_last_periodic_checkpoint_resumes_to_the_end(fault, demo_dir, mlflow_uri, tmp_path):
+    # 11 steps, validation and last.ckpt every 2: the last step's validation follows the last periodic checkpoint,
+    # and with the default learning rate each validation beats the one before (the best file changes every time)
+    common = [
+        "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=11",
+        "trainer.val_check_interval=2", "checkpoint.every_n_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    killed = _train(common, env=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+
+    objective = _resume_in_process(*common[:-1])
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    history = _best_checkpoint_is_the_best_of_the_whole_run(
+        client, run.info.run_id, tmp_path / "run" / "checkpoints", "val/cos", "max", objective
+    )
+    assert len(history) == 6  # steps 2, 4, ..., 10 and the last one, each once
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 11
+    assert "summary/num_parameters" in run.data.metrics  # the summary was written
 
 
 def test_resume_without_an_interrupted_run_or_with_a_bad_checkpoint_fails_clearly(demo_dir, mlflow_uri, tmp_path):

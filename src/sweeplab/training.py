@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends, distributed, tuning
+from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
@@ -284,18 +285,10 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
 
-    best = ModelCheckpoint(
-        dirpath=output_dir / "checkpoints",
-        filename="best-step{step}",
-        monitor=task.monitor,
-        mode=task.monitor_mode,
-        auto_insert_metric_name=False,
-    )
-    last = ModelCheckpoint(  # periodic: what a killed run resumes from
-        dirpath=output_dir / "checkpoints", every_n_train_steps=p.checkpoint.every_n_steps, save_top_k=0, save_last=True
-    )
+    best = BestCheckpoint(output_dir / "checkpoints", monitor=task.monitor, mode=task.monitor_mode)
+    last = LastCheckpoint(output_dir / "checkpoints", every_n_steps=p.checkpoint.every_n_steps)
     timer = ThroughputTimer(**p.timing)
-    callbacks = [timer, NonFiniteGuard(**p.guard), best, last, *task.extra_callbacks()]
+    callbacks = [timer, NonFiniteGuard(**p.guard), ValidateAtLastStep(), best, last, *task.extra_callbacks()]
     if job is not None:
         from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
@@ -312,7 +305,6 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
-    _final_validation(trainer, task, datamodule, p)
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if job is not None:
         job.log_metrics(summary, step=trainer.global_step)
@@ -357,12 +349,6 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         default_root_dir=str(output_dir),
         **distributed.trainer_options(t.devices),  # DDP: ranks > 0 re-create this one job; the sampler shards itself
     )
-
-
-def _final_validation(trainer: L.Trainer, task, datamodule, p: JobPlan) -> None:
-    """Validate at the last step too, so every run ends with validation metrics of its final weights."""
-    if trainer.global_step % p.trainer.val_check_interval != 0:
-        trainer.validate(task, datamodule=datamodule, verbose=False)
 
 
 def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, task) -> float | None:
