@@ -243,3 +243,110 @@ def test_a_failed_metric_write_is_named_in_a_warning_and_training_goes_on(mlflow
             logger.wait_for_writes()
     assert "could not store" in caplog.text and "database is locked" in caplog.text
     assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
+
+
+def _snapshot(client, run_id):
+    run = client.get_run(run_id)
+    artifacts = sorted(a.path for a in client.list_artifacts(run_id))
+    return run.info.status, run.info.end_time, dict(run.data.tags), dict(run.data.params), dict(run.data.metrics), artifacts
+
+
+def test_a_resume_that_does_not_fit_the_checkpoint_or_its_run_is_refused_before_anything_is_touched(
+    demo_dir, mlflow_uri, tmp_path
+):
+    from conftest import smoke_config
+    from sweeplab.errors import UserError
+    from sweeplab.training import train
+
+    base = ["trainer.max_steps=10", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5"]
+    train(smoke_config(demo_dir, *base))
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    files = sorted(p.name for p in ckpt.parent.iterdir())
+    before = _snapshot(client, run.info.run_id)
+
+    other_size = _train(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", *base,
+                         "model.size=small", f"resume={ckpt}"])
+    assert other_size.returncode == 2 and "Traceback" not in other_size.stderr
+    (line,) = [line for line in other_size.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: resume: checkpoint {ckpt} holds another model than this config: model.d_hidden")
+    refused = {
+        (): f"run {run.info.run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer",
+        ("optim.lr=0.01",): r"settings differ from this config: optim.lr \(run 0.0003, config 0.01\); a resume may change only",
+        ("trainer.max_steps=5",): f"trainer.max_steps: 5 is below the step of checkpoint {ckpt} \\(10\\)",
+    }
+    for overrides, message in refused.items():
+        with pytest.raises(UserError, match=message):
+            train(smoke_config(demo_dir, *base, *overrides, f"resume={ckpt}"))
+    with pytest.raises(UserError, match="holds a textbridge model; this config trains pagating_lm"):
+        train(compose_train(["model=pagating_lm", "debug=smoke", f"resume={ckpt}"]))
+    assert _snapshot(client, run.info.run_id) == before
+    assert len(_runs(mlflow_uri, "sweeplab")[1]) == 1 and sorted(p.name for p in ckpt.parent.iterdir()) == files
+
+
+def test_a_resume_may_extend_a_finished_run_and_records_the_change(demo_dir, mlflow_uri, tmp_path):
+    from conftest import smoke_config
+    from sweeplab.training import train
+
+    base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    objective = train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FINISHED" and run.data.params["trainer.max_steps"] == "10"  # params cannot change
+    assert run.data.tags["changed_on_resume.trainer.max_steps"] == "10 -> 15 (from step 10)"
+    assert "max_steps: 15" in Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))).read_text()
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(15))
+    assert objective == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+
+
+def test_a_copied_checkpoint_resumes_into_the_jobs_own_directory_and_the_run_sheds_its_error(
+    demo_dir, mlflow_uri, tmp_path
+):
+    common = [
+        "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=12",
+        "trainer.val_check_interval=4", "checkpoint.every_n_steps=4",
+    ]
+    failed = _train([*common, f"hydra.run.dir={tmp_path / 'first'}"], env={"SWEEPLAB_FAULT_RAISE_AT_STEP": "9"})
+    assert failed.returncode != 0
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FAILED" and "error" in run.data.tags
+    copied = tmp_path / "copy" / "last.ckpt"
+    copied.parent.mkdir()
+    copied.write_bytes((tmp_path / "first" / "checkpoints" / "last.ckpt").read_bytes())
+
+    resumed = _train([*common, f"resume={copied}", f"hydra.run.dir={tmp_path / 'second'}"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    new_dir = tmp_path / "second" / "checkpoints"
+    assert f"checkpoints go to {new_dir}" in resumed.stdout + resumed.stderr
+    assert not (tmp_path / "checkpoints").exists()  # two folders above the copied file: not where a job writes
+    assert torch.load(new_dir / "last.ckpt", weights_only=True)["global_step"] == 12
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FINISHED" and run.data.tags["output_dir"] == str(tmp_path / "second")
+    assert "error" not in run.data.tags and run.data.tags["previous_error"].startswith("RuntimeError: injected failure")
+    assert "error.txt" not in {a.path for a in client.list_artifacts(run.info.run_id)}
+    # the best so far came along into the new directory; the run's best is the best of its whole history
+    best = max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+    assert sorted(new_dir.glob("best-*.ckpt")) == [Path(run.data.tags["checkpoint"])]
+    saved = torch.load(run.data.tags["checkpoint"], weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint{'monitor': 'val/cos'")]
+    assert float(state["best_model_score"]) == pytest.approx(best, rel=1e-6)
+
+
+def test_a_checkpoint_whose_run_is_not_in_this_store_continues_as_a_new_run(demo_dir, mlflow_uri, tmp_path, monkeypatch, caplog):
+    from conftest import smoke_config
+    from sweeplab.training import train
+
+    base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
+    (_, (original,)) = _runs(mlflow_uri, "sweeplab")
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    with caplog.at_level("WARNING", logger="sweeplab.training"):
+        train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
+    assert f"the run of checkpoint {ckpt} ({original.info.run_id}) is not in {other}" in caplog.text
+    client, (run,) = _runs(other, "sweeplab")
+    assert run.info.run_id != original.info.run_id and run.info.status == "FINISHED"
+    assert run.data.params["trainer.max_steps"] == "15" and run.data.tags["resumed_from"] == str(ckpt)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(10, 15))

@@ -98,6 +98,10 @@ class LastCheckpoint(ModelCheckpoint):
     def state_key(self) -> str:
         return _plain_state_key(self)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: the file is always last.ckpt (and Lightning would warn when the resumed checkpoint
+        lies in another directory)."""
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         due = step % self._every_n_train_steps == 0 or (trainer.max_steps > 0 and step >= trainer.max_steps)
