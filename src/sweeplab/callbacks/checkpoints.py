@@ -48,7 +48,8 @@ class BestCheckpoint(ModelCheckpoint):
 
     def __init__(self, dirpath: str | Path, monitor: str, mode: str):
         super().__init__(
-            dirpath=dirpath, filename="best-step{step}", monitor=monitor, mode=mode, auto_insert_metric_name=False
+            dirpath=dirpath, filename="best-step{step}", monitor=monitor, mode=mode, auto_insert_metric_name=False,
+            enable_version_counter=False,  # a resumed run re-saving a step's best overwrites it (no -v1 twin)
         )
 
     @property
@@ -92,7 +93,9 @@ class LastCheckpoint(ModelCheckpoint):
     validates (see the module docstring)."""
 
     def __init__(self, dirpath: str | Path, every_n_steps: int):
-        super().__init__(dirpath=dirpath, every_n_train_steps=every_n_steps, save_top_k=0, save_last=True)
+        super().__init__(  # always the one last.ckpt, overwritten (atomically: AtomicCheckpointIO)
+            dirpath=dirpath, every_n_train_steps=every_n_steps, save_top_k=0, save_last=True, enable_version_counter=False
+        )
 
     @property
     def state_key(self) -> str:
