@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -16,6 +18,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
 
+from conftest import compose_train
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
 
@@ -64,6 +67,90 @@ def test_killed_run_resumes_bit_identical_in_the_same_mlflow_run(demo_dir, mlflo
     assert final["global_step"] == expected["global_step"] == 30
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(final["state_dict"][name], tensor), name
+
+
+def _resume_in_process(*overrides: str) -> float | None:
+    """`resume=true` in this process, so the objective `train` hands to a sweeper can be read."""
+    from omegaconf import open_dict
+
+    from sweeplab.training import train
+
+    cfg = compose_train([*overrides, "resume=true"])
+    with open_dict(cfg):
+        cfg.trainer.enable_progress_bar = False
+    return train(cfg)
+
+
+def _best_checkpoint_is_the_best_of_the_whole_run(client, run_id, checkpoints, monitor, mode, objective):
+    """The `checkpoint` tag, the only best-*.ckpt on disk and the objective all name the best validation score
+    in the run's whole history."""
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, monitor))
+    best_value = (max if mode == "max" else min)(value for _, value in history)
+    assert sorted(checkpoints.glob("best-*.ckpt")) == [checkpoints / Path(run.data.tags["checkpoint"]).name]
+    saved = torch.load(run.data.tags["checkpoint"], weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint{'monitor': '" + monitor)]
+    assert float(state["best_model_score"]) == pytest.approx(best_value, rel=1e-6), (history, run.data.tags["checkpoint"])
+    assert objective == pytest.approx(best_value, rel=1e-6)
+    return history
+
+
+# A learning rate far too high: the best validation comes early (TextBridge: step 4, LM: step 2) and is never beaten.
+# The kill follows that validation, whose step also wrote last.ckpt: the resumed run must still know its score.
+BEST_EARLY = {
+    "textbridge": (["optim.lr=3.0"], 5, "val/cos", "max"),
+    "pagating_lm": (["model=pagating_lm", "optim.lr=2.0"], 3, "val/ppl", "min"),
+}
+
+
+@pytest.mark.parametrize("family", [
+    "textbridge", pytest.param("pagating_lm", marks=pytest.mark.slow),
+])
+def test_a_run_resumed_after_its_best_validation_names_that_checkpoint(family, demo_dir, mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))  # the LM's token cache
+    overrides, kill_at, monitor, mode = BEST_EARLY[family]
+    common = [
+        "debug=smoke", *overrides, "trainer.max_steps=10", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    if family == "textbridge":
+        common += [f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16"]
+    killed = _train(common, env={"SWEEPLAB_FAULT_KILL_AT_STEP": str(kill_at)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+
+    objective = _resume_in_process(*[o for o in common if not o.startswith("hydra.")])
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    history = _best_checkpoint_is_the_best_of_the_whole_run(
+        client, run.info.run_id, tmp_path / "run" / "checkpoints", monitor, mode, objective
+    )
+    assert len(history) == 5  # every validation once
+    best_step = (max if mode == "max" else min)(history, key=lambda sv: sv[1])[0]
+    assert best_step < kill_at - 1 < history[-1][0]  # the premise: the best validation came before the kill
+
+
+@pytest.mark.parametrize("fault", [
+    {"SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP": "11"},  # the last step's validation
+    {"SWEEPLAB_FAULT_KILL_AFTER_FIT": "1"},  # every checkpoint written; the summary, tags and export not yet
+])
+def test_a_run_killed_after_its_last_periodic_checkpoint_resumes_to_the_end(fault, demo_dir, mlflow_uri, tmp_path):
+    # 11 steps, validation and last.ckpt every 2: the last step's validation follows the last periodic checkpoint,
+    # and with the default learning rate each validation beats the one before (the best file changes every time)
+    common = [
+        "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=11",
+        "trainer.val_check_interval=2", "checkpoint.every_n_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    killed = _train(common, env=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+
+    objective = _resume_in_process(*common[:-1])
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    history = _best_checkpoint_is_the_best_of_the_whole_run(
+        client, run.info.run_id, tmp_path / "run" / "checkpoints", "val/cos", "max", objective
+    )
+    assert len(history) == 6  # steps 2, 4, ..., 10 and the last one, each once
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 11
+    assert "summary/num_parameters" in run.data.metrics  # the summary was written
 
 
 def test_resume_without_an_interrupted_run_or_with_a_bad_checkpoint_fails_clearly(demo_dir, mlflow_uri, tmp_path):
@@ -156,3 +243,110 @@ def test_a_failed_metric_write_is_named_in_a_warning_and_training_goes_on(mlflow
             logger.wait_for_writes()
     assert "could not store" in caplog.text and "database is locked" in caplog.text
     assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
+
+
+def _snapshot(client, run_id):
+    run = client.get_run(run_id)
+    artifacts = sorted(a.path for a in client.list_artifacts(run_id))
+    return run.info.status, run.info.end_time, dict(run.data.tags), dict(run.data.params), dict(run.data.metrics), artifacts
+
+
+def test_a_resume_that_does_not_fit_the_checkpoint_or_its_run_is_refused_before_anything_is_touched(
+    demo_dir, mlflow_uri, tmp_path
+):
+    from conftest import smoke_config
+    from sweeplab.errors import UserError
+    from sweeplab.training import train
+
+    base = ["trainer.max_steps=10", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5"]
+    train(smoke_config(demo_dir, *base))
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    files = sorted(p.name for p in ckpt.parent.iterdir())
+    before = _snapshot(client, run.info.run_id)
+
+    other_size = _train(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", *base,
+                         "model.size=small", f"resume={ckpt}"])
+    assert other_size.returncode == 2 and "Traceback" not in other_size.stderr
+    (line,) = [line for line in other_size.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: resume: checkpoint {ckpt} holds another model than this config: model.d_hidden")
+    refused = {
+        (): f"run {run.info.run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer",
+        ("optim.lr=0.01",): r"settings differ from this config: optim.lr \(run 0.0003, config 0.01\); a resume may change only",
+        ("trainer.max_steps=5",): f"trainer.max_steps: 5 is below the step of checkpoint {ckpt} \\(10\\)",
+    }
+    for overrides, message in refused.items():
+        with pytest.raises(UserError, match=message):
+            train(smoke_config(demo_dir, *base, *overrides, f"resume={ckpt}"))
+    with pytest.raises(UserError, match="holds a textbridge model; this config trains pagating_lm"):
+        train(compose_train(["model=pagating_lm", "debug=smoke", f"resume={ckpt}"]))
+    assert _snapshot(client, run.info.run_id) == before
+    assert len(_runs(mlflow_uri, "sweeplab")[1]) == 1 and sorted(p.name for p in ckpt.parent.iterdir()) == files
+
+
+def test_a_resume_may_extend_a_finished_run_and_records_the_change(demo_dir, mlflow_uri, tmp_path):
+    from conftest import smoke_config
+    from sweeplab.training import train
+
+    base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    objective = train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FINISHED" and run.data.params["trainer.max_steps"] == "10"  # params cannot change
+    assert run.data.tags["changed_on_resume.trainer.max_steps"] == "10 -> 15 (from step 10)"
+    assert "max_steps: 15" in Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))).read_text()
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(15))
+    assert objective == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+
+
+def test_a_copied_checkpoint_resumes_into_the_jobs_own_directory_and_the_run_sheds_its_error(
+    demo_dir, mlflow_uri, tmp_path
+):
+    common = [
+        "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=12",
+        "trainer.val_check_interval=4", "checkpoint.every_n_steps=4",
+    ]
+    failed = _train([*common, f"hydra.run.dir={tmp_path / 'first'}"], env={"SWEEPLAB_FAULT_RAISE_AT_STEP": "9"})
+    assert failed.returncode != 0
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FAILED" and "error" in run.data.tags
+    copied = tmp_path / "copy" / "last.ckpt"
+    copied.parent.mkdir()
+    copied.write_bytes((tmp_path / "first" / "checkpoints" / "last.ckpt").read_bytes())
+
+    resumed = _train([*common, f"resume={copied}", f"hydra.run.dir={tmp_path / 'second'}"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    new_dir = tmp_path / "second" / "checkpoints"
+    assert f"checkpoints go to {new_dir}" in resumed.stdout + resumed.stderr
+    assert not (tmp_path / "checkpoints").exists()  # two folders above the copied file: not where a job writes
+    assert torch.load(new_dir / "last.ckpt", weights_only=True)["global_step"] == 12
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FINISHED" and run.data.tags["output_dir"] == str(tmp_path / "second")
+    assert "error" not in run.data.tags and run.data.tags["previous_error"].startswith("RuntimeError: injected failure")
+    assert "error.txt" not in {a.path for a in client.list_artifacts(run.info.run_id)}
+    # the best so far came along into the new directory; the run's best is the best of its whole history
+    best = max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+    assert sorted(new_dir.glob("best-*.ckpt")) == [Path(run.data.tags["checkpoint"])]
+    saved = torch.load(run.data.tags["checkpoint"], weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint{'monitor': 'val/cos'")]
+    assert float(state["best_model_score"]) == pytest.approx(best, rel=1e-6)
+
+
+def test_a_checkpoint_whose_run_is_not_in_this_store_continues_as_a_new_run(demo_dir, mlflow_uri, tmp_path, monkeypatch, caplog):
+    from conftest import smoke_config
+    from sweeplab.training import train
+
+    base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
+    (_, (original,)) = _runs(mlflow_uri, "sweeplab")
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    with caplog.at_level("WARNING", logger="sweeplab.training"):
+        train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
+    assert f"the run of checkpoint {ckpt} ({original.info.run_id}) is not in {other}" in caplog.text
+    client, (run,) = _runs(other, "sweeplab")
+    assert run.info.run_id != original.info.run_id and run.info.status == "FINISHED"
+    assert run.data.params["trainer.max_steps"] == "15" and run.data.tags["resumed_from"] == str(ckpt)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(10, 15))

@@ -55,13 +55,13 @@ def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri,
     from sweeplab import training
 
     seen = []
-    original = training._final_validation
+    original = training._monitored  # the job's last step: after fit, its final validation, summary and export
 
-    def recording(trainer, task, datamodule, p):
+    def recording(trainer, checkpoint, task):
         seen.append(MlflowClient(mlflow_uri).get_run(task.mlflow_run_id).info.status)
-        original(trainer, task, datamodule, p)
+        return original(trainer, checkpoint, task)
 
-    monkeypatch.setattr(training, "_final_validation", recording)
+    monkeypatch.setattr(training, "_monitored", recording)
     train(smoke_config(demo_dir))
     _, run = _only_run(mlflow_uri)
     assert seen == ["RUNNING"] and run.info.status == "FINISHED"

@@ -19,12 +19,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends, distributed, tuning
+from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.config import bind, build, require
 from sweeplab.data.device_batches import resolve_pad_to
-from sweeplab.errors import ConfigError
+from sweeplab.errors import ConfigError, UserError
 from sweeplab.families import get_family
 from sweeplab.files import check_writable_dir
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
@@ -247,12 +248,14 @@ def train(cfg: DictConfig) -> float | None:
     backends.apply_backend_settings(p.backend_config, p.backend)
     output_dir, sweep_dir = _hydra_runtime()
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
-    resume_ckpt, resume_run_id = _resume_target(p, uri)
-    if resume_ckpt is not None:
-        output_dir = resume_ckpt.parent.parent  # keep writing checkpoints where the interrupted run did
+    tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
+    target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
+    resume_ckpt = target.checkpoint if target is not None else None
+    if target is not None:
+        output_dir = target.output_dir
 
     check_writable_dir(output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
-    if not p.logger.enabled or not distributed.is_global_zero():  # one MLflow run per job: rank 0's
+    if not tracked:
         return _fit(p, output_dir, logger=False, job=None, resume_ckpt=resume_ckpt)
 
     job = mlflow_store.JobRun(
@@ -262,39 +265,74 @@ def train(cfg: DictConfig) -> float | None:
         tags=run_tags(p, sweep_dir),
         params=mlflow_store.flatten(p.container),
         parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-        run_id=resume_run_id,
+        run_id=target.run_id if target is not None else None,
     )
     with job:
         from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
 
-        if resume_ckpt is None:
+        continued = target is not None and target.run_id is not None
+        if not continued or target.changes:
             job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
-            job.set_tag("output_dir", str(output_dir))
             job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
-        else:
-            job.set_tag("resumed_from", str(resume_ckpt))
+        job.set_tag("output_dir", str(output_dir))
+        if target is not None:
+            job.set_tag("resumed_from", str(target.checkpoint))
+            for key, (old, new) in target.changes.items():
+                job.set_tag(f"{resume.CHANGED_TAG_PREFIX}{key}", f"{old} -> {new} (from step {target.step})")
         logger = ResumingMLFlowLogger(
             experiment_name=p.logger.experiment_name,
             tracking_uri=uri,
             run_id=job.run_id,
-            already_logged=logged_steps(uri, job.run_id) if resume_ckpt is not None else None,
+            already_logged=logged_steps(uri, job.run_id) if continued else None,
             synchronous=not p.logger.async_logging,
         )
         return _fit(p, output_dir, logger=logger, job=job, resume_ckpt=resume_ckpt)
 
 
-def _resume_target(p: JobPlan, uri: str) -> tuple[Path | None, str | None]:
-    """(last checkpoint, MLflow run id) to continue from, or (None, None) for a fresh run."""
+def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, tracked: bool) -> resume.ResumePoint | None:
+    """What `resume` continues from, checked against this config and the run it continues (tracking/resume.py says
+    what may differ); None for a fresh run. Reads only: a refused resume leaves the store and the files as they were.
+
+    `resume=true` continues the interrupted run in its own output directory; `resume=PATH` (a checkpoint, or a
+    job's output directory) writes its checkpoints to this job's output directory, wherever the file came from."""
+    from sweeplab.tasks.checkpoint import read_checkpoint
+
     setting = p.container.get("resume", False)
     if setting is False or setting is None:
-        return None, None
+        return None
     if setting is True:
         run_id, ckpt = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
-        return ckpt, run_id
-    ckpt = Path(str(setting))
-    if ckpt.is_dir():
-        ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
-    return ckpt, resume.checkpoint_run_id(ckpt)  # read_checkpoint names a missing/truncated/foreign file
+        output_dir = ckpt.parent.parent
+    else:
+        ckpt = Path(str(setting))
+        if ckpt.is_dir():
+            ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
+        run_id, output_dir = None, own_output_dir
+    checkpoint = read_checkpoint(ckpt)  # names a missing, truncated or foreign file
+    step = int(checkpoint.get("global_step", 0))
+    may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
+    resume.check_model(checkpoint, ckpt, p.family.name, p.model_config, p.model_values, may_differ)
+    if step > p.trainer.max_steps:
+        raise ConfigError("trainer.max_steps", f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")
+    changes: dict[str, tuple[str, str]] = {}
+    if setting is not True and tracked:
+        run_id = (checkpoint.get("sweeplab") or {}).get("mlflow_run_id")
+        run = resume.find_run(uri, run_id) if run_id else None
+        if run is None:
+            log.warning("resume: the run of checkpoint %s (%s) is not in %s; its training continues as a new run",
+                        ckpt, run_id or "none recorded", uri)
+            run_id = None
+        else:
+            changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
+            finished_at = run.data.params.get("trainer.max_steps", "0")
+            if run.info.status == "FINISHED" and not p.trainer.max_steps > int(finished_at):
+                raise UserError(
+                    f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "
+                    f"(trainer.max_steps above its {finished_at})"
+                )
+    what = f"run {run_id}" if run_id else ("as a new run" if tracked else "training")
+    log.info("resume: continuing %s from %s (step %d); checkpoints go to %s", what, ckpt, step, output_dir / "checkpoints")
+    return resume.ResumePoint(ckpt, step, run_id, output_dir, changes)
 
 
 def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) -> float | None:
@@ -306,18 +344,10 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
 
-    best = ModelCheckpoint(
-        dirpath=output_dir / "checkpoints",
-        filename="best-step{step}",
-        monitor=task.monitor,
-        mode=task.monitor_mode,
-        auto_insert_metric_name=False,
-    )
-    last = ModelCheckpoint(  # periodic: what a killed run resumes from
-        dirpath=output_dir / "checkpoints", every_n_train_steps=p.checkpoint.every_n_steps, save_top_k=0, save_last=True
-    )
+    best = BestCheckpoint(output_dir / "checkpoints", monitor=task.monitor, mode=task.monitor_mode)
+    last = LastCheckpoint(output_dir / "checkpoints", every_n_steps=p.checkpoint.every_n_steps)
     timer = ThroughputTimer(**p.timing)
-    callbacks = [timer, NonFiniteGuard(**p.guard), best, last, *task.extra_callbacks()]
+    callbacks = [timer, NonFiniteGuard(**p.guard), ValidateAtLastStep(), best, last, *task.extra_callbacks()]
     if job is not None:
         from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
@@ -334,7 +364,6 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
-    _final_validation(trainer, task, datamodule, p)
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if job is not None:
         job.log_metrics(summary, step=trainer.global_step)
@@ -379,12 +408,6 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         default_root_dir=str(output_dir),
         **distributed.trainer_options(t.devices),  # DDP: ranks > 0 re-create this one job; the sampler shards itself
     )
-
-
-def _final_validation(trainer: L.Trainer, task, datamodule, p: JobPlan) -> None:
-    """Validate at the last step too, so every run ends with validation metrics of its final weights."""
-    if trainer.global_step % p.trainer.val_check_interval != 0:
-        trainer.validate(task, datamodule=datamodule, verbose=False)
 
 
 def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, task) -> float | None:

@@ -7,6 +7,10 @@ SWEEPLAB_FAULT_NAN_GRAD_AT_STEP=N poisons the gradients of step N with NaN (a di
 SWEEPLAB_FAULT_PAUSE_AT_STEP=N    after optimizer step N, creates the file SWEEPLAB_FAULT_PAUSED_FILE names and waits
                                   there (up to 10 minutes): a test knows the run is training and sends its signal.
 SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION=1  the same at the start of the validation after fit.
+SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP=N sends SIGKILL during the validation at step N (before its scores
+                               reach any checkpoint; at the last step: the run's final validation).
+SWEEPLAB_FAULT_KILL_AFTER_FIT=1 sends SIGKILL once fit is done (every checkpoint written; summary, tags and export
+                               not yet).
 Unset in normal use; the callback is added only when one is set.
 """
 
@@ -28,6 +32,8 @@ PAUSE_ENV = "SWEEPLAB_FAULT_PAUSE_AT_STEP"
 PAUSE_FINAL_VALIDATION_ENV = "SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION"
 PAUSED_FILE_ENV = "SWEEPLAB_FAULT_PAUSED_FILE"
 PAUSE_S = 600.0
+KILL_IN_VALIDATION_ENV = "SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP"
+KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
 
 
 class FaultInjection(L.Callback):
@@ -38,6 +44,8 @@ class FaultInjection(L.Callback):
         oom_at_step: int | None = None,
         nan_grad_at_step: int | None = None,
         pause_at_step: int | None = None,
+        kill_in_validation_at_step: int | None = None,
+        kill_after_fit: int | None = None,
         pause_at_final_validation: bool = False,
         paused_file: str | None = None,
     ):
@@ -46,12 +54,15 @@ class FaultInjection(L.Callback):
         self.oom_at_step = oom_at_step
         self.nan_grad_at_step = nan_grad_at_step
         self.pause_at_step = pause_at_step
+        self.kill_in_validation_at_step = kill_in_validation_at_step
+        self.kill_after_fit = kill_after_fit
         self.pause_at_final_validation = pause_at_final_validation
         self.paused_file = paused_file
 
     @classmethod
     def from_env(cls) -> FaultInjection | None:
-        values = [os.environ.get(name) for name in (KILL_ENV, RAISE_ENV, OOM_ENV, NAN_ENV, PAUSE_ENV)]
+        names = (KILL_ENV, RAISE_ENV, OOM_ENV, NAN_ENV, PAUSE_ENV, KILL_IN_VALIDATION_ENV, KILL_AFTER_FIT_ENV)
+        values = [os.environ.get(name) for name in names]
         pause_final = os.environ.get(PAUSE_FINAL_VALIDATION_ENV) == "1"
         if not any(values) and not pause_final:
             return None
@@ -65,7 +76,8 @@ class FaultInjection(L.Callback):
             time.sleep(0.1)
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        if self.pause_at_final_validation and trainer.state.fn == "validate":
+        # the final validation runs inside fit at the last step (callbacks/checkpoints.ValidateAtLastStep)
+        if self.pause_at_final_validation and (trainer.state.fn == "validate" or trainer.global_step >= trainer.max_steps):
             self._pause("final validation")
 
     def on_after_backward(self, trainer, pl_module) -> None:
@@ -84,3 +96,11 @@ class FaultInjection(L.Callback):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step} by {OOM_ENV})")
         if self.pause_at_step is not None and step == self.pause_at_step:
             self._pause(f"step {step}")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.kill_in_validation_at_step is not None and trainer.global_step == self.kill_in_validation_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.kill_after_fit:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -244,9 +244,10 @@ class JobRun:
         self.run_id = None
         try:
             if run_id is not None:  # resuming: reopen the run the checkpoint names
-                self.client.update_run(run_id, status="RUNNING")
-                self.run_id = run_id
+                self.run_id = run_id  # training.py checked the checkpoint and the run first
                 _current_run_id = run_id
+                self._clear_previous_failure()
+                self.client.update_run(run_id, status="RUNNING")
                 return
             all_tags = {"mlflow.runName": run_name, **tags}
             if parent_run_id:
@@ -264,6 +265,24 @@ class JobRun:
             if self.run_id is not None:
                 self.fail(exc)
             raise
+
+    def _clear_previous_failure(self) -> None:
+        """A resumed run is no longer failed: its `error` tag and error.txt go (the reason stays readable as the
+        `previous_error` tag), so a run that then finishes does not read as failed. A new failure writes both again."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        run = self.client.get_run(self.run_id)
+        error = run.data.tags.get("error")
+        if error is None:
+            return
+        self.client.set_tag(self.run_id, "previous_error", error)
+        self.client.delete_tag(self.run_id, "error")
+        try:
+            get_artifact_repository(run.info.artifact_uri).delete_artifacts("error.txt")
+        except Exception as exc:  # a store that cannot delete: the file stays, the tag says it is past
+            import logging
+
+            logging.getLogger(__name__).warning("could not delete error.txt of resumed run %s: %s", self.run_id, _one_line(exc))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)

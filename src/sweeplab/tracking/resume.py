@@ -1,18 +1,36 @@
-"""Resuming a run: find the interrupted run of the same configuration and the checkpoint it left."""
+"""Resuming a run: find the interrupted run of the same configuration and the checkpoint it left, and check a
+checkpoint against the configuration and the run it continues before anything is touched.
+
+What a resume may change (everything else must equal the run's params, or the checkpoint's model):
+- `resume` itself;
+- `trainer.max_steps`, to extend (or shorten) a run, and the keys that follow it by interpolation (the LM's
+  `model.unit_options.schedule_steps`): the LR and α schedules are recomputed for the new length from the
+  checkpoint's step on. MLflow params cannot change, so the run keeps the values it started with as params and
+  gets a `changed_on_resume.<key>` tag (`old -> new (from step N)`) per changed key, its `config.yaml` replaced by
+  the new configuration and its config hash updated (`resume=true` with the new configuration finds it).
+A FINISHED run is resumed only to train it longer (a larger `trainer.max_steps`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweeplab.errors import UserError
 from sweeplab.tracking import mlflow_store
 
+log = logging.getLogger(__name__)
+
 CONFIG_HASH_TAG = "sweeplab.config_hash"
 IGNORED_KEYS = ("resume",)
+MAY_CHANGE = ("trainer.max_steps",)  # and the keys that follow it (`may_change`)
+CHANGED_TAG_PREFIX = "changed_on_resume."
 
 
 def config_hash(container: Mapping[str, Any]) -> str:
@@ -43,7 +61,66 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str) -> tuple
     )
 
 
-def checkpoint_run_id(ckpt: Path) -> str | None:
-    from sweeplab.tasks.checkpoint import read_checkpoint
+@dataclass
+class ResumePoint:
+    checkpoint: Path
+    step: int  # the checkpoint's optimizer step
+    run_id: str | None  # the MLflow run it continues; None: a new run
+    output_dir: Path  # where the job writes its checkpoints from now on
+    changes: dict[str, tuple[str, str]]  # param -> (the run's value, this config's); only keys that may change
 
-    return (read_checkpoint(ckpt).get("sweeplab") or {}).get("mlflow_run_id")
+
+def may_change(raw_config: Mapping[str, Any]) -> set[str]:
+    """MAY_CHANGE and the flattened keys whose value is an interpolation of one of them; `raw_config` is the
+    config container before resolution."""
+    keys = set(MAY_CHANGE)
+    for key, value in mlflow_store.flatten(raw_config).items():
+        if any(value == f"${{{allowed}}}" for allowed in MAY_CHANGE):
+            keys.add(key)
+    return keys
+
+
+def check_model(checkpoint: Mapping[str, Any], path: Path, family: str, model_config: Any,
+                model_values: Mapping[str, Any], may_differ: set[str]) -> None:
+    """The checkpoint holds this family's model with this config's hyperparameters (the data decides
+    `vocab_size` unless the config sets it)."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if hparams.get("family") != family:
+        raise UserError(f"resume: checkpoint {path} holds a {hparams.get('family')} model; this config trains {family}")
+    saved = mlflow_store.flatten(hparams.get("model") or {}, "model.")
+    configured = mlflow_store.flatten(dataclasses.asdict(model_config), "model.")
+    if model_values.get("vocab_size") is None:
+        may_differ = may_differ | {"model.vocab_size"}
+    differing = sorted(k for k in saved.keys() | configured.keys() if k not in may_differ and saved.get(k) != configured.get(k))
+    if differing:
+        raise UserError(
+            f"resume: checkpoint {path} holds another model than this config: "
+            + ", ".join(f"{k} (checkpoint {saved.get(k, '-')}, config {configured.get(k, '-')})" for k in differing)
+        )
+
+
+def find_run(uri: str, run_id: str):
+    """The run with this id in this store, or None (another store's run, or deleted)."""
+    from mlflow.exceptions import MlflowException
+
+    if uri.startswith(("http://", "https://")):
+        mlflow_store.check_server(uri)
+    try:
+        run = mlflow_store._client(uri).get_run(run_id)
+    except MlflowException:
+        return None
+    return None if run.info.lifecycle_stage == "deleted" else run
+
+
+def param_changes(run, params: Mapping[str, str], may_differ: set[str], path: Path) -> dict[str, tuple[str, str]]:
+    """{key: (old, new)} for the params of `run` this config changes; refuses any change outside `may_differ`."""
+    old = run.data.params
+    differing = sorted(k for k in old.keys() | params.keys() if k not in IGNORED_KEYS and old.get(k) != params.get(k))
+    refused = [k for k in differing if k not in may_differ]
+    if refused:
+        raise UserError(
+            f"resume: checkpoint {path} continues run {run.info.run_id}, whose settings differ from this config: "
+            + ", ".join(f"{k} (run {old.get(k, '-')}, config {params.get(k, '-')})" for k in refused)
+            + f"; a resume may change only {', '.join(MAY_CHANGE)}"
+        )
+    return {k: (old.get(k, "-"), params.get(k, "-")) for k in differing}
