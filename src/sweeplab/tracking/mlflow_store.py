@@ -24,6 +24,13 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir
 MAX_PARAM_CHARS = 6000
+# MLflow's experiment kind: "custom_model_development" is the UI's "Machine learning" (runs, charts, compare);
+# without it an experiment may open in the GenAI view (traces, no runs)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI picks its view from a workflow switch, not from the experiment's kind tag: the `workflowType` URL
+# parameter wins over the switch's remembered value, whose default is the GenAI view
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 
 SERVER_PROBE_TIMEOUT_S = 5.0
@@ -75,19 +82,40 @@ def init_store(uri: str, experiment_name: str) -> str:
         experiment = client.get_experiment_by_name(experiment_name)
         if experiment is None:
             try:
-                return client.create_experiment(experiment_name)
+                return client.create_experiment(experiment_name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
             except Exception:  # another process created it between our two calls
                 experiment = client.get_experiment_by_name(experiment_name)
                 if experiment is None:
                     raise
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
+        if EXPERIMENT_KIND_TAG not in experiment.tags:  # made by an older sweeplab or by MLflow itself
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment.experiment_id
     except UserError:
         raise
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"MLflow tracking store {uri} is not usable: {first_line}") from None
+
+
+def ui_base(uri: str, host: str = "127.0.0.1", port: int = 5000) -> str:
+    """Where the UI of this store is served: the tracking server itself, else a local `mlflow ui` (`make ui`)."""
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return f"http://{host}:{port}"
+
+
+def runs_url(base: str, experiment_id: str, search_filter: str | None = None) -> str:
+    """The UI's runs table of an experiment (the machine-learning view), optionally filtered."""
+    from urllib.parse import quote
+
+    query = UI_WORKFLOW_QUERY + (f"&searchFilter={quote(search_filter)}" if search_filter else "")
+    return f"{base}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{UI_WORKFLOW_QUERY}"
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
