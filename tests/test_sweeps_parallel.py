@@ -38,8 +38,8 @@ def smoke(demo_dir: Path, *overrides: str) -> list[str]:
     return ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", *overrides]
 
 
-def assert_one_sweep(uri: str, n_jobs: int):
-    parents, children = store_runs(uri)
+def assert_one_sweep(uri: str, n_jobs: int, experiment: str = "sweeplab"):
+    parents, children = store_runs(uri, experiment)
     assert len(parents) == 1 and len(children) == n_jobs
     (parent,) = parents
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}

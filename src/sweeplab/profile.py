@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = compose(
         [
             "timing=profile",
+            "logger.experiment_name=sweeplab-profile",  # profiled runs stay out of the studies' charts
             *args.overrides,
             f"timing.warmup_steps={args.warmup_steps}",
             f"timing.trace_steps={args.trace_steps}",

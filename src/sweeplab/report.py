@@ -264,13 +264,18 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
     return write_report(child_runs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
 
 
-def latest_sweep(uri: str, experiment_name: str) -> str | None:
+def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
+    """The newest sweep's parent run, in one experiment or (None) in any: each study has its own experiment."""
     client = mlflow_store._client(uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
+    if experiment_name is None:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    else:
+        experiment = client.get_experiment_by_name(experiment_name)
+        experiment_ids = [experiment.experiment_id] if experiment is not None else []
+    if not experiment_ids:
         return None
     runs = client.search_runs(
-        [experiment.experiment_id],
+        experiment_ids,
         filter_string="tags.`sweeplab.role` = 'sweep'",
         max_results=1,
         order_by=["attributes.start_time DESC"],
@@ -284,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
     source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
     source.add_argument("--experiment", help="every run of an MLflow experiment")
-    parser.add_argument("--experiment-name", default="sweeplab", help="where to look for the latest sweep")
+    parser.add_argument("--experiment-name", default=None, help="where to look for the latest sweep (default: every experiment)")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
@@ -306,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             out = out or Path(args.multirun_dir)
         parent = parent or latest_sweep(uri, args.experiment_name)
         if parent is None:
-            print(f"error: no sweep found in {uri} (experiment {args.experiment_name!r}); run `make sweep` first", file=sys.stderr)
+            where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
+            print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
         if out is None:
             sweep_dir = mlflow_store._client(uri).get_run(parent).data.tags.get("sweep_dir")

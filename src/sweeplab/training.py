@@ -180,35 +180,74 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
         "sweep_id": Path(sweep_dir).name if sweep_dir else "",
+        **_preset_tags(),
     }
 
 
+def _preset_tags() -> dict[str, str]:
+    """The presets a run was composed with (debug=smoke, sweep=..., experiment=...): smoke runs are findable."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+    except ValueError:  # not under Hydra
+        return {}
+    groups = ("debug", "sweep", "experiment", "hparams_search")
+    return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
+
+
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback (tracking/sweep_callback.swept_keys)
-_IN_NAME_ALREADY = ("batch_size", "alpha", "beta", "lr", "unit", "size", "backend", "precision", "compile")
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+_NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
+_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
 
 
-def _override_parts() -> list[str]:
-    """`key=value` for this job's swept keys that the family's name does not show, keys shortened."""
+def _swept_values() -> dict[str, str]:
+    """{key: value} of this job's swept keys, as its overrides set them (the sweeper's sample for Optuna)."""
     swept = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
     if not swept:
-        return []
+        return {}
     try:
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task)
     except ValueError:
-        return []
-    parts = []
+        return {}
+    values = {}
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key in swept:
-            parts.append(f"{key.rsplit('.', 1)[-1].replace('/', '.')}={value}")
-    return parts
+            values[key] = value
+    return values
+
+
+def _conf_default(group_file: str, key: str) -> Any:
+    """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
+    try:
+        return OmegaConf.select(OmegaConf.load(CONF_DIR / group_file), key)
+    except Exception:
+        return None
 
 
 def run_name(p: JobPlan, cfg: DictConfig) -> str:
-    parts = [p.family.run_name(cfg)]
-    parts += [part for part in _override_parts() if part.split("=")[0] not in _IN_NAME_ALREADY]
+    """What tells this run from its neighbours: swept keys first (a narrow name column still shows them), then the
+    family and its own keys, a non-default model size or step budget, and the backend's settings."""
+    from sweeplab.families import name_value
+
+    family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
+    swept = _swept_values()
+    parts = []
+    for key, value in swept.items():
+        if key not in _NAMED_AT_THE_END:
+            short = _NAME_SHORT.get(key, key.rsplit(".", 1)[-1].replace("/", "."))
+            parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
+    parts.append(p.family.name)
+    size = OmegaConf.select(cfg, "model.size")
+    if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
+        parts.append(str(size))
+    parts += family_parts.values()
+    if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
+        parts.append(f"steps={p.trainer.max_steps}")
     parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)
@@ -217,6 +256,17 @@ def run_name(p: JobPlan, cfg: DictConfig) -> str:
     if p.cuda_graph:
         parts.append("cuda_graph")
     return " ".join(parts)
+
+
+def run_description() -> str | None:
+    """The run's note in the MLflow UI: how to run it again (the job's command-line overrides)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under Hydra
+        return None
+    return "python -m sweeplab.train " + " ".join(overrides) if overrides else "python -m sweeplab.train"
 
 
 def train(cfg: DictConfig) -> float | None:
@@ -247,6 +297,8 @@ def train(cfg: DictConfig) -> float | None:
 
         if resume_ckpt is None:
             job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
+            if (description := run_description()) is not None:
+                job.set_tag("mlflow.note.content", description)
             job.set_tag("output_dir", str(output_dir))
             job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
         else:

@@ -146,6 +146,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
+def context_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """`tags` plus what MLflow fills in for its own fluent runs: user, source name and type, git commit."""
+    try:
+        from mlflow.tracking.context.registry import resolve_tags
+
+        return resolve_tags(dict(tags))
+    except Exception:  # context is a courtesy: never worth a run
+        return dict(tags)
+
+
 def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
     from mlflow.entities import Param
 
@@ -177,7 +187,7 @@ class JobRun:
             _current_run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
             return
-        all_tags = {"mlflow.runName": run_name, **tags}
+        all_tags = context_tags({"mlflow.runName": run_name, **tags})
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)

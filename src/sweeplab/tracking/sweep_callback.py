@@ -93,14 +93,16 @@ class MLflowSweepCallback(Callback):
         run = client.create_run(
             experiment_id,
             run_name=f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
-            tags={
+            tags=mlflow_store.context_tags({
                 "sweeplab.role": "sweep",
                 "sweep_id": sweep_dir.name,
                 "sweep_dir": str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
                 "sweep_overrides": " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])[:5000],
-            },
+                "mlflow.note.content": "python -m sweeplab.train -m "
+                + " ".join(OmegaConf.select(config, "hydra.overrides.task") or []),
+            }),
         )
         self.parent_run_id = run.info.run_id
         search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}

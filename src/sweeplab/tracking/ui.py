@@ -19,19 +19,13 @@ from sweeplab.tracking import mlflow_store
 
 def latest_sweep_url(uri: str, base: str) -> str | None:
     """The runs-table URL of the newest sweep in any experiment of the store; None when there is no sweep."""
-    client = mlflow_store._client(uri)
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    if not experiment_ids:
+    from sweeplab.report import latest_sweep
+
+    parent_id = latest_sweep(uri)
+    if parent_id is None:
         return None
-    runs = client.search_runs(
-        experiment_ids, filter_string="tags.`sweeplab.role` = 'sweep'", max_results=1, order_by=["attributes.start_time DESC"]
-    )
-    if not runs:
-        return None
-    parent = runs[0]
-    return mlflow_store.runs_url(
-        base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
-    )
+    experiment_id = mlflow_store._client(uri).get_run(parent_id).info.experiment_id
+    return mlflow_store.runs_url(base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'")
 
 
 def main(argv: list[str] | None = None) -> int:
