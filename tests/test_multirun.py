@@ -34,6 +34,7 @@ def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri
     assert job.data.tags["mlflow.note.content"].startswith("python -m sweeplab.train debug=smoke ")
     assert "data.batch_size=8 " in job.data.tags["mlflow.note.content"] + " "
     assert "data.batch_size=8,16" in parents[0].data.tags["mlflow.note.content"]
+    assert "train.log" in {a.path for a in client.list_artifacts(job.info.run_id)}  # the job's own log
     for run in (job, parents[0]):
         assert run.data.tags["mlflow.source.name"].endswith("sweeplab/train.py") and run.data.tags["mlflow.user"]
     assert {"report/report.md", "report/report.csv"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}

@@ -65,3 +65,24 @@ def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri,
     train(smoke_config(demo_dir))
     _, run = _only_run(mlflow_uri)
     assert seen == ["RUNNING"] and run.info.status == "FINISHED"
+
+
+def test_a_run_holds_its_checkpoint_dataset_and_system_metrics(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # MLflow's own knob: samples within seconds
+    train(smoke_config(demo_dir, "logger.system_metrics_after_s=0"))
+    client, run = _only_run(mlflow_uri)
+    checkpoints = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
+    assert len(checkpoints) == 1 and checkpoints[0].endswith(".ckpt"), checkpoints
+    (dataset_input,) = run.inputs.dataset_inputs
+    assert dataset_input.dataset.name == demo_dir.name and len(dataset_input.dataset.digest) == 16
+    assert [(t.key, t.value) for t in dataset_input.tags] == [("mlflow.data.context", "training")]
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+
+
+def test_artifacts_over_the_cap_stay_on_disk_and_short_runs_get_no_system_metrics(demo_dir, mlflow_uri):
+    train(smoke_config(demo_dir, "logger.max_artifact_mb=0.001", "logger.log_dataset=false"))
+    client, run = _only_run(mlflow_uri)
+    assert client.list_artifacts(run.info.run_id, "checkpoints") == []
+    assert run.data.tags["checkpoint"].endswith(".ckpt")  # still named where it lies
+    assert not run.inputs.dataset_inputs
+    assert not [k for k in run.data.metrics if k.startswith("system/")]  # the default waits a minute

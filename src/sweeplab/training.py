@@ -73,6 +73,11 @@ class LoggerConfig:
     # training metrics go to the store from MLflow's background thread (synchronous=False), so no training step waits
     # for a write (~10-50 ms each on sqlite); the run's end waits until all of them are written
     async_logging: bool = True
+    system_metrics_after_s: float | None = 60.0  # MLflow's system/* sampler for jobs running longer; null: off
+    log_checkpoint: bool = True  # the best checkpoint as a run artifact (checkpoints/)
+    log_job_log: bool = True  # the job's log file as a run artifact
+    max_artifact_mb: float = 200.0  # larger files stay on disk only (the `checkpoint` tag still names them)
+    log_dataset: bool = True  # the training data as the run's MLflow dataset input, with a digest
 
 
 @dataclass
@@ -303,6 +308,8 @@ def train(cfg: DictConfig) -> float | None:
             job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
         else:
             job.set_tag("resumed_from", str(resume_ckpt))
+        if p.logger.system_metrics_after_s is not None and p.logger.system_metrics_after_s >= 0:
+            job.monitor_system(p.logger.system_metrics_after_s)
         logger = ResumingMLFlowLogger(
             experiment_name=p.logger.experiment_name,
             tracking_uri=uri,
@@ -332,6 +339,10 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     datamodule.prepare_data()
     datamodule.setup("fit")
     model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
+    if job is not None and resume_ckpt is None and p.logger.log_dataset:
+        data_path = _training_data_path(datamodule)
+        if data_path is not None:
+            job.log_training_data(data_path, name=data_path.name)
     task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
@@ -370,6 +381,8 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         job.log_metrics(summary, step=trainer.global_step)
         if best.best_model_path:
             job.set_tag("checkpoint", best.best_model_path)
+    if job is not None and best.best_model_path and p.logger.log_checkpoint:
+        job.log_artifact_capped(best.best_model_path, "checkpoints", p.logger.max_artifact_mb)
     if best.best_model_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
         from sweeplab.export import export_after_training
 
@@ -379,7 +392,29 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         )
     run_id = job.run_id if job is not None else "(not tracked)"
     log.info("run %s: %s", run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
+    if job is not None and p.logger.log_job_log and (job_log := _job_log_file()) is not None:
+        job.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
     return _monitored(trainer, best, task)
+
+
+def _training_data_path(datamodule) -> Path | None:
+    """The file or directory a datamodule trains on (the demo data's directory once prepared); None: in memory."""
+    path = getattr(datamodule, "path", None)
+    if path is None and hasattr(datamodule, "_data_path"):  # TextBridge's demo data, prepared on first use
+        path = datamodule._data_path()
+    return Path(path) if path is not None and Path(path).exists() else None
+
+
+def _job_log_file() -> Path | None:
+    """The log file Hydra's job logging writes (<job dir>/<job name>.log); None outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    path = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+    return path if path.exists() else None
 
 
 def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer:

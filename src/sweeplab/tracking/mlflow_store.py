@@ -11,14 +11,20 @@ ever left RUNNING.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
 import subprocess
+import threading
 import traceback
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sweeplab.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
@@ -179,6 +185,9 @@ class JobRun:
     ):
         self.uri = uri
         self.client = _client(uri)
+        self._monitor = None
+        self._monitor_timer = None
+        self._monitor_lock = threading.Lock()
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
         global _current_run_id
@@ -217,12 +226,78 @@ class JobRun:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
+    def log_artifact_capped(self, path: str | Path, artifact_path: str | None, max_mb: float) -> bool:
+        """Log a file unless it is larger than `max_mb` (named in one warning); False when skipped or failed."""
+        size_mb = Path(path).stat().st_size / 2**20
+        if size_mb > max_mb:
+            log.warning("%s (%.0f MB) not logged to MLflow: over logger.max_artifact_mb=%g", path, size_mb, max_mb)
+            return False
+        try:
+            self.log_artifact(path, artifact_path)
+        except Exception as exc:  # an artifact is a convenience: never worth a run that trained
+            log.warning("could not log %s to MLflow: %s", path, _one_line(exc))
+            return False
+        return True
+
+    def log_training_data(self, path: str | Path, name: str) -> None:
+        """The training data as the run's MLflow dataset input (the UI's Datasets column), with a digest that
+        changes when the files do."""
+        try:
+            from mlflow.data.dataset_source_registry import resolve_dataset_source
+            from mlflow.data.meta_dataset import MetaDataset
+            from mlflow.entities import DatasetInput, InputTag
+
+            with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways": all of them local
+                warnings.simplefilter("ignore", UserWarning)
+                source = resolve_dataset_source(str(Path(path).resolve()))
+            dataset = MetaDataset(source, name=name, digest=data_digest(path))
+            context = InputTag(key="mlflow.data.context", value="training")
+            self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+        except Exception as exc:
+            log.warning("could not log the training data %s to MLflow: %s", path, _one_line(exc))
+
+    def monitor_system(self, after_s: float, sampling_interval_s: float = 10.0) -> None:
+        """MLflow's own system-metrics sampler (CPU, memory, disk, network, GPU: `system/*`), started once the job
+        has run `after_s` seconds: a short run would get a point or two, and the sampler costs a store read and
+        write every interval."""
+
+        def start() -> None:
+            with self._monitor_lock:
+                if self._monitor_timer is None:  # the job ended meanwhile
+                    return
+                try:
+                    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+                    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # start/stop lines
+                    monitor = SystemMetricsMonitor(
+                        self.run_id, sampling_interval=sampling_interval_s, resume_logging=True, tracking_uri=self.uri
+                    )
+                    monitor.start()
+                    self._monitor = monitor
+                except Exception as exc:  # psutil missing, or a platform without its counters
+                    log.warning("MLflow system metrics are off for this run: %s", _one_line(exc))
+
+        self._monitor_timer = threading.Timer(after_s, start)
+        self._monitor_timer.daemon = True
+        self._monitor_timer.start()
+
+    def _stop_monitor(self) -> None:
+        with self._monitor_lock:
+            timer, self._monitor_timer = self._monitor_timer, None
+            if timer is not None:
+                timer.cancel()
+            monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            with contextlib.suppress(Exception):
+                monitor.finish()
+
     def __enter__(self) -> JobRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         # set_terminated first drains MLflow's asynchronous queue (the Lightning logger's metrics, logger.async_logging):
         # the run ends only once everything it logged is stored
+        self._stop_monitor()
         if exc is None:
             self.client.set_terminated(self.run_id, "FINISHED")
         else:
@@ -231,6 +306,7 @@ class JobRun:
 
     def fail(self, exc: BaseException) -> None:
         """End the run FAILED (KILLED for Ctrl-C) with the reason as its `error` tag and the traceback as error.txt."""
+        self._stop_monitor()
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
@@ -238,6 +314,26 @@ class JobRun:
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, status)
+
+
+DIGEST_SAMPLE_BYTES = 4 * 2**20
+
+
+def data_digest(path: str | Path) -> str:
+    """A dataset's digest: every file's name and size and its first and last 4 MiB. Like MLflow's own dataset
+    digests it samples rather than reads everything, so a file larger than memory costs milliseconds."""
+    path = Path(path)
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.relative_to(path) if path.is_dir() else file.name}\x1f{size}\x1f".encode())
+        with open(file, "rb") as f:
+            digest.update(f.read(DIGEST_SAMPLE_BYTES))
+            if size > 2 * DIGEST_SAMPLE_BYTES:
+                f.seek(size - DIGEST_SAMPLE_BYTES)
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def read_parent_run_id(sweep_dir: str | None) -> str | None:
