@@ -91,3 +91,18 @@ def test_cli_from_a_multirun_dir_logs_artifacts_and_flags_failures(mlflow_uri, t
     assert "1 of 4 jobs FAILED" in capsys.readouterr().out
     artifacts = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent, "report")}
     assert {"report/report.md", "report/throughput.png", "report/validation.png"} <= artifacts
+
+
+def test_the_csv_holds_numbers_that_pandas_reads_as_floats(mlflow_uri, tmp_path):
+    import pandas as pd
+
+    parent = make_sweep(mlflow_uri, tmp_path)
+    report.sweep_report(mlflow_uri, parent, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "report.csv")
+    for column in ("bs", "median step (s)", "samples/s", "tokens/s", "MFU", "speedup", "val cos"):
+        assert pd.api.types.is_float_dtype(table[column]) or pd.api.types.is_integer_dtype(table[column]), column
+    by_run = table.set_index("run")
+    assert by_run.loc["job3 bs=256 cuda", "samples/s"] == 6000.0  # the Markdown shows "6,000"
+    assert by_run.loc["job3 bs=256 cuda", "speedup"] == 60.0 and by_run.loc["job0 bs=16 cpu", "speedup"] == 1.0
+    assert by_run.loc["job3 bs=256 cuda", "MFU"] == 0.42 and pd.isna(by_run.loc["job0 bs=16 cpu", "MFU"])
+    assert by_run.loc["job2 bs=64 cuda", "val cos"] == 0.5

@@ -28,7 +28,8 @@ def test_optuna_alpha_beta_runs_8_trials_and_the_parent_shows_the_best(demo_dir,
         assert float(parent.data.params[f"best.{key}"]) == pytest.approx(value)
     assert parent.data.tags["objective"] == "val/cos" and parent.data.tags["objective_mode"] == "max"
     assert parent.data.params["sweep.loss.alpha"] == "interval(0.05, 1.0)"
-    assert "report/optimization_results.yaml" in {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent.info.run_id, "report")}
+    reported = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent.info.run_id, "report")}
+    assert {"report/optimization_results.yaml", "report/objective.png"} <= reported
     assert "best: job " in result.stdout
 
 

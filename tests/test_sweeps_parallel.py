@@ -70,7 +70,8 @@ def test_joblib_gpu_sweep_on_a_fresh_store_one_parent_own_gpu_per_worker(demo_di
     assert parent.data.metrics["best/objective"] == best.data.metrics["objective"]
     assert parent.data.params["best.data.batch_size"] == best.data.params["data.batch_size"]
     reported = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
-    assert {"report/report.md", "report/report.csv", "report/objective.png", "report/validation.png"} <= reported
+    assert {"report/report.md", "report/report.csv", "report/validation.png"} <= reported
+    assert "report/objective.png" not in reported  # "best so far" over a grid's job order means nothing
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import argparse
 import csv
 import io
 import logging
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -152,11 +153,43 @@ def to_markdown(rows: list[dict[str, str]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+_FORMATTED_NUMBER = re.compile(
+    r"^(?P<label>[^\d+\-.]*?)\s*(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:e[-+]?\d+)?)"
+    r"\s*(?P<unit>×|%)?\s*(?:\(baseline\))?$"
+)
+
+
+def csv_number(cell: str) -> tuple[str, float | None]:
+    """A table cell as (label, number): "14,601" -> ("", 14601.0), "1.02× (baseline)" -> ("", 1.02), "12.5%" ->
+    ("", 0.125), "val cos 0.93" -> ("val cos", 0.93); (cell, None) when it is not a number."""
+    match = _FORMATTED_NUMBER.match(cell.strip())
+    if not match or not any(c.isdigit() for c in match["number"]):
+        return cell, None
+    value = float(match["number"].replace(",", ""))
+    return match["label"].strip(), value / 100 if match["unit"] == "%" else value
+
+
 def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
+    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read floats.
+    A column whose cells carry one label (the final metric's "val cos") is named by it."""
+    parsed = {c: [csv_number(str(row.get(c, ""))) for row in rows] for c in columns}
+    header, values = [], {}
+    for column in columns:
+        cells = parsed[column]
+        numeric = [(label, v) for label, v in cells if v is not None]
+        blank_or_numeric = all(v is not None or label == "" for label, v in cells)
+        if numeric and blank_or_numeric and len({label for label, _ in numeric}) == 1:
+            label = numeric[0][0]
+            name = label if label else column
+            values[name] = ["" if v is None else f"{v:.6g}" for _, v in cells]
+        else:
+            name = column
+            values[name] = [str(row.get(column, "")) for row in rows]
+        header.append(name)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(zip(*(values[name] for name in header)) if rows else [])
     return buffer.getvalue()
 
 
@@ -208,16 +241,36 @@ def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Pa
     return out
 
 
-def validation_curves(uri: str, runs) -> tuple[dict[str, list[tuple[int, float]]], str]:
-    """Run label -> [(step, value)] of the family's validation metric, and that metric's name."""
+def samples_per_step(run) -> int | None:
+    """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
+    params = run.data.params
+    try:
+        return (
+            int(params["data.batch_size"])
+            * int(params.get("trainer.accumulate_grad_batches", 1))
+            * int(params.get("trainer.devices", 1))
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], str]:
+    """Run label -> {"samples": [(samples seen, value)], "seconds": [(seconds since the run started, value)]} of
+    the family's validation metric, and that metric's name. Steps are not comparable across batch sizes: at step
+    100 a bs-64 job has seen twice the data of a bs-32 one."""
     families = [r.data.tags.get("family", "") for r in runs]
     metric = FINAL_METRIC.get(max(set(families), key=families.count) if families else "", ("val/loss", ""))[0]
     client = mlflow_store._client(uri)
     curves = {}
     for r in runs:
-        history = client.get_metric_history(r.info.run_id, metric)
-        if history:
-            curves[_run_label(r)] = sorted((m.step, m.value) for m in history)
+        history = sorted(client.get_metric_history(r.info.run_id, metric), key=lambda m: m.step)
+        per_step = samples_per_step(r)
+        if history and per_step:
+            start_ms = r.info.start_time or history[0].timestamp
+            curves[_run_label(r)] = {
+                "samples": [(m.step * per_step, m.value) for m in history],
+                "seconds": [((m.timestamp - start_ms) / 1000, m.value) for m in history],
+            }
     return curves, metric
 
 

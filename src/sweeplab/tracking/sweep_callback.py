@@ -252,11 +252,12 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
 
 
 def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
-    """objective.png: every job's objective in launch order and the best so far (the report draws the rest)."""
+    """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
+    the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
     from sweeplab.tracking import sweep_plots
 
     scored = [r for r in children if "objective" in r.data.metrics]
-    if not scored:
+    if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
         return []
     try:
         jobs = sorted((_job_number(r), r.data.metrics["objective"]) for r in scored)
