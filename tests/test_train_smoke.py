@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
@@ -86,3 +87,38 @@ def test_artifacts_over_the_cap_stay_on_disk_and_short_runs_get_no_system_metric
     assert run.data.tags["checkpoint"].endswith(".ckpt")  # still named where it lies
     assert not run.inputs.dataset_inputs
     assert not [k for k in run.data.metrics if k.startswith("system/")]  # the default waits a minute
+
+
+NOISE = ("GPU available", "TPU available", "Tip:", "litlogger", "LeafSpec", "set_vital", "Warning", "warn(")
+
+
+COMMON = ("debug=smoke", "model.out_dim=64", "trainer.max_steps=4")
+
+
+def _assert_clean(result: subprocess.CompletedProcess) -> list[str]:
+    """No library noise; every run ends with one line: its metric, throughput and UI address. Returns the lines."""
+    lines = (result.stdout + result.stderr).splitlines()
+    assert result.returncode == 0, lines[-40:]
+    assert not [line for line in lines if any(n in line for n in NOISE)], lines
+    done = [line for line in lines if "done: " in line]
+    assert done and all("best val/cos" in line and "samples/s" in line and "/runs/" in line for line in done), done
+    return lines
+
+
+def test_a_runs_console_shows_its_result_not_library_noise(demo_dir, mlflow_uri):
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", *COMMON, f"data.path={demo_dir}"], capture_output=True, text=True, timeout=300
+    )
+    assert len([line for line in _assert_clean(result) if "done: " in line]) == 1
+
+
+@pytest.mark.slow
+def test_a_parallel_sweeps_console_shows_progress_and_results_not_worker_noise(demo_dir, mlflow_uri):
+    """The jobs run in loky worker processes: the filters must reach them too."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", "-m", *COMMON, f"data.path={demo_dir}", "data.batch_size=8,16",
+         "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], capture_output=True, text=True, timeout=300,
+    )
+    lines = _assert_clean(result)
+    assert len([line for line in lines if "done: " in line]) == 2
+    assert any("sweep: job 1 of 2" in line for line in lines) and any("sweep: job 2 of 2" in line for line in lines)

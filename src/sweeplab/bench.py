@@ -556,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output directory (default: reports/bench/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    from sweeplab.console import quiet_libraries
+
+    quiet_libraries()
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     settings, experiment, row_args = load_settings(args.overrides)
     command = "python -m sweeplab.bench " + " ".join(args.overrides)

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where profile.md and trace.json.gz go (default reports/profile/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    from sweeplab.console import quiet_libraries
+
+    quiet_libraries()
 
     from sweeplab.bench import compose
     from sweeplab.errors import exit_on_user_error

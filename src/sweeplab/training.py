@@ -390,11 +390,24 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             p.container.get("export"), best.best_model_path, output_dir / "export",
             job.run_id if job is not None else None, job.uri if job is not None else None,
         )
-    run_id = job.run_id if job is not None else "(not tracked)"
-    log.info("run %s: %s", run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
+    monitored = _monitored(trainer, best, task)
+    log.info("%s", final_line(job, task.monitor, monitored, summary))
     if job is not None and p.logger.log_job_log and (job_log := _job_log_file()) is not None:
         job.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
-    return _monitored(trainer, best, task)
+    return monitored
+
+
+def final_line(job, monitor: str, monitored: float | None, summary: dict) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it."""
+    parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
+    if (rate := summary.get("summary/samples_per_sec")) is not None:
+        parts.append(f"{rate:,.0f} samples/s")
+    if (step := summary.get("summary/step_time_s_median")) is not None:
+        parts.append(f"{step * 1000:.3g} ms/step")
+    if job is None:
+        return "done (not tracked): " + ", ".join(parts)
+    url = mlflow_store.run_url(mlflow_store.ui_base(job.uri), job.experiment_id, job.run_id)
+    return f"done: {job.run_name}: {', '.join(parts)}; {url}"
 
 
 def _training_data_path(datamodule) -> Path | None:

@@ -190,6 +190,7 @@ class JobRun:
         self._monitor_lock = threading.Lock()
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
+        self.run_name = run_name
         global _current_run_id
         if run_id is not None:  # resuming: reopen the run the checkpoint names
             self.run_id = run_id

@@ -41,6 +41,48 @@ distributed.register_resolvers()  # hydra/launcher=joblib_gpus sizes n_jobs with
 
 
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
+SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"  # "<start time> <number of jobs>", read by every job's process
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweep launches: Optuna's n_trials, or the product of a grid's value counts; None when
+    unknown (a continuous range without a sweeper that samples it)."""
+    n_trials = OmegaConf.select(config, "hydra.sweeper.n_trials")
+    if isinstance(n_trials, int):
+        return n_trials
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    overrides = [f"{k}={v}" for k, v in params.items()] + list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    sizes: dict[str, int] = {}
+    try:
+        for override in OverridesParser.create().parse_overrides(overrides):
+            if override.is_sweep_override():
+                if not override.is_discrete_sweep():
+                    return None
+                sizes[override.get_key_element()] = len(list(override.sweep_iterator()))
+    except Exception:  # a syntax only the sweeper itself understands
+        return None
+    return math.prod(sizes.values())
+
+
+def progress_line(job_number: int, progress: str | None, now: float) -> str | None:
+    """"sweep: job 3 of 8 (2 done in 25 s, about 1.6 min left)" from the sweep's start time and size."""
+    try:
+        start_text, total_text = (progress or "").split()
+        start, total = float(start_text), int(total_text)
+    except ValueError:
+        return None
+    line = f"sweep: job {job_number + 1} of {total}" if total > 0 else f"sweep: job {job_number + 1}"
+    elapsed = now - start
+    if job_number > 0 and total > 0:
+        left = elapsed / job_number * (total - job_number)
+        line += f" ({job_number} started {_duration(elapsed)} ago, about {_duration(left)} left)"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -83,6 +125,7 @@ class MLflowSweepCallback(Callback):
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
         os.environ[SWEPT_KEYS_ENV] = ",".join(swept_keys(config))  # job run names show what differs
+        os.environ[SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
@@ -113,6 +156,10 @@ class MLflowSweepCallback(Callback):
     # --- each job's process ---------------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         mlflow_store.forget_current_run()
+        if _in_multirun():
+            number = OmegaConf.select(config, "hydra.job.num", default=0) or 0
+            if (line := progress_line(int(number), os.environ.get(SWEEP_PROGRESS_ENV), time.time())) is not None:
+                log.info("%s", line)
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
             distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
