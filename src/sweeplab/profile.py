@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1
     try:
-        train(cfg)
+        train(cfg, output_dir=out / "job")  # its own checkpoints, not a shared outputs/checkpoints/
     except Exception as exc:
         exit_on_user_error(exc)
     table = out / "profile.md"

@@ -274,12 +274,14 @@ def run_description() -> str | None:
     return "python -m sweeplab.train " + " ".join(overrides) if overrides else "python -m sweeplab.train"
 
 
-def train(cfg: DictConfig) -> float | None:
-    """Run one job; returns the monitored validation metric (what a sweeper optimises)."""
+def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
+    """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
+    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own."""
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
-    output_dir, sweep_dir = _hydra_runtime()
+    hydra_dir, sweep_dir = _hydra_runtime()
+    output_dir = output_dir or hydra_dir
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     resume_ckpt, resume_run_id = _resume_target(p, uri)
     if resume_ckpt is not None:
