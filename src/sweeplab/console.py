@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import warnings
 
-# (logger name, message start): Lightning's start-up banner and its advertisement
+# (logger name, message start): Lightning's start-up banner, its advertisement, its note that a whole split is used
 _DROPPED_LOG_LINES = {
     "lightning.pytorch.utilities.rank_zero": (
         "GPU available:", "TPU available:", "HPU available:", "💡 Tip:", "You are using a CUDA device",
+        "`Trainer(limit_val_batches=1.0)` was configured", "`Trainer(limit_train_batches=1.0)` was configured",
     ),
     "lightning.fabric.utilities.rank_zero": ("GPU available:", "TPU available:", "💡 Tip:"),
 }

@@ -405,7 +405,7 @@ def final_line(job, monitor: str, monitored: float | None, summary: dict) -> str
     if (rate := summary.get("summary/samples_per_sec")) is not None:
         parts.append(f"{rate:,.0f} samples/s")
     if (step := summary.get("summary/step_time_s_median")) is not None:
-        parts.append(f"{step * 1000:.3g} ms/step")
+        parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
     if job is None:
         return "done (not tracked): " + ", ".join(parts)
     url = mlflow_store.run_url(mlflow_store.ui_base(job.uri), job.experiment_id, job.run_id)

@@ -112,11 +112,18 @@ def ui_base(uri: str, host: str = "127.0.0.1", port: int = 5000) -> str:
     return f"http://{host}:{port}"
 
 
-def runs_url(base: str, experiment_id: str, search_filter: str | None = None) -> str:
-    """The UI's runs table of an experiment (the machine-learning view), optionally filtered."""
+def runs_url(
+    base: str, experiment_id: str, search_filter: str | None = None, order_by_metric: str | None = None,
+    ascending: bool = False,
+) -> str:
+    """The UI's runs table of an experiment (the machine-learning view), optionally filtered and sorted by a metric.
+    Sorted by anything but start time, the UI lists the matching runs flat instead of folding them under their
+    parent run (collapsed: a sweep would show as one row)."""
     from urllib.parse import quote
 
     query = UI_WORKFLOW_QUERY + (f"&searchFilter={quote(search_filter)}" if search_filter else "")
+    if order_by_metric:
+        query += f"&orderByKey={quote(f'metrics.`{order_by_metric}`')}&orderByAsc={str(ascending).lower()}"
     return f"{base}/#/experiments/{experiment_id}/runs?{query}"
 
 

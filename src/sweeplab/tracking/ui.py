@@ -24,8 +24,12 @@ def latest_sweep_url(uri: str, base: str) -> str | None:
     parent_id = latest_sweep(uri)
     if parent_id is None:
         return None
-    experiment_id = mlflow_store._client(uri).get_run(parent_id).info.experiment_id
-    return mlflow_store.runs_url(base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'")
+    parent = mlflow_store._client(uri).get_run(parent_id)
+    return mlflow_store.runs_url(
+        base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
+        order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
+        ascending=parent.data.tags.get("objective_mode") == "min",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
