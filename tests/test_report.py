@@ -62,7 +62,10 @@ def test_sweep_report_table_speedup_and_plots(mlflow_uri, tmp_path):
     assert rows["job3 bs=256 cuda"]["speedup"] == "60.00×"
     assert rows["job3 bs=256 cuda"]["MFU"] == "42.0%" and rows["job0 bs=16 cpu"]["MFU"] == ""
     assert rows["job2 bs=64 cuda"]["final metric"] == "val cos 0.5"
-    assert "![throughput](throughput.png)" in result.markdown
+    assert "plots beside this file: `throughput.png`, `validation.png`" in result.markdown
+    assert "![" not in result.markdown  # MLflow's Markdown viewer shows an image as its raw link text
+    assert "every run: status FINISHED, α 0.7\n" in result.markdown  # constants above, not in every row
+    assert result.markdown.count("| FINISHED |") == 0 and "| run | backend | device | bs |" in result.markdown
     with open(out / "report.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 4
 

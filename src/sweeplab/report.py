@@ -147,10 +147,19 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     return rows, columns, failed
 
 
-def to_markdown(rows: list[dict[str, str]], columns: list[str]) -> str:
+def to_markdown(rows: list[dict[str, str]], columns: list[str], hoist_constants: bool = False) -> str:
+    """A Markdown table. `hoist_constants`: columns with one value in every row (backend, device, precision...)
+    become a line above the table and empty columns go, so the table fits MLflow's artifact viewer."""
+    preface = ""
+    if hoist_constants and len(rows) > 1:
+        values = {c: {row.get(c, "") for row in rows} for c in columns}
+        constant = [c for c in columns if c != "run" and len(values[c]) == 1]
+        shown = [f"{c} {next(iter(values[c]))}" for c in constant if next(iter(values[c]))]
+        preface = ("every run: " + ", ".join(shown) + "\n\n") if shown else ""
+        columns = [c for c in columns if c not in constant]
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(row.get(c, "") for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    return preface + "\n".join(lines)
 
 
 _FORMATTED_NUMBER = re.compile(
@@ -295,7 +304,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
     base_index = pick_baseline(runs, baseline)
-    markdown = f"## {title}\n\n{to_markdown(rows, columns)}\n"
+    markdown = f"## {title}\n\n{to_markdown(rows, columns, hoist_constants=True)}\n"
     if base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
     if failed:
@@ -304,8 +313,8 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         plots = write_plots(uri, runs, out_dir)
-        if plots:
-            markdown += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
+        if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
+            markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", to_csv(rows, columns))):
             write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
