@@ -50,8 +50,8 @@ bench: data ## throughput table: CPU / accelerator basic / optimised, each again
 profile: data ## where a configuration's step time goes: table + torch.profiler trace (ARGS="model=pagating_lm backend=cuda ...")
 	$(PY) -m sweeplab.profile $(ARGS)
 
-ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000
-	$(VENV)/bin/mlflow ui --backend-store-uri "$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" --host 127.0.0.1 --port 5000
+ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's URL
+	$(PY) -m sweeplab.tracking.ui $(ARGS)
 
-clean: ## remove outputs, sweeps and the local MLflow store (keeps .venv and data/)
-	rm -rf outputs multirun/*/ mlflow.db mlartifacts reports
+clean: ## remove everything sweeplab writes: outputs, sweeps, reports, exports, the local MLflow store and its artifacts (keeps .venv and data/)
+	rm -rf outputs multirun/*/ mlflow.db mlruns mlartifacts reports exports lightning_logs

@@ -14,6 +14,30 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+WRITTEN_BY_SWEEPLAB = ("outputs", "multirun", "mlruns", "mlartifacts", "mlflow.db", "reports", "exports", "lightning_logs")
+
+
+def _sweeplab_outputs_in_checkout() -> set[str]:
+    found = set()
+    for name in WRITTEN_BY_SWEEPLAB:
+        path = CHECKOUT / name
+        if path.is_dir():
+            found |= {str(p.relative_to(CHECKOUT)) for p in path.iterdir() if p.name != ".gitkeep"}
+        elif path.exists():
+            found.add(name)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_never_write_into_the_checkout():
+    """Every test writes under its tmp_path; whatever appears in the checkout's output dirs is a test's bug."""
+    before = _sweeplab_outputs_in_checkout()
+    yield
+    new = sorted(_sweeplab_outputs_in_checkout() - before)
+    assert not new, f"tests wrote into the checkout: {new[:10]}"
+
+
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     """The demo dataset, small: 300 sentences, 500-token vocabulary, a 1-layer 64-d random teacher."""

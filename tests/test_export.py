@@ -333,17 +333,21 @@ def test_cli_exports_a_checkpoint(monkeypatch, capsys, tmp_path, checkpoints):
         cfg = compose("export_model", [f"ckpt_path={checkpoints['textbridge']}", "export.layout=ane", "export.n_random=1"])
     package = run(cfg)
     assert package == checkpoints["textbridge"].parent.parent / "export" / "textbridge-ane-fp16.mlpackage"
-    assert "rel_err" in capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == f"report: {package.with_name('textbridge-ane-fp16.report.md')}"
 
 
 # --- MLflow --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
     """One sqlite store for the module's MLflow tests (creating its schema takes seconds)."""
+    import contextlib
+
     from sweeplab.tracking.mlflow_store import init_store
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-    init_store(uri, "sweeplab")
+    directory = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{directory / 'mlflow.db'}"
+    with contextlib.chdir(directory):  # a new experiment's artifacts go under the working directory: not the checkout
+        init_store(uri, "sweeplab")
     return uri
 
 

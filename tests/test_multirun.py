@@ -28,7 +28,16 @@ def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri
     assert sorted(r.data.params["data.batch_size"] for r in children) == ["16", "8"]
     assert {r.data.tags["sweep_id"] for r in children} == {parents[0].data.tags["sweep_id"]}
     # the comparison table is printed and attached to the parent run
-    assert "| textbridge bs=8 a=0.7 b=0.7 cpu | FINISHED |" in result.stdout, result.stdout[-3000:]
+    assert "every run: status FINISHED, backend cpu" in result.stdout, result.stdout[-3000:]
+    assert "| bs=8 textbridge tiny a=0.7 b=0.7 steps=10 cpu | 8 |" in result.stdout, result.stdout[-3000:]
+    # how to run each job again, and who ran it from where, in the UI's description and source fields
+    job = next(r for r in children if r.data.params["data.batch_size"] == "8")
+    assert job.data.tags["mlflow.note.content"].startswith("python -m sweeplab.train debug=smoke ")
+    assert "data.batch_size=8 " in job.data.tags["mlflow.note.content"] + " "
+    assert "data.batch_size=8,16" in parents[0].data.tags["mlflow.note.content"]
+    assert "train.log" in {a.path for a in client.list_artifacts(job.info.run_id)}  # the job's own log
+    for run in (job, parents[0]):
+        assert run.data.tags["mlflow.source.name"].endswith("sweeplab/train.py") and run.data.tags["mlflow.user"]
     assert {"report/report.md", "report/report.csv"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
     (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
     assert (sweep_dir / "report.md").exists() and (sweep_dir / "0" / "checkpoints" / "last.ckpt").exists()

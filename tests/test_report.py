@@ -62,7 +62,10 @@ def test_sweep_report_table_speedup_and_plots(mlflow_uri, tmp_path):
     assert rows["job3 bs=256 cuda"]["speedup"] == "60.00×"
     assert rows["job3 bs=256 cuda"]["MFU"] == "42.0%" and rows["job0 bs=16 cpu"]["MFU"] == ""
     assert rows["job2 bs=64 cuda"]["final metric"] == "val cos 0.5"
-    assert "![throughput](throughput.png)" in result.markdown
+    assert "plots beside this file: `throughput.png`, `validation.png`" in result.markdown
+    assert "![" not in result.markdown  # MLflow's Markdown viewer shows an image as its raw link text
+    assert "every run: status FINISHED, α 0.7\n" in result.markdown  # constants above, not in every row
+    assert result.markdown.count("| FINISHED |") == 0 and "| run | backend | device | bs |" in result.markdown
     with open(out / "report.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 4
 
@@ -133,3 +136,18 @@ def test_the_report_marks_unreliable_rows_and_claims_no_speedup_inside_the_noise
         "1 compilation(s) in timed steps; 7 new batch shape(s) in timed steps"
     )
     assert "within noise: the two rows differ by less than" in result.markdown
+
+
+def test_the_csv_holds_numbers_that_pandas_reads_as_floats(mlflow_uri, tmp_path):
+    import pandas as pd
+
+    parent = make_sweep(mlflow_uri, tmp_path)
+    report.sweep_report(mlflow_uri, parent, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "report.csv")
+    for column in ("bs", "median step (s)", "samples/s", "tokens/s", "MFU", "speedup", "val cos"):
+        assert pd.api.types.is_float_dtype(table[column]) or pd.api.types.is_integer_dtype(table[column]), column
+    by_run = table.set_index("run")
+    assert by_run.loc["job3 bs=256 cuda", "samples/s"] == 6000.0  # the Markdown shows "6,000"
+    assert by_run.loc["job3 bs=256 cuda", "speedup"] == 60.0 and by_run.loc["job0 bs=16 cpu", "speedup"] == 1.0
+    assert by_run.loc["job3 bs=256 cuda", "MFU"] == 0.42 and pd.isna(by_run.loc["job0 bs=16 cpu", "MFU"])
+    assert by_run.loc["job2 bs=64 cuda", "val cos"] == 0.5

@@ -38,8 +38,8 @@ def smoke(demo_dir: Path, *overrides: str) -> list[str]:
     return ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", *overrides]
 
 
-def assert_one_sweep(uri: str, n_jobs: int):
-    parents, children = store_runs(uri)
+def assert_one_sweep(uri: str, n_jobs: int, experiment: str = "sweeplab"):
+    parents, children = store_runs(uri, experiment)
     assert len(parents) == 1 and len(children) == n_jobs
     (parent,) = parents
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
@@ -70,7 +70,8 @@ def test_joblib_gpu_sweep_on_a_fresh_store_one_parent_own_gpu_per_worker(demo_di
     assert parent.data.metrics["best/objective"] == best.data.metrics["objective"]
     assert parent.data.params["best.data.batch_size"] == best.data.params["data.batch_size"]
     reported = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
-    assert {"report/report.md", "report/report.csv", "report/objective.png", "report/validation.png"} <= reported
+    assert {"report/report.md", "report/report.csv", "report/validation.png"} <= reported
+    assert "report/objective.png" not in reported  # "best so far" over a grid's job order means nothing
 
 
 @pytest.mark.slow

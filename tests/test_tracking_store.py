@@ -93,3 +93,32 @@ def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlf
     assert sorted(m.step for m in history) == list(range(10))
     assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
     assert time.perf_counter() - started < 5
+
+
+def test_experiments_open_in_the_uis_machine_learning_view_also_when_made_before(mlflow_uri):
+    client = MlflowClient(mlflow_uri)
+    new_id = mlflow_store.init_store(mlflow_uri, "fresh")
+    old_id = client.create_experiment("older")  # as MLflow itself or an older sweeplab made it: no kind tag
+    assert mlflow_store.init_store(mlflow_uri, "older") == old_id
+    for experiment_id in (new_id, old_id):
+        tags = client.get_experiment(experiment_id).tags
+        assert tags.get(mlflow_store.EXPERIMENT_KIND_TAG) == "custom_model_development"
+
+
+def test_make_ui_prints_the_latest_sweeps_runs_in_the_machine_learning_view(demo_dir, mlflow_uri, tmp_path):
+    import subprocess
+    import sys
+
+    from test_sweeps_parallel import smoke
+
+    result = sweep(tmp_path, "-m", *smoke(demo_dir, "data.batch_size=8,16"), "trainer.max_steps=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(mlflow_uri)
+    (parent,) = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.`sweeplab.role` = 'sweep'"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs?workflowType=machine_learning" in out
+    assert parent.info.run_id in out  # the filter names this sweep's jobs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
@@ -28,7 +29,7 @@ def test_smoke_run_logs_the_named_metrics(demo_dir, mlflow_uri):
     assert run.info.status == "FINISHED"
     assert TRAIN_METRICS | VAL_METRICS | SUMMARY <= set(run.data.metrics)
     assert run.data.params["loss.alpha"] == "1.0" and run.data.params["data.batch_size"] == "16"
-    assert run.data.tags["mlflow.runName"] == "textbridge bs=16 a=1 b=0.5 cpu"
+    assert run.data.tags["mlflow.runName"] == "textbridge tiny bs=16 a=1 b=0.5 steps=20 cpu"  # smoke: not the defaults
     for tag in ("backend", "device", "torch", "lightning", "git_commit", "sweep_id"):
         assert tag in run.data.tags
     assert best == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
@@ -65,3 +66,59 @@ def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri,
     train(smoke_config(demo_dir))
     _, run = _only_run(mlflow_uri)
     assert seen == ["RUNNING"] and run.info.status == "FINISHED"
+
+
+def test_a_run_holds_its_checkpoint_dataset_and_system_metrics(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # MLflow's own knob: samples within seconds
+    train(smoke_config(demo_dir, "logger.system_metrics_after_s=0"))
+    client, run = _only_run(mlflow_uri)
+    checkpoints = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
+    assert len(checkpoints) == 1 and checkpoints[0].endswith(".ckpt"), checkpoints
+    (dataset_input,) = run.inputs.dataset_inputs
+    assert dataset_input.dataset.name == demo_dir.name and len(dataset_input.dataset.digest) == 16
+    assert [(t.key, t.value) for t in dataset_input.tags] == [("mlflow.data.context", "training")]
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+
+
+def test_artifacts_over_the_cap_stay_on_disk_and_short_runs_get_no_system_metrics(demo_dir, mlflow_uri):
+    train(smoke_config(demo_dir, "logger.max_artifact_mb=0.001", "logger.log_dataset=false"))
+    client, run = _only_run(mlflow_uri)
+    assert client.list_artifacts(run.info.run_id, "checkpoints") == []
+    assert run.data.tags["checkpoint"].endswith(".ckpt")  # still named where it lies
+    assert not run.inputs.dataset_inputs
+    assert not [k for k in run.data.metrics if k.startswith("system/")]  # the default waits a minute
+
+
+NOISE = ("GPU available", "TPU available", "Tip:", "litlogger", "LeafSpec", "set_vital", "Warning", "warn(")
+
+
+COMMON = ("debug=smoke", "model.out_dim=64", "trainer.max_steps=4")
+
+
+def _assert_clean(result: subprocess.CompletedProcess) -> list[str]:
+    """No library noise; every run ends with one line: its metric, throughput and UI address. Returns the lines."""
+    lines = (result.stdout + result.stderr).splitlines()
+    assert result.returncode == 0, lines[-40:]
+    assert not [line for line in lines if any(n in line for n in NOISE)], lines
+    done = [line for line in lines if "done: " in line]
+    assert done and all("best val/cos" in line and "samples/s" in line and "/runs/" in line for line in done), done
+    return lines
+
+
+def test_a_runs_console_shows_its_result_not_library_noise(demo_dir, mlflow_uri):
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", *COMMON, f"data.path={demo_dir}"], capture_output=True, text=True, timeout=300
+    )
+    assert len([line for line in _assert_clean(result) if "done: " in line]) == 1
+
+
+@pytest.mark.slow
+def test_a_parallel_sweeps_console_shows_progress_and_results_not_worker_noise(demo_dir, mlflow_uri):
+    """The jobs run in loky worker processes: the filters must reach them too."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", "-m", *COMMON, f"data.path={demo_dir}", "data.batch_size=8,16",
+         "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], capture_output=True, text=True, timeout=300,
+    )
+    lines = _assert_clean(result)
+    assert len([line for line in lines if "done: " in line]) == 2
+    assert any("sweep: job 1 of 2" in line for line in lines) and any("sweep: job 2 of 2" in line for line in lines)

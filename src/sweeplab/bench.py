@@ -24,6 +24,7 @@ import datetime as dt
 import gc
 import logging
 import os
+import re
 import statistics
 import sys
 import time
@@ -372,7 +373,9 @@ def _run_started_since(uri: str, experiment_id: str, since_ms: int):
     return runs[0]
 
 
-def run_row(row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, parent_run_id: str) -> RowResult:
+def run_row(
+    row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, parent_run_id: str, out_dir: Path | None = None
+) -> RowResult:
     """Alternate sweeplab jobs and raw-loop runs of one configuration; each job's MLflow run becomes a child of
     the bench's parent run and gets the raw loop's numbers."""
     from sweeplab.training import train
@@ -394,7 +397,8 @@ def run_row(row: BenchRow, cfg: DictConfig, settings: BenchSettings, uri: str, p
                 log.info("%s raw loop %d: %.4g samples/s", row.name, repeat, result.raw[-1]["samples_per_sec"])
                 continue
             started_ms = int(time.time() * 1000) - 1
-            train(cfg)
+            job_dir = out_dir / "jobs" / f"{re.sub(r'[^A-Za-z0-9]+', '_', row.name).strip('_')}-{repeat}" if out_dir else None
+            train(cfg, output_dir=job_dir)  # each job's checkpoints of its own, beside the bench's tables
             run = _run_started_since(uri, experiment_id, started_ms)
             result.run_ids.append(run.info.run_id)
             result.sweeplab.append(dict(run.data.metrics))
@@ -567,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output directory (default: reports/bench/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    from sweeplab.console import quiet_libraries
+
+    quiet_libraries()
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     settings, experiment, row_args = load_settings(args.overrides)
     command = "python -m sweeplab.bench " + " ".join(args.overrides)
@@ -602,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log.info("row %s: %s", row.name, " ".join(row.overrides))
             try:
-                results.append(run_row(row, cfg, settings, uri, parent_run_id))
+                results.append(run_row(row, cfg, settings, uri, parent_run_id, out_dir))
             except Exception as exc:  # one broken row must not lose the others
                 log.exception("row %s failed", row.name)
                 results.append(RowResult(row, cfg, failed=f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"))

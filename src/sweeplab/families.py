@@ -25,7 +25,8 @@ class Family:
     # fill in what the data decides (vocabulary, target size); gets the model keys as the user wrote them
     fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any]
     build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask]
-    run_name: Callable[[Any], str]  # what differs between jobs, readable in the MLflow compare view
+    # the config keys a run name always shows, as {dotted key: "short=value"} (training.run_name adds the rest)
+    name_parts: Callable[[Any], dict[str, str]]
     model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None  # from a checkpoint's hparams
     build_model: Callable[[Any], Any] | None = None  # config -> plain nn.Module (export, reference loops)
     build_task_config: Callable[[Mapping[str, Any]], Any] | None = None  # the `loss` group, checked up front
@@ -81,8 +82,23 @@ def _textbridge_build_model(config):
     return TextBridgeEncoder(config)
 
 
-def _textbridge_name(cfg) -> str:
-    return f"textbridge bs={cfg.data.batch_size} a={cfg.loss.alpha:g} b={cfg.loss.beta:g}"
+def name_value(value: Any) -> str:
+    """A config value as a run name shows it: floats to 4 significant digits (Optuna samples 0.43728190...)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(value) if str(value).lstrip("-").isdigit() else f"{number:.4g}"
+
+
+def _textbridge_name(cfg) -> dict[str, str]:
+    return {
+        "data.batch_size": f"bs={cfg.data.batch_size}",
+        "loss.alpha": f"a={name_value(cfg.loss.alpha)}",
+        "loss.beta": f"b={name_value(cfg.loss.beta)}",
+    }
 
 
 # --- paGating language model ----------------------------------------------------------------------
@@ -129,10 +145,15 @@ def _lm_build_model(config):
     return GPT(config)
 
 
-def _lm_name(cfg) -> str:
+def _lm_name(cfg) -> dict[str, str]:
     m = cfg.model
-    ffn = f"unit={m.unit} a={m.alpha}" if m.ffn == "pagating" else "ffn=mlp"
-    return f"pagating_lm {m.size} {ffn} lr={cfg.optim.lr:g} bs={cfg.data.batch_size}"
+    ffn = {"model.unit": f"unit={m.unit}", "model.alpha": f"a={name_value(m.alpha)}"} if m.ffn == "pagating" else {}
+    return {
+        "model.ffn": f"ffn={m.ffn}" if m.ffn != "pagating" else "",
+        **ffn,
+        "optim.lr": f"lr={name_value(cfg.optim.lr)}",
+        "data.batch_size": f"bs={cfg.data.batch_size}",
+    }
 
 
 FAMILIES: dict[str, Family] = {

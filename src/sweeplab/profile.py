@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where profile.md and trace.json.gz go (default reports/profile/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    from sweeplab.console import quiet_libraries
+
+    quiet_libraries()
 
     from sweeplab.bench import compose
     from sweeplab.errors import exit_on_user_error
@@ -42,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = compose(
         [
             "timing=profile",
+            "logger.experiment_name=sweeplab-profile",  # profiled runs stay out of the studies' charts
             *args.overrides,
             f"timing.warmup_steps={args.warmup_steps}",
             f"timing.trace_steps={args.trace_steps}",
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1
     try:
-        train(cfg)
+        train(cfg, output_dir=out / "job")  # its own checkpoints, not a shared outputs/checkpoints/
     except Exception as exc:
         exit_on_user_error(exc)
     table = out / "profile.md"

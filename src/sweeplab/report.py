@@ -16,6 +16,7 @@ import argparse
 import csv
 import io
 import logging
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -166,17 +167,58 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     return rows, columns, failed
 
 
-def to_markdown(rows: list[dict[str, str]], columns: list[str]) -> str:
+def to_markdown(rows: list[dict[str, str]], columns: list[str], hoist_constants: bool = False) -> str:
+    """A Markdown table. `hoist_constants`: columns with one value in every row (backend, device, precision...)
+    become a line above the table and empty columns go, so the table fits MLflow's artifact viewer."""
+    preface = ""
+    if hoist_constants and len(rows) > 1:
+        values = {c: {row.get(c, "") for row in rows} for c in columns}
+        constant = [c for c in columns if c != "run" and len(values[c]) == 1]
+        shown = [f"{c} {next(iter(values[c]))}" for c in constant if next(iter(values[c]))]
+        preface = ("every run: " + ", ".join(shown) + "\n\n") if shown else ""
+        columns = [c for c in columns if c not in constant]
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(row.get(c, "") for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    return preface + "\n".join(lines)
+
+
+_FORMATTED_NUMBER = re.compile(
+    r"^(?P<label>[^\d+\-.]*?)\s*(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:e[-+]?\d+)?)"
+    r"\s*(?P<unit>×|%)?\s*(?:\(baseline\))?$"
+)
+
+
+def csv_number(cell: str) -> tuple[str, float | None]:
+    """A table cell as (label, number): "14,601" -> ("", 14601.0), "1.02× (baseline)" -> ("", 1.02), "12.5%" ->
+    ("", 0.125), "val cos 0.93" -> ("val cos", 0.93); (cell, None) when it is not a number."""
+    match = _FORMATTED_NUMBER.match(cell.strip())
+    if not match or not any(c.isdigit() for c in match["number"]):
+        return cell, None
+    value = float(match["number"].replace(",", ""))
+    return match["label"].strip(), value / 100 if match["unit"] == "%" else value
 
 
 def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
+    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read floats.
+    A column whose cells carry one label (the final metric's "val cos") is named by it."""
+    parsed = {c: [csv_number(str(row.get(c, ""))) for row in rows] for c in columns}
+    header, values = [], {}
+    for column in columns:
+        cells = parsed[column]
+        numeric = [(label, v) for label, v in cells if v is not None]
+        blank_or_numeric = all(v is not None or label == "" for label, v in cells)
+        if numeric and blank_or_numeric and len({label for label, _ in numeric}) == 1:
+            label = numeric[0][0]
+            name = label if label else column
+            values[name] = ["" if v is None else f"{v:.6g}" for _, v in cells]
+        else:
+            name = column
+            values[name] = [str(row.get(column, "")) for row in rows]
+        header.append(name)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(zip(*(values[name] for name in header)) if rows else [])
     return buffer.getvalue()
 
 
@@ -228,16 +270,36 @@ def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Pa
     return out
 
 
-def validation_curves(uri: str, runs) -> tuple[dict[str, list[tuple[int, float]]], str]:
-    """Run label -> [(step, value)] of the family's validation metric, and that metric's name."""
+def samples_per_step(run) -> int | None:
+    """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
+    params = run.data.params
+    try:
+        return (
+            int(params["data.batch_size"])
+            * int(params.get("trainer.accumulate_grad_batches", 1))
+            * int(params.get("trainer.devices", 1))
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], str]:
+    """Run label -> {"samples": [(samples seen, value)], "seconds": [(seconds since the run started, value)]} of
+    the family's validation metric, and that metric's name. Steps are not comparable across batch sizes: at step
+    100 a bs-64 job has seen twice the data of a bs-32 one."""
     families = [r.data.tags.get("family", "") for r in runs]
     metric = FINAL_METRIC.get(max(set(families), key=families.count) if families else "", ("val/loss", ""))[0]
     client = mlflow_store._client(uri)
     curves = {}
     for r in runs:
-        history = client.get_metric_history(r.info.run_id, metric)
-        if history:
-            curves[_run_label(r)] = sorted((m.step, m.value) for m in history)
+        history = sorted(client.get_metric_history(r.info.run_id, metric), key=lambda m: m.step)
+        per_step = samples_per_step(r)
+        if history and per_step:
+            start_ms = r.info.start_time or history[0].timestamp
+            curves[_run_label(r)] = {
+                "samples": [(m.step * per_step, m.value) for m in history],
+                "seconds": [((m.timestamp - start_ms) / 1000, m.value) for m in history],
+            }
     return curves, metric
 
 
@@ -262,7 +324,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
     base_index = pick_baseline(runs, baseline)
-    markdown = f"## {title}\n\n{to_markdown(rows, columns)}\n"
+    markdown = f"## {title}\n\n{to_markdown(rows, columns, hoist_constants=True)}\n"
     if base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
     markdown += f"\n{STABILITY_NOTE}\n"
@@ -272,8 +334,8 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         plots = write_plots(uri, runs, out_dir)
-        if plots:
-            markdown += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
+        if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
+            markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", to_csv(rows, columns))):
             write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
@@ -285,13 +347,18 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
     return write_report(child_runs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
 
 
-def latest_sweep(uri: str, experiment_name: str) -> str | None:
+def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
+    """The newest sweep's parent run, in one experiment or (None) in any: each study has its own experiment."""
     client = mlflow_store._client(uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
+    if experiment_name is None:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    else:
+        experiment = client.get_experiment_by_name(experiment_name)
+        experiment_ids = [experiment.experiment_id] if experiment is not None else []
+    if not experiment_ids:
         return None
     runs = client.search_runs(
-        [experiment.experiment_id],
+        experiment_ids,
         filter_string="tags.`sweeplab.role` = 'sweep'",
         max_results=1,
         order_by=["attributes.start_time DESC"],
@@ -305,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
     source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
     source.add_argument("--experiment", help="every run of an MLflow experiment")
-    parser.add_argument("--experiment-name", default="sweeplab", help="where to look for the latest sweep")
+    parser.add_argument("--experiment-name", default=None, help="where to look for the latest sweep (default: every experiment)")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
@@ -336,7 +403,8 @@ def _report(args: argparse.Namespace) -> int:
             out = out or Path(args.multirun_dir)
         parent = parent or latest_sweep(uri, args.experiment_name)
         if parent is None:
-            print(f"error: no sweep found in {uri} (experiment {args.experiment_name!r}); run `make sweep` first", file=sys.stderr)
+            where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
+            print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
         sweep_dir = mlflow_store.get_run(mlflow_store._client(uri), parent, "--sweep").data.tags.get("sweep_dir")
         if out is None:

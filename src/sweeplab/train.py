@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
+import os
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from sweeplab import interrupts
-from sweeplab.errors import exit_on_user_error, is_user_error, user_message
+from sweeplab.console import quiet_libraries
+from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 log = logging.getLogger("sweeplab")
-warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on torch >= 2.10
+quiet_libraries()
 
 
 def _in_multirun() -> bool:
@@ -29,10 +31,7 @@ def _in_multirun() -> bool:
 def main(cfg: DictConfig) -> float | None:
     from sweeplab.training import record_failed_job, train
 
-    # Lightning adds its own console handlers; Hydra's root handlers already print (and file) its messages.
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).handlers.clear()
-        logging.getLogger(name).propagate = True
+    quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
     # anyway (read-only, locked, full), which mlflow_store reports in one line
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
@@ -50,12 +49,39 @@ def main(cfg: DictConfig) -> float | None:
         exit_on_user_error(exc)
 
 
+def composition_error(exc: Exception) -> UserError:
+    """Hydra's composition errors (a misspelt key or option on the command line) as sweeplab's one line."""
+    cause = exc.__cause__
+    full_key = getattr(cause, "full_key", None)
+    parent = getattr(cause, "parent_node", None)
+    if full_key and parent is not None and hasattr(parent, "keys"):  # `model.freze=trunk`: not a key of the group
+        key = str(getattr(cause, "key", full_key.rsplit(".", 1)[-1]))
+        close = difflib.get_close_matches(key, [str(k) for k in parent.keys()], n=1)
+        hint = f"did you mean {full_key.rsplit('.', 1)[0] + '.' if '.' in full_key else ''}{close[0]}? " if close else ""
+        return ConfigError(full_key, f"unknown key; {hint}(`+{full_key}=...` adds a new key)")
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    if "Available options in" in str(exc):  # `model=textbrige`: name the options
+        start = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
+        options = [line for line in lines[start + 1 :] if not line.startswith(("Config search path", "provider="))]
+        text += f"; available: {', '.join(options)}"
+    return UserError(f"config error: {text.removeprefix('In ' + repr('train') + ': ')}")
+
+
 def run() -> None:
     interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
+    from hydra.errors import HydraException
+
     from sweeplab.tracking import sweep_callback
 
+    # Hydra prints a composition error as 4 lines and exits 1 unless HYDRA_FULL_ERROR lets it reach us
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
         main()
+    except HydraException as exc:
+        if exc.__class__.__name__ not in ("ConfigCompositionException", "MissingConfigException"):
+            raise
+        exit_on_user_error(composition_error(exc))
     except interrupts.Interrupted as exc:
         # the job's run is KILLED already (JobRun); the sweep's parent is closed here, as Hydra calls no callback
         # when a job raises more than an Exception

@@ -77,6 +77,11 @@ class LoggerConfig:
     # training metrics go to the store from MLflow's background thread (synchronous=False), so no training step waits
     # for a write (~10-50 ms each on sqlite); the run's end waits until all of them are written
     async_logging: bool = True
+    system_metrics_after_s: float | None = 60.0  # MLflow's system/* sampler for jobs running longer; null: off
+    log_checkpoint: bool = True  # the best checkpoint as a run artifact (checkpoints/)
+    log_job_log: bool = True  # the job's log file as a run artifact
+    max_artifact_mb: float = 200.0  # larger files stay on disk only (the `checkpoint` tag still names them)
+    log_dataset: bool = True  # the training data as the run's MLflow dataset input, with a digest
 
 
 @dataclass
@@ -202,35 +207,74 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
         "sweep_id": Path(sweep_dir).name if sweep_dir else "",
+        **_preset_tags(),
     }
 
 
+def _preset_tags() -> dict[str, str]:
+    """The presets a run was composed with (debug=smoke, sweep=..., experiment=...): smoke runs are findable."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+    except ValueError:  # not under Hydra
+        return {}
+    groups = ("debug", "sweep", "experiment", "hparams_search")
+    return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
+
+
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback (tracking/sweep_callback.swept_keys)
-_IN_NAME_ALREADY = ("batch_size", "alpha", "beta", "lr", "unit", "size", "backend", "precision", "compile")
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+_NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
+_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
 
 
-def _override_parts() -> list[str]:
-    """`key=value` for this job's swept keys that the family's name does not show, keys shortened."""
+def _swept_values() -> dict[str, str]:
+    """{key: value} of this job's swept keys, as its overrides set them (the sweeper's sample for Optuna)."""
     swept = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
     if not swept:
-        return []
+        return {}
     try:
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task)
     except ValueError:
-        return []
-    parts = []
+        return {}
+    values = {}
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key in swept:
-            parts.append(f"{key.rsplit('.', 1)[-1].replace('/', '.')}={value}")
-    return parts
+            values[key] = value
+    return values
+
+
+def _conf_default(group_file: str, key: str) -> Any:
+    """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
+    try:
+        return OmegaConf.select(OmegaConf.load(CONF_DIR / group_file), key)
+    except Exception:
+        return None
 
 
 def run_name(p: JobPlan, cfg: DictConfig) -> str:
-    parts = [p.family.run_name(cfg)]
-    parts += [part for part in _override_parts() if part.split("=")[0] not in _IN_NAME_ALREADY]
+    """What tells this run from its neighbours: swept keys first (a narrow name column still shows them), then the
+    family and its own keys, a non-default model size or step budget, and the backend's settings."""
+    from sweeplab.families import name_value
+
+    family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
+    swept = _swept_values()
+    parts = []
+    for key, value in swept.items():
+        if key not in _NAMED_AT_THE_END:
+            short = _NAME_SHORT.get(key, key.rsplit(".", 1)[-1].replace("/", "."))
+            parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
+    parts.append(p.family.name)
+    size = OmegaConf.select(cfg, "model.size")
+    if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
+        parts.append(str(size))
+    parts += family_parts.values()
+    if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
+        parts.append(f"steps={p.trainer.max_steps}")
     parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)
@@ -241,12 +285,25 @@ def run_name(p: JobPlan, cfg: DictConfig) -> str:
     return " ".join(parts)
 
 
-def train(cfg: DictConfig) -> float | None:
-    """Run one job; returns the monitored validation metric (what a sweeper optimises)."""
+def run_description() -> str | None:
+    """The run's note in the MLflow UI: how to run it again (the job's command-line overrides)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under Hydra
+        return None
+    return "python -m sweeplab.train " + " ".join(overrides) if overrides else "python -m sweeplab.train"
+
+
+def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
+    """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
+    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own."""
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
-    output_dir, sweep_dir = _hydra_runtime()
+    hydra_dir, sweep_dir = _hydra_runtime()
+    output_dir = output_dir or hydra_dir
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
     target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
@@ -273,12 +330,16 @@ def train(cfg: DictConfig) -> float | None:
         continued = target is not None and target.run_id is not None
         if not continued or target.changes:
             job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
+            if (description := run_description()) is not None:
+                job.set_tag("mlflow.note.content", description)
             job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
         job.set_tag("output_dir", str(output_dir))
         if target is not None:
             job.set_tag("resumed_from", str(target.checkpoint))
             for key, (old, new) in target.changes.items():
                 job.set_tag(f"{resume.CHANGED_TAG_PREFIX}{key}", f"{old} -> {new} (from step {target.step})")
+        if p.logger.system_metrics_after_s is not None and p.logger.system_metrics_after_s >= 0:
+            job.monitor_system(p.logger.system_metrics_after_s)
         logger = ResumingMLFlowLogger(
             experiment_name=p.logger.experiment_name,
             tracking_uri=uri,
@@ -340,6 +401,10 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     datamodule.prepare_data()
     datamodule.setup("fit")
     model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
+    if job is not None and resume_ckpt is None and p.logger.log_dataset:
+        data_path = _training_data_path(datamodule)
+        if data_path is not None:
+            job.log_training_data(data_path, name=data_path.name)
     task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
@@ -369,6 +434,8 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         job.log_metrics(summary, step=trainer.global_step)
         if best.best_model_path:
             job.set_tag("checkpoint", best.best_model_path)
+    if job is not None and best.best_model_path and p.logger.log_checkpoint:
+        job.log_artifact_capped(best.best_model_path, "checkpoints", p.logger.max_artifact_mb)
     if best.best_model_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
         from sweeplab.export import export_after_training
 
@@ -376,9 +443,44 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             p.container.get("export"), best.best_model_path, output_dir / "export",
             job.run_id if job is not None else None, job.uri if job is not None else None,
         )
-    run_id = job.run_id if job is not None else "(not tracked)"
-    log.info("run %s: %s", run_id, ", ".join(f"{k}={v:.4g}" for k, v in sorted(summary.items())))
-    return _monitored(trainer, best, task)
+    monitored = _monitored(trainer, best, task)
+    log.info("%s", final_line(job, task.monitor, monitored, summary))
+    if job is not None and p.logger.log_job_log and (job_log := _job_log_file()) is not None:
+        job.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
+    return monitored
+
+
+def final_line(job, monitor: str, monitored: float | None, summary: dict) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it."""
+    parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
+    if (rate := summary.get("summary/samples_per_sec")) is not None:
+        parts.append(f"{rate:,.0f} samples/s")
+    if (step := summary.get("summary/step_time_s_median")) is not None:
+        parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
+    if job is None:
+        return "done (not tracked): " + ", ".join(parts)
+    url = mlflow_store.run_url(mlflow_store.ui_base(job.uri), job.experiment_id, job.run_id)
+    return f"done: {job.run_name}: {', '.join(parts)}; {url}"
+
+
+def _training_data_path(datamodule) -> Path | None:
+    """The file or directory a datamodule trains on (the demo data's directory once prepared); None: in memory."""
+    path = getattr(datamodule, "path", None)
+    if path is None and hasattr(datamodule, "_data_path"):  # TextBridge's demo data, prepared on first use
+        path = datamodule._data_path()
+    return Path(path) if path is not None and Path(path).exists() else None
+
+
+def _job_log_file() -> Path | None:
+    """The log file Hydra's job logging writes (<job dir>/<job name>.log); None outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    path = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+    return path if path.exists() else None
 
 
 def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSam
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 END_OF_TEXT = "<|endoftext|>"  # in the vocabulary (GPT-2 convention) but never inserted: files are one stream
@@ -146,6 +149,7 @@ def cached_tokenizer(source: TextSource, vocab_size: int, cache_dir: Path) -> To
     """Train once on the train split, then reuse the saved tokenizer-<key>.json."""
     path = cache_dir / f"tokenizer-{fingerprint(CACHE_VERSION, 'bytelevel-bpe', vocab_size, source.identity())}.json"
     if not path.exists():
+        log.info("training a %d-token BPE tokenizer on %s (once; cached in %s)", vocab_size, source.name, cache_dir)
         tokenizer = train_tokenizer(source, vocab_size)
         with atomic_write(path) as f:
             f.write(tokenizer.to_str().encode("utf-8"))
@@ -180,6 +184,7 @@ def cached_tokens(source: TextSource, tokenizer: Tokenizer, cache_dir: Path) -> 
     )
     path = cache_dir / f"{source.split}-{key}.{token_dtype(vocab_size).name}.bin"
     if not path.exists():
+        log.info("tokenising the %s split (once; cached in %s)", source.split, cache_dir)
         tokenize_to_file(source, tokenizer, path)
     return path
 

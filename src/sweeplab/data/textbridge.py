@@ -324,6 +324,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         # Any prepared demo is used as it is: one built with other settings (`prepare --vocab-size ...`) was asked for.
         if read_manifest(self.demo_dir) is not None:
             return Path(self.demo_dir)
+        log.info("preparing the demo data in %s (once; about a minute on 2 cores, `make data` does it ahead)", self.demo_dir)
         return prepare_textbridge_demo(self.demo_dir)
 
     def _data_path(self) -> Path:

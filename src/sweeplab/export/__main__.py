@@ -61,12 +61,15 @@ def run(cfg: DictConfig) -> Path:
         tracking_uri=uri,
         metrics=metrics,
     )
-    print(f"{result.package}: {result.report['summary']}; report {result.report_md}", flush=True)
+    print(f"report: {result.report_md}", flush=True)  # the pipeline's log line already gave the package and summary
     return result.package
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export_model")
 def main(cfg: DictConfig) -> None:
+    from sweeplab.console import quiet_libraries
+
+    quiet_libraries()
     try:
         run(cfg)
     except Exception as exc:

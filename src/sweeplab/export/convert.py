@@ -8,8 +8,10 @@ fp16 programs turn a `finfo(float32).min` mask into -inf and NaN: the models mas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -95,15 +97,16 @@ def convert(
     program, tracer, fallback_reason = trace(module, example, options.seq_lens, options.tracer)
     traced = time.perf_counter()
     try:
-        mlmodel = ct.convert(
-            program,
-            inputs=_input_types(ct, options, seq_len),
-            outputs=[ct.TensorType(name=output_name)],
-            convert_to="mlprogram",
-            compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32,
-            minimum_deployment_target=deployment_target(ct, options.deployment_target),
-            skip_model_load=True,  # loading compiles the model: macOS only, and not needed to save it
-        )
+        with _quiet_converter():
+            mlmodel = ct.convert(
+                program,
+                inputs=_input_types(ct, options, seq_len),
+                outputs=[ct.TensorType(name=output_name)],
+                convert_to="mlprogram",
+                compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32,
+                minimum_deployment_target=deployment_target(ct, options.deployment_target),
+                skip_model_load=True,  # loading compiles the model: macOS only, and not needed to save it
+            )
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(
@@ -114,6 +117,28 @@ def convert(
     return Converted(
         mlmodel, tracer, traced - start, converted - traced, time.perf_counter() - converted, fallback_reason
     )
+
+
+@contextlib.contextmanager
+def _quiet_converter():
+    """coremltools 9.0 draws a progress bar per graph pass (no switch: its modules call tqdm directly) and its
+    value-range pass warns about float overflow in its own arithmetic; neither says anything about the export."""
+    from functools import partial
+
+    from coremltools.converters.mil.frontend.torch import ops
+    from coremltools.converters.mil.mil.passes import pass_pipeline
+
+    bars = {pass_pipeline: "tqdm", ops: "_tqdm"}
+    originals = {module: getattr(module, name) for module, name in bars.items()}
+    try:
+        for module, name in bars.items():
+            setattr(module, name, partial(originals[module], disable=True))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
+            yield
+    finally:
+        for module, name in bars.items():
+            setattr(module, name, originals[module])
 
 
 def compress(mlmodel, options: ExportOptions):

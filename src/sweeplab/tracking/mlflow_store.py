@@ -11,19 +11,32 @@ ever left RUNNING.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
 import subprocess
+import threading
 import traceback
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sweeplab.errors import UserError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir
 MAX_PARAM_CHARS = 6000
+# MLflow's experiment kind: "custom_model_development" is the UI's "Machine learning" (runs, charts, compare);
+# without it an experiment may open in the GenAI view (traces, no runs)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI picks its view from a workflow switch, not from the experiment's kind tag: the `workflowType` URL
+# parameter wins over the switch's remembered value, whose default is the GenAI view
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 
 SERVER_PROBE_TIMEOUT_S = 5.0
@@ -159,13 +172,15 @@ def init_store(uri: str, experiment_name: str) -> str:
             experiment = client.get_experiment_by_name(experiment_name)
             if experiment is None:
                 try:
-                    return client.create_experiment(experiment_name)
+                    return client.create_experiment(experiment_name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
                 except Exception:  # another process created it between our two calls (a tracking server)
                     experiment = client.get_experiment_by_name(experiment_name)
                     if experiment is None:
                         raise
             if experiment.lifecycle_stage == "deleted":
                 client.restore_experiment(experiment.experiment_id)
+            if EXPERIMENT_KIND_TAG not in experiment.tags:  # made by an older sweeplab or by MLflow itself
+                client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return experiment.experiment_id
     except UserError:
         raise
@@ -185,6 +200,32 @@ def store_problem(exc: BaseException) -> str:
         exc = exc.__cause__ or exc.__context__
     text = str(last).strip()
     return text.splitlines()[0] if text else type(last).__name__
+
+
+def ui_base(uri: str, host: str = "127.0.0.1", port: int = 5000) -> str:
+    """Where the UI of this store is served: the tracking server itself, else a local `mlflow ui` (`make ui`)."""
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return f"http://{host}:{port}"
+
+
+def runs_url(
+    base: str, experiment_id: str, search_filter: str | None = None, order_by_metric: str | None = None,
+    ascending: bool = False,
+) -> str:
+    """The UI's runs table of an experiment (the machine-learning view), optionally filtered and sorted by a metric.
+    Sorted by anything but start time, the UI lists the matching runs flat instead of folding them under their
+    parent run (collapsed: a sweep would show as one row)."""
+    from urllib.parse import quote
+
+    query = UI_WORKFLOW_QUERY + (f"&searchFilter={quote(search_filter)}" if search_filter else "")
+    if order_by_metric:
+        query += f"&orderByKey={quote(f'metrics.`{order_by_metric}`')}&orderByAsc={str(ascending).lower()}"
+    return f"{base}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{UI_WORKFLOW_QUERY}"
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -215,6 +256,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
+def context_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """`tags` plus what MLflow fills in for its own fluent runs: user, source name and type, git commit."""
+    try:
+        from mlflow.tracking.context.registry import resolve_tags
+
+        return resolve_tags(dict(tags))
+    except Exception:  # context is a courtesy: never worth a run
+        return dict(tags)
+
+
 def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
     from mlflow.entities import Param
 
@@ -238,8 +289,12 @@ class JobRun:
     ):
         self.uri = uri
         self.client = _client(uri)
+        self._monitor = None
+        self._monitor_timer = None
+        self._monitor_lock = threading.Lock()
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
+        self.run_name = run_name
         global _current_run_id
         self.run_id = None
         try:
@@ -249,7 +304,7 @@ class JobRun:
                 self._clear_previous_failure()
                 self.client.update_run(run_id, status="RUNNING")
                 return
-            all_tags = {"mlflow.runName": run_name, **tags}
+            all_tags = context_tags({"mlflow.runName": run_name, **tags})
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
@@ -306,12 +361,78 @@ class JobRun:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
+    def log_artifact_capped(self, path: str | Path, artifact_path: str | None, max_mb: float) -> bool:
+        """Log a file unless it is larger than `max_mb` (named in one warning); False when skipped or failed."""
+        size_mb = Path(path).stat().st_size / 2**20
+        if size_mb > max_mb:
+            log.warning("%s (%.0f MB) not logged to MLflow: over logger.max_artifact_mb=%g", path, size_mb, max_mb)
+            return False
+        try:
+            self.log_artifact(path, artifact_path)
+        except Exception as exc:  # an artifact is a convenience: never worth a run that trained
+            log.warning("could not log %s to MLflow: %s", path, _one_line(exc))
+            return False
+        return True
+
+    def log_training_data(self, path: str | Path, name: str) -> None:
+        """The training data as the run's MLflow dataset input (the UI's Datasets column), with a digest that
+        changes when the files do."""
+        try:
+            from mlflow.data.dataset_source_registry import resolve_dataset_source
+            from mlflow.data.meta_dataset import MetaDataset
+            from mlflow.entities import DatasetInput, InputTag
+
+            with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways": all of them local
+                warnings.simplefilter("ignore", UserWarning)
+                source = resolve_dataset_source(str(Path(path).resolve()))
+            dataset = MetaDataset(source, name=name, digest=data_digest(path))
+            context = InputTag(key="mlflow.data.context", value="training")
+            self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+        except Exception as exc:
+            log.warning("could not log the training data %s to MLflow: %s", path, _one_line(exc))
+
+    def monitor_system(self, after_s: float, sampling_interval_s: float = 10.0) -> None:
+        """MLflow's own system-metrics sampler (CPU, memory, disk, network, GPU: `system/*`), started once the job
+        has run `after_s` seconds: a short run would get a point or two, and the sampler costs a store read and
+        write every interval."""
+
+        def start() -> None:
+            with self._monitor_lock:
+                if self._monitor_timer is None:  # the job ended meanwhile
+                    return
+                try:
+                    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+                    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # start/stop lines
+                    monitor = SystemMetricsMonitor(
+                        self.run_id, sampling_interval=sampling_interval_s, resume_logging=True, tracking_uri=self.uri
+                    )
+                    monitor.start()
+                    self._monitor = monitor
+                except Exception as exc:  # psutil missing, or a platform without its counters
+                    log.warning("MLflow system metrics are off for this run: %s", _one_line(exc))
+
+        self._monitor_timer = threading.Timer(after_s, start)
+        self._monitor_timer.daemon = True
+        self._monitor_timer.start()
+
+    def _stop_monitor(self) -> None:
+        with self._monitor_lock:
+            timer, self._monitor_timer = self._monitor_timer, None
+            if timer is not None:
+                timer.cancel()
+            monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            with contextlib.suppress(Exception):
+                monitor.finish()
+
     def __enter__(self) -> JobRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         # set_terminated first drains MLflow's asynchronous queue (the Lightning logger's metrics, logger.async_logging):
         # the run ends only once everything it logged is stored
+        self._stop_monitor()
         if exc is None:
             self.client.set_terminated(self.run_id, "FINISHED")
         else:
@@ -323,6 +444,7 @@ class JobRun:
         traceback as error.txt."""
         from sweeplab.interrupts import is_interrupt
 
+        self._stop_monitor()
         status = "KILLED" if is_interrupt(exc) else "FAILED"
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
@@ -330,6 +452,26 @@ class JobRun:
             self.client.set_tag(self.run_id, "error", _one_line(exc))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, status)
+
+
+DIGEST_SAMPLE_BYTES = 4 * 2**20
+
+
+def data_digest(path: str | Path) -> str:
+    """A dataset's digest: every file's name and size and its first and last 4 MiB. Like MLflow's own dataset
+    digests it samples rather than reads everything, so a file larger than memory costs milliseconds."""
+    path = Path(path)
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.relative_to(path) if path.is_dir() else file.name}\x1f{size}\x1f".encode())
+        with open(file, "rb") as f:
+            digest.update(f.read(DIGEST_SAMPLE_BYTES))
+            if size > 2 * DIGEST_SAMPLE_BYTES:
+                f.seek(size - DIGEST_SAMPLE_BYTES)
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def read_parent_run_id(sweep_dir: str | None) -> str | None:

@@ -47,6 +47,26 @@ distributed.register_resolvers()  # hydra/launcher=joblib_gpus sizes n_jobs with
 
 
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
+SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"  # "<start time> <number of jobs>", read by every job's process
+
+
+def progress_line(job_number: int, progress: str | None, now: float) -> str | None:
+    """"sweep: job 3 of 8 (2 done in 25 s, about 1.6 min left)" from the sweep's start time and size."""
+    try:
+        start_text, total_text = (progress or "").split()
+        start, total = float(start_text), int(total_text)
+    except ValueError:
+        return None
+    line = f"sweep: job {job_number + 1} of {total}" if total > 0 else f"sweep: job {job_number + 1}"
+    elapsed = now - start
+    if job_number > 0 and total > 0:
+        left = elapsed / job_number * (total - job_number)
+        line += f" ({job_number} started {_duration(elapsed)} ago, about {_duration(left)} left)"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -97,6 +117,7 @@ class MLflowSweepCallback(Callback):
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
         os.environ[SWEPT_KEYS_ENV] = ",".join(swept_keys(config))  # job run names show what differs
+        os.environ[SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
@@ -108,14 +129,16 @@ class MLflowSweepCallback(Callback):
         run = client.create_run(
             experiment_id,
             run_name=f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
-            tags={
+            tags=mlflow_store.context_tags({
                 "sweeplab.role": "sweep",
                 "sweep_id": sweep_dir.name,
                 "sweep_dir": str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
                 "sweep_overrides": " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])[:5000],
-            },
+                "mlflow.note.content": "python -m sweeplab.train -m "
+                + " ".join(OmegaConf.select(config, "hydra.overrides.task") or []),
+            }),
         )
         self.parent_run_id = run.info.run_id
         global _open_sweep
@@ -135,6 +158,10 @@ class MLflowSweepCallback(Callback):
     # --- each job's process ---------------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         mlflow_store.forget_current_run()
+        if _in_multirun():
+            number = OmegaConf.select(config, "hydra.job.num", default=0) or 0
+            if (line := progress_line(int(number), os.environ.get(SWEEP_PROGRESS_ENV), time.time())) is not None:
+                log.info("%s", line)
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
             distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
@@ -350,11 +377,12 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
 
 
 def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
-    """objective.png: every job's objective in launch order and the best so far (the report draws the rest)."""
+    """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
+    the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
     from sweeplab.tracking import sweep_plots
 
     scored = [r for r in children if "objective" in r.data.metrics]
-    if not scored:
+    if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
         return []
     try:
         jobs = sorted((_job_number(r), r.data.metrics["objective"]) for r in scored)

@@ -1,5 +1,5 @@
-"""Sweep plots: the objective of every job with the best so far (the sweep callback), and a metric's curve for every
-job (the report's validation.png). Matplotlib's object API (no pyplot): nothing global changes."""
+"""Sweep plots: the objective of every trial with the best so far (the sweep callback, for searches), and a metric's
+curves for every job against samples seen and wall time (the report's validation.png). Matplotlib's object API (no pyplot): nothing global changes."""
 
 from __future__ import annotations
 
@@ -35,18 +35,23 @@ def objective_plot(jobs: list[tuple[int, float]], metric: str, mode: str, out: P
     return out
 
 
-def curves_plot(curves: dict[str, list[tuple[int, float]]], metric: str, out: Path) -> Path:
-    """`curves`: run label -> [(step, value)] of `metric`."""
-    fig = _figure(8.0, 4.5)
-    ax = fig.add_subplot()
-    for label, points in list(curves.items())[:MAX_CURVES]:
-        if points:
-            ax.plot([s for s, _ in points], [v for _, v in points], marker=".", label=label[:48])
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} of every job")
-    ax.grid(alpha=0.3)
-    if curves:
-        ax.legend(fontsize=7, loc="best")
+def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric: str, out: Path) -> Path:
+    """`curves`: run label -> {"samples": [(samples seen, value)], "seconds": [(wall seconds, value)]}: two panels,
+    the metric against the training data seen and against wall time, one line per run."""
+    fig = _figure(11.0, 4.5)
+    by_samples, by_time = fig.subplots(1, 2, sharey=True)
+    shown = list(curves.items())[:MAX_CURVES]
+    for label, points in shown:
+        line = by_samples.plot(*zip(*points["samples"]), marker=".", label=label[:48])[0] if points["samples"] else None
+        if points["seconds"]:
+            by_time.plot(*zip(*points["seconds"]), marker=".", color=line.get_color() if line else None)
+    by_samples.set_xlabel("training samples seen")
+    by_time.set_xlabel("wall time since the run started (s)")
+    by_samples.set_ylabel(metric)
+    fig.suptitle(f"{metric} of every job")
+    for ax in (by_samples, by_time):
+        ax.grid(alpha=0.3)
+    if shown:
+        by_samples.legend(fontsize=7, loc="best")
     fig.savefig(out)
     return out

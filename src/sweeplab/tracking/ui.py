@@ -1,0 +1,60 @@
+"""`make ui`: print where the latest sweep's runs are in the MLflow UI, then serve the UI for the local store.
+
+    python -m sweeplab.tracking.ui [--host 127.0.0.1] [--port 5000] [--no-serve]
+
+The printed URL opens the runs table of the sweep's experiment, filtered to the sweep's jobs, in MLflow's
+"machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
+tracking URI the UI is the tracking server's own: only the URL is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from sweeplab.tracking import mlflow_store
+
+
+def latest_sweep_url(uri: str, base: str) -> str | None:
+    """The runs-table URL of the newest sweep in any experiment of the store; None when there is no sweep."""
+    from sweeplab.report import latest_sweep
+
+    parent_id = latest_sweep(uri)
+    if parent_id is None:
+        return None
+    parent = mlflow_store._client(uri).get_run(parent_id)
+    return mlflow_store.runs_url(
+        base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
+        order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
+        ascending=parent.data.tags.get("objective_mode") == "min",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.tracking.ui", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--no-serve", action="store_true", help="print the URL only")
+    args = parser.parse_args(argv)
+    uri = mlflow_store.resolve_uri()
+    base = mlflow_store.ui_base(uri, args.host, args.port)
+    try:
+        url = latest_sweep_url(uri, base)
+    except Exception as exc:  # an empty or unreadable store still gets a UI
+        url = None
+        print(f"(could not read {uri}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", flush=True)
+    if url:
+        print(f"latest sweep's runs: {url}", flush=True)
+    else:
+        print(f"no sweep in {uri} yet (`make sweep` makes one); experiments: {base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}", flush=True)
+    if args.no_serve or uri.startswith(("http://", "https://")):
+        return 0
+    mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
+    os.execv(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)])
+    return 0  # not reached: the UI server replaced this process
+
+
+if __name__ == "__main__":
+    sys.exit(main())
