@@ -148,6 +148,7 @@ def test_the_csv_holds_numbers_that_pandas_reads_as_floats(mlflow_uri, tmp_path)
         assert pd.api.types.is_float_dtype(table[column]) or pd.api.types.is_integer_dtype(table[column]), column
     by_run = table.set_index("run")
     assert by_run.loc["job3 bs=256 cuda", "samples/s"] == 6000.0  # the Markdown shows "6,000"
+    assert by_run.loc["job3 bs=256 cuda", "median step (s)"] == 256 / 6000  # unrounded (the Markdown: 0.04267)
     assert by_run.loc["job3 bs=256 cuda", "speedup"] == 60.0 and by_run.loc["job0 bs=16 cpu", "speedup"] == 1.0
     assert by_run.loc["job3 bs=256 cuda", "MFU"] == 0.42 and pd.isna(by_run.loc["job0 bs=16 cpu", "MFU"])
     assert by_run.loc["job2 bs=64 cuda", "val cos"] == 0.5

@@ -163,6 +163,17 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         }
         for k in param_keys:
             row[SHORT.get(k, k)] = r.data.params.get(k, "")
+        # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
+        # ratio; the stability column says why it is not claimed)
+        row[NUMBERS] = {
+            "median step (s)": m.get("summary/step_time_s_median"),
+            "samples/s": rate,
+            "spread": spread,
+            "tokens/s": m.get("summary/tokens_per_sec"),
+            "MFU": m.get("summary/mfu"),
+            "speedup": rate / base_rate if rate and base_rate else None,
+            "final metric": m.get(metric),
+        }
         rows.append(row)
     return rows, columns, failed
 
@@ -188,6 +199,9 @@ _FORMATTED_NUMBER = re.compile(
 )
 
 
+NUMBERS = "_numbers"  # a row's key holding its numeric cells unformatted (build_rows), for the CSV
+
+
 def csv_number(cell: str) -> tuple[str, float | None]:
     """A table cell as (label, number): "14,601" -> ("", 14601.0), "1.02× (baseline)" -> ("", 1.02), "12.5%" ->
     ("", 0.125), "val cos 0.93" -> ("val cos", 0.93); (cell, None) when it is not a number."""
@@ -201,7 +215,14 @@ def csv_number(cell: str) -> tuple[str, float | None]:
 def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
     """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read floats.
     A column whose cells carry one label (the final metric's "val cos") is named by it."""
-    parsed = {c: [csv_number(str(row.get(c, ""))) for row in rows] for c in columns}
+    def cell(row: dict, column: str) -> tuple[str, float | None]:
+        numbers = row.get(NUMBERS) or {}
+        if column in numbers:  # the exact value; its label (the final metric's name) from the formatted cell
+            label = csv_number(str(row.get(column, "")))[0] if column == "final metric" else ""
+            return (label, numbers[column]) if numbers[column] is not None else ("", None)
+        return csv_number(str(row.get(column, "")))
+
+    parsed = {c: [cell(row, c) for row in rows] for c in columns}
     header, values = [], {}
     for column in columns:
         cells = parsed[column]
@@ -210,7 +231,7 @@ def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
         if numeric and blank_or_numeric and len({label for label, _ in numeric}) == 1:
             label = numeric[0][0]
             name = label if label else column
-            values[name] = ["" if v is None else f"{v:.6g}" for _, v in cells]
+            values[name] = ["" if v is None else repr(float(v)) for _, v in cells]
         else:
             name = column
             values[name] = [str(row.get(column, "")) for row in rows]
