@@ -36,14 +36,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import backends, stability
+from sweeplab import CONF_DIR, backends, stability
 from sweeplab.callbacks.timing import compiled_graphs, synchronize
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger("sweeplab.bench")
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 # --- what a bench is ---------------------------------------------------------------------------------

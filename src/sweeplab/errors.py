@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 
@@ -27,15 +28,18 @@ class ConfigError(UserError):
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT})
 
 
-def environment_error(exc: BaseException) -> OSError | None:
-    """The OSError with one of ENVIRONMENT_ERRNOS that `exc` is or was raised from (its cause/context chain)."""
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from (its cause, else its context), and so on; each exception once."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
-            return exc
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return None
+
+
+def environment_error(exc: BaseException) -> OSError | None:
+    """The OSError with one of ENVIRONMENT_ERRNOS that `exc` is or was raised from (its cause/context chain)."""
+    return next((e for e in exception_chain(exc) if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS), None)
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -33,7 +33,7 @@ _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # t
 def _compose(overrides: list[str], with_hydra: bool = False):
     from hydra import compose, initialize_config_dir
 
-    from sweeplab.bench import CONF_DIR
+    from sweeplab import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("train", overrides=list(overrides), return_hydra_config=with_hydra)

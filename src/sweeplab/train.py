@@ -6,16 +6,14 @@ import difflib
 import logging
 import os
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab import interrupts
+from sweeplab import CONF_DIR, interrupts
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 log = logging.getLogger("sweeplab")
 quiet_libraries()
 

@@ -18,7 +18,7 @@ from annotated_types import Ge, Interval
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, distributed, tuning
+from sweeplab import CONF_DIR, backends, distributed, tuning
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
@@ -224,7 +224,6 @@ def _preset_tags() -> dict[str, str]:
 
 
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback (tracking/sweep_callback.swept_keys)
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
 
@@ -251,7 +250,7 @@ def _swept_values() -> dict[str, str]:
 def _conf_default(group_file: str, key: str) -> Any:
     """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
     try:
-        return OmegaConf.select(OmegaConf.load(CONF_DIR / group_file), key)
+        return OmegaConf.select(OmegaConf.load(Path(CONF_DIR) / group_file), key)
     except Exception:
         return None
 

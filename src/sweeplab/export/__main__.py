@@ -13,9 +13,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from sweeplab import CONF_DIR
 from sweeplab.errors import UserError, exit_on_user_error
 
-CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
 APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
 log = logging.getLogger("sweeplab.export")
 

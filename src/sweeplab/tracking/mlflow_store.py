@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeplab.errors import UserError
+from sweeplab.errors import UserError, exception_chain
 
 log = logging.getLogger(__name__)
 
@@ -191,15 +191,12 @@ def init_store(uri: str, experiment_name: str) -> str:
 def store_problem(exc: BaseException) -> str:
     """What the store said, in one line: the database driver's own error (a read-only or locked sqlite file, a full
     disk) where MLflow wrapped one, else the first line of the message."""
-    seen, last = set(), exc
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        driver_error = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError keeps the driver's exception here
+    for link in exception_chain(exc):
+        driver_error = getattr(link, "orig", None)  # SQLAlchemy's DBAPIError keeps the driver's exception here
         if isinstance(driver_error, Exception) and str(driver_error).strip():
             return str(driver_error).strip().splitlines()[0]
-        exc = exc.__cause__ or exc.__context__
-    text = str(last).strip()
-    return text.splitlines()[0] if text else type(last).__name__
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def ui_base(uri: str, host: str = "127.0.0.1", port: int = 5000) -> str:
@@ -335,9 +332,7 @@ class JobRun:
         try:
             get_artifact_repository(run.info.artifact_uri).delete_artifacts("error.txt")
         except Exception as exc:  # a store that cannot delete: the file stays, the tag says it is past
-            import logging
-
-            logging.getLogger(__name__).warning("could not delete error.txt of resumed run %s: %s", self.run_id, _one_line(exc))
+            log.warning("could not delete error.txt of resumed run %s: %s", self.run_id, _one_line(exc))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)
