@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create .venv and install torch 2.13.0 (CPU) and sweeplab with its dev tools
 
 data: $(STAMP) ## prepare the offline demo data (CPython's language reference, local tokenizer and teacher)
-	$(PY) -m sweeplab.data.prepare --out data/textbridge_demo
+	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo
 
 sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)
 	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(ARGS)

@@ -41,7 +41,7 @@ def _tests_never_write_into_the_checkout():
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     """The demo dataset, small: 300 sentences, 500-token vocabulary, a 1-layer 64-d random teacher."""
-    from sweeplab.data.prepare import prepare_textbridge_demo
+    from sweeplab.families.textbridge.prepare import prepare_textbridge_demo
 
     out = tmp_path_factory.mktemp("data") / "textbridge_demo"
     return prepare_textbridge_demo(

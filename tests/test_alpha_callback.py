@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
-from sweeplab.callbacks.alpha import AlphaScheduleCallback
+from sweeplab.families.pagating_lm.alpha import AlphaScheduleCallback
 from sweeplab.models.gpt import GPT, GPTConfig
 
 V, T = 50, 8

@@ -144,7 +144,7 @@ def test_prepare_onto_a_full_or_read_only_disk(fault, tmp_path):
     args = ["--out", disk / "demo", "--n-sentences", 300, "--vocab-size", 500, "--teacher-layers", 1,
             "--teacher-dim", 64, "--no-progress"]
     code, err = run_with_mounts(
-        [tmpfs(disk, size="200k", read_only=fault == "read_only"), f"ls -A {disk}"], "sweeplab.data.prepare", args, tmp_path
+        [tmpfs(disk, size="200k", read_only=fault == "read_only"), f"ls -A {disk}"], "sweeplab.families.textbridge.prepare", args, tmp_path
     )
     reason = "No space left on device" if fault == "full" else "Read-only file system"
     assert code == 2 and "Traceback" not in err and len(error_lines(err)) == 1 and reason in err, err

@@ -208,7 +208,7 @@ def test_a_huge_token_id_without_a_tokenizer_is_refused_naming_the_record(tmp_pa
 
 @pytest.mark.parametrize("vocab", [None, 1000])
 def test_an_efb1_id_near_2_pow_32_is_refused_before_any_allocation(vocab, tmp_path, mlflow_uri, monkeypatch, capsys):
-    from sweeplab.data.formats import Sample, write_efb1
+    from sweeplab.families.textbridge.formats import Sample, write_efb1
 
     samples = [Sample(np.array([0.1, 0.2], np.float32), input_ids=np.array([5, 6]), attention_mask=np.ones(2)) for _ in range(20)]
     samples[7] = Sample(np.array([0.1, 0.2], np.float32), input_ids=np.array([4_000_000_000]), attention_mask=np.ones(1))

@@ -87,7 +87,7 @@ def test_presets_compose_and_every_row_plans(tmp_path):
 
 
 def test_tiled_textbridge_data(demo_dir, tmp_path):
-    from sweeplab.data.formats import open_dataset
+    from sweeplab.families.textbridge.formats import open_dataset
 
     out = bench.tiled_textbridge_data(demo_dir, tmp_path, 1000)
     data = open_dataset(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeplab.data.formats import (
+from sweeplab.families.textbridge.formats import (
     DataFormatError,
     Efb1Source,
     JsonlSource,

@@ -15,11 +15,11 @@ import torch
 
 from sweeplab.data import prepare as prepare_module
 from sweeplab.data.corpus import demo_sentences
-from sweeplab.data.formats import DataFormatError, Sample, open_dataset, write_efb1, write_jsonl
-from sweeplab.data.prepare import main, prepare_textbridge_demo, read_manifest
-from sweeplab.data.teacher import Teacher
-from sweeplab.data.textbridge import TextBridgeDataModule, collate_textbridge
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.families.textbridge.data import TextBridgeDataModule, collate_textbridge
+from sweeplab.families.textbridge.formats import DataFormatError, Sample, open_dataset, write_efb1, write_jsonl
+from sweeplab.families.textbridge.prepare import main, prepare_textbridge_demo, read_manifest
+from sweeplab.families.textbridge.teacher import Teacher
 
 TINY = {"n_sentences": 60, "vocab_size": 500, "teacher_layers": 1, "teacher_dim": 32, "progress": False}
 

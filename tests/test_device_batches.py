@@ -9,9 +9,9 @@ from mlflow.tracking import MlflowClient
 from conftest import smoke_config
 from sweeplab.callbacks.faults import RAISE_ENV
 from sweeplab.data.device_batches import DeviceBatches
-from sweeplab.data.textbridge import TextBridgeDataModule
 from sweeplab.errors import ConfigError
-from sweeplab.tasks.textbridge import TextBridgeTask
+from sweeplab.families.textbridge.data import TextBridgeDataModule
+from sweeplab.families.textbridge.task import TextBridgeTask
 from sweeplab.training import plan, train
 
 KEYS = ("input_ids", "attention_mask", "target", "sample_id")

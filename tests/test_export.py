@@ -78,7 +78,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def real_data(tmp_path_factory) -> dict[str, Path]:
     """Real-format inputs: a token-mode JSONL for TextBridge, an LM-cache style uint16 token file for the LM."""
-    from sweeplab.data.formats import Sample, write_jsonl
+    from sweeplab.families.textbridge.formats import Sample, write_jsonl
 
     root = tmp_path_factory.mktemp("data")
     rng = np.random.default_rng(0)

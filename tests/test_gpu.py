@@ -61,7 +61,7 @@ def test_device_resident_batches_keep_the_loss_curve(eager_cuda_curve, demo_dir,
 
 def test_bf16_compiled_lm_stays_within_bf16_tolerance(tmp_path, monkeypatch):
     from conftest import compose_train
-    from sweeplab.tasks.lm import LMTask
+    from sweeplab.families.pagating_lm.task import LMTask
     from sweeplab.training import train
     from test_speed_equivalence import LossRecorder
 

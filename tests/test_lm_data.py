@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from sweeplab.data import lm
-from sweeplab.data.lm import LMDataModule, resolve_sources
+from sweeplab.families.pagating_lm.data import LMDataModule, resolve_sources
 
 TEXT = {
     "train": "The quick brown fox jumps over the lazy dog.\n" * 200

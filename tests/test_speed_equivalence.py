@@ -30,7 +30,7 @@ class LossRecorder(L.Callback):
 
 
 def _curve(demo_dir, monkeypatch, *overrides: str) -> LossRecorder:
-    from sweeplab.tasks.textbridge import TextBridgeTask
+    from sweeplab.families.textbridge.task import TextBridgeTask
 
     recorder = LossRecorder()
     monkeypatch.setattr(TextBridgeTask, "extra_callbacks", lambda self: [recorder])
@@ -157,7 +157,7 @@ def test_step_graph_runs_eagerly_without_cuda_and_leaves_gradients_for_the_optim
 def test_nothing_is_read_back_from_the_device_between_logging_steps(switches, demo_dir, tmp_path, monkeypatch, request):
     """Each read of a tensor's value (`.item()`, float(), bool()) is a host sync on a GPU: only logging steps (every
     `log_every_n_steps`) may read. Lightning re-reads metrics marked prog_bar=True after every batch, so none are."""
-    from sweeplab.tasks.textbridge import TextBridgeTask
+    from sweeplab.families.textbridge.task import TextBridgeTask
 
     monkeypatch.chdir(tmp_path)
     if "cuda_graph=true" in switches:

@@ -11,10 +11,10 @@ import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from sweeplab.data.corpus import demo_sentences
-from sweeplab.data.formats import open_dataset
-from sweeplab.data.prepare import prepare_textbridge_demo, read_manifest
-from sweeplab.data.teacher import Teacher
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.families.textbridge.formats import open_dataset
+from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
+from sweeplab.families.textbridge.teacher import Teacher
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY = {"n_sentences": 24, "vocab_size": 300, "progress": False}

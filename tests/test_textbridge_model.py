@@ -1,8 +1,8 @@
 import pytest
 import torch
 
+from sweeplab.families.textbridge.task import LossConfig, distill_loss, retrieval_metrics
 from sweeplab.models.textbridge import SIZES, TextBridgeConfig, TextBridgeEncoder, receptive_field
-from sweeplab.tasks.textbridge import LossConfig, distill_loss, retrieval_metrics
 
 
 def tiny(**overrides) -> TextBridgeEncoder:

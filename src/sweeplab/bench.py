@@ -109,7 +109,7 @@ def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]
 
 # --- the raw loop --------------------------------------------------------------------------------------
 def _textbridge_loss(task) -> Callable:
-    from sweeplab.tasks.textbridge import distill_loss
+    from sweeplab.families.textbridge.task import distill_loss
 
     loss_config = task.loss_config
 
@@ -120,7 +120,7 @@ def _textbridge_loss(task) -> Callable:
 
 
 def _lm_loss(task) -> Callable:
-    from sweeplab.tasks.lm import lm_loss
+    from sweeplab.families.pagating_lm.task import lm_loss
 
     def loss(model, batch):
         return lm_loss(model(batch["input_ids"]), batch["labels"])
@@ -420,8 +420,8 @@ def tiled_textbridge_data(demo_dir: Path, out_dir: Path, n_samples: int) -> Path
     """The demo set's records repeated to `n_samples` (an EFB1 file with the demo tokenizer beside it)."""
     import shutil
 
-    from sweeplab.data.formats import open_dataset, write_efb1
-    from sweeplab.data.prepare import prepare_textbridge_demo, read_manifest
+    from sweeplab.families.textbridge.formats import open_dataset, write_efb1
+    from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
 
     if read_manifest(demo_dir) is None:
         prepare_textbridge_demo(demo_dir)

@@ -43,7 +43,7 @@ def environment_error(exc: BaseException) -> OSError | None:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    from sweeplab.data.formats import DataFormatError
+    from sweeplab.families.textbridge.formats import DataFormatError
 
     return isinstance(exc, (UserError, DataFormatError, FileNotFoundError)) or environment_error(exc) is not None
 

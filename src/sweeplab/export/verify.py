@@ -71,8 +71,8 @@ def _pad_rows(rows: list[np.ndarray], seq_len: int, pad_id: int) -> tuple[np.nda
 
 
 def _textbridge_rows(path: Path, max_rows: int) -> list[np.ndarray]:
-    from sweeplab.data.formats import open_dataset, resolve_data_file
     from sweeplab.data.tokenizer import TextTokenizer
+    from sweeplab.families.textbridge.formats import open_dataset, resolve_data_file
 
     source = open_dataset(path)
     rows: list[np.ndarray] = []
@@ -110,7 +110,7 @@ def real_cases(
     path = Path(path)
     if not path.exists():
         raise UserError(f"export.real_data={path}: no such file or directory")
-    from sweeplab.data.formats import DataFormatError
+    from sweeplab.families.textbridge.formats import DataFormatError
 
     wanted = n * batch_size
     if family == "textbridge":

@@ -1,6 +1,6 @@
 """Build the offline TextBridge demo dataset: corpus sentences -> tokenizer -> tokens -> teacher targets -> files.
 
-    python -m sweeplab.data.prepare --out data/textbridge_demo [--vocab-size 8000] [--teacher-path DIR] [--force]
+    python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--vocab-size 8000] [--teacher-path DIR] [--force]
 
 The output directory holds the same samples in all three formats (demo.tokens.jsonl, demo.efb1, demo.text.jsonl),
 the tokenizer (tokenizer.json) and manifest.json (settings, counts, target_dim, vocab_size, file names).
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeplab.data.corpus import demo_sentences
-from sweeplab.data.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
 from sweeplab.errors import is_user_error, user_message
+from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
 from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
@@ -191,8 +191,8 @@ def _remove_leftovers(out_dir: Path) -> None:
 
 
 def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoOptions, *, progress: bool) -> None:
-    from sweeplab.data.teacher import Teacher
     from sweeplab.data.tokenizer import TextTokenizer
+    from sweeplab.families.textbridge.teacher import Teacher
 
     started = time.perf_counter()
     tokenizer = TextTokenizer.train(sentences, vocab_size=options.vocab_size)
@@ -281,7 +281,7 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.data.prepare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sweeplab.families.textbridge.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data/textbridge_demo", help="output directory (default: %(default)s)")
     parser.add_argument("--n-sentences", type=int, default=None, help="use the first N corpus sentences (default: all)")
     parser.add_argument("--vocab-size", type=int, default=8000)

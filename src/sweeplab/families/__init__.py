@@ -40,7 +40,7 @@ def _textbridge_model(values: Mapping[str, Any]):
 
 
 def _textbridge_data(values: Mapping[str, Any], model_config) -> L.LightningDataModule:
-    from sweeplab.data.textbridge import TextBridgeDataModule
+    from sweeplab.families.textbridge.data import TextBridgeDataModule
 
     return build(TextBridgeDataModule, {**values, "max_len": model_config.max_len}, "data")
 
@@ -59,13 +59,13 @@ def _textbridge_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
 
 
 def _textbridge_loss(values: Mapping[str, Any]):
-    from sweeplab.tasks.textbridge import LossConfig
+    from sweeplab.families.textbridge.task import LossConfig
 
     return build(LossConfig, values, "loss")
 
 
 def _textbridge_task(model_config, loss_values: Mapping[str, Any], optim: OptimConfig) -> SweepTask:
-    from sweeplab.tasks.textbridge import TextBridgeTask
+    from sweeplab.families.textbridge.task import TextBridgeTask
 
     return TextBridgeTask(model_config, _textbridge_loss(loss_values), optim)
 
@@ -109,7 +109,7 @@ def _lm_model(values: Mapping[str, Any]):
 
 
 def _lm_data(values: Mapping[str, Any], model_config) -> L.LightningDataModule:
-    from sweeplab.data.lm import LMDataModule
+    from sweeplab.families.pagating_lm.data import LMDataModule
 
     return build(LMDataModule, {**values, "block_size": model_config.block_size}, "data")
 
@@ -123,7 +123,7 @@ def _lm_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
 
 
 def _lm_task(model_config, loss_values: Mapping[str, Any], optim: OptimConfig) -> SweepTask:
-    from sweeplab.tasks.lm import LMTask
+    from sweeplab.families.pagating_lm.task import LMTask
 
     return LMTask(model_config, optim)
 

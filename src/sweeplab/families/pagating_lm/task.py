@@ -9,7 +9,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from sweeplab.callbacks.alpha import AlphaScheduleCallback
+from sweeplab.families.pagating_lm.alpha import AlphaScheduleCallback
 from sweeplab.models.gpt import GPT, GPTConfig
 from sweeplab.tasks.base import SweepTask
 from sweeplab.tasks.optim import OptimConfig

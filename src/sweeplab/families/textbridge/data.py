@@ -24,9 +24,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
 from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, Padding, ResidentSplit
-from sweeplab.data.formats import DataFormatError, SampleSource, open_dataset
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.families.textbridge.formats import DataFormatError, SampleSource, open_dataset
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +319,7 @@ class TextBridgeDataModule(L.LightningDataModule):
 
     # --- helpers ------------------------------------------------------------------------------
     def _ensure_demo(self) -> Path:
-        from sweeplab.data.prepare import prepare_textbridge_demo, read_manifest
+        from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
 
         # Any prepared demo is used as it is: one built with other settings (`prepare --vocab-size ...`) was asked for.
         if read_manifest(self.demo_dir) is not None:
