@@ -10,7 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+from sweeplab import CONF_DIR
+
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from sweeplab.errors import UserError
 from sweeplab.export import ExportOptions, export_after_training, export_checkpoint, load_program
 from sweeplab.export.verify import check_weights
-from sweeplab.families import FAMILIES
+from sweeplab.families import get_family
 from sweeplab.models.gpt import GPT, GPTConfig
 from sweeplab.models.textbridge import TextBridgeConfig
 from sweeplab.tasks.optim import OptimConfig
@@ -70,8 +70,8 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
         for _ in range(3)
     ]
     root = tmp_path_factory.mktemp("runs")
-    tb_task = FAMILIES["textbridge"].build_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim)
-    lm_task = FAMILIES["pagating_lm"].build_task(LM_CONFIG, {}, optim)
+    tb_task = get_family("textbridge").build_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim)
+    lm_task = get_family("pagating_lm").build_task(LM_CONFIG, {}, optim)
     return {"textbridge": _train(tb_task, tb_batches, root / "tb"), "pagating_lm": _train(lm_task, lm_batches, root / "lm")}
 
 

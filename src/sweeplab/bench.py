@@ -108,29 +108,6 @@ def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]
 
 
 # --- the raw loop --------------------------------------------------------------------------------------
-def _textbridge_loss(task) -> Callable:
-    from sweeplab.families.textbridge.task import distill_loss
-
-    loss_config = task.loss_config
-
-    def loss(model, batch):
-        return distill_loss(model(batch["input_ids"], batch["attention_mask"]), batch["target"], loss_config)[0]
-
-    return loss
-
-
-def _lm_loss(task) -> Callable:
-    from sweeplab.families.pagating_lm.task import lm_loss
-
-    def loss(model, batch):
-        return lm_loss(model(batch["input_ids"]), batch["labels"])
-
-    return loss
-
-
-RAW_LOSS = {"textbridge": _textbridge_loss, "pagating_lm": _lm_loss}
-
-
 def _precision_context(precision: str, device: torch.device):
     from sweeplab.tasks.step_graph import autocast_dtype
 
@@ -169,11 +146,12 @@ class RawLoop:
             self.model = self.model.to(torch.bfloat16)
         self.model.train()
         self.samples_in = task.samples_in
-        loss = RAW_LOSS[p.family.name](task)
-        model = self.model
+        # the family's training loss, plain torch by the SweepTask contract: the same arithmetic the Lightning job
+        # runs, called directly (no Lightning hook, logging or closure around it)
+        self.task = task
 
         def loss_fn(batch):
-            return loss(model, batch), {}
+            return task.training_loss(batch)[0], {}
 
         if p.compile_mode != "off":
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
@@ -189,7 +167,6 @@ class RawLoop:
             else None
         )
         self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
-        self.scheduled_alpha = p.family.name == "pagating_lm" and str(p.model_values.get("alpha")) in ("cosine", "linear")
         self.step_count = 0
         self.loader = self.datamodule.train_dataloader()
         self.seed = int(cfg.seed)
@@ -225,10 +202,7 @@ class RawLoop:
 
     def step(self, batch: dict) -> None:
         batch = self._to_device(batch)
-        if self.scheduled_alpha:
-            from sweeplab.models.pagating import set_alpha_step
-
-            set_alpha_step(self.model, self.step_count)
+        self.task.set_training_step(self.step_count)
         if self.step_graph is not None:
             self.step_graph(batch)  # forward, backward, clipping (replayed after its warm-up)
             self.optimizer.step()

@@ -130,7 +130,9 @@ def build_sized(cls: type, sizes: Mapping[str, Mapping[str, Any]], values: Mappi
     """
     size = values.get("size", "default")
     if size not in sizes:
-        raise ConfigError(f"{where}.size", f"unknown size {size!r}; accepted: {', '.join(sizes)}")
+        # debug=smoke asks every family for `tiny`: a family without one hears why it is asked
+        smoke = " (debug=smoke sets model.size=tiny: give the family a `tiny` size for quick checks)" if size == "tiny" else ""
+        raise ConfigError(f"{where}.size", f"unknown size {size!r}; accepted: {', '.join(sizes)}{smoke}")
     explicit = {k: v for k, v in values.items() if v is not None}
     kwargs = {**sizes[size], **bind(cls, explicit, where, ignore=frozenset({"family", "size"}))}
     try:

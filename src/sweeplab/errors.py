@@ -21,6 +21,7 @@ class UserError(ValueError):
 class ConfigError(UserError):
     def __init__(self, key: str, problem: str):
         self.key = key
+        self.problem = problem
         super().__init__(f"config error: {key}: {problem}")
 
 

@@ -31,11 +31,6 @@ log = logging.getLogger(__name__)
 
 # Params every table shows (when present), then the family's own, then whatever else varies between the jobs.
 BASE_PARAMS = ["data.batch_size"]
-FAMILY_PARAMS = {
-    "textbridge": ["loss.alpha", "loss.beta"],
-    "pagating_lm": ["model.unit", "model.alpha", "optim.lr"],
-}
-FINAL_METRIC = {"textbridge": ("val/cos", "val cos"), "pagating_lm": ("val/ppl", "val ppl")}
 SHORT = {"data.batch_size": "bs", "loss.alpha": "α", "loss.beta": "β", "model.unit": "unit", "model.alpha": "α mode"}
 IGNORED_VARYING = {"data.seed"}
 PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "speedup", "stability"]
@@ -107,12 +102,30 @@ def pick_baseline(runs, baseline: str | None) -> int | None:
     return (cpu or usable or [None])[0]
 
 
+def _family(name: str):
+    """The family record of a run's `family` tag; None when the family is not installed where the report runs
+    (its rows then show the generic columns)."""
+    from sweeplab.families import get_family
+
+    try:
+        return get_family(name)
+    except UserError:
+        return None
+
+
+def final_metric(family: str) -> tuple[str, str]:
+    """(metric, column label) of a family's final metric: its record's, else the validation loss."""
+    record = _family(family)
+    return record.final_metric if record else ("val/loss", "val loss")
+
+
 def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     families = {r.data.tags.get("family", "") for r in runs}
     param_keys = list(BASE_PARAMS)
     for family in sorted(families):
-        param_keys += [k for k in FAMILY_PARAMS.get(family, []) if k not in param_keys]
+        record = _family(family)
+        param_keys += [k for k in (record.report_params if record else ()) if k not in param_keys]
     # a job that failed before training has no params: it would make every key look varying; its row shows the
     # status and the error only
     configured = [r for r in runs if r.data.params]
@@ -135,7 +148,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         if status == "FAILED":
             failed += 1
             status = f"FAILED: {tags.get('error', '')[:60]}"
-        metric, label = FINAL_METRIC.get(tags.get("family", ""), ("val/loss", "val loss"))
+        metric, label = final_metric(tags.get("family", ""))
         rate = m.get("summary/samples_per_sec")
         speedup = ""
         if rate and base_rate:
@@ -309,7 +322,7 @@ def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[fl
     the family's validation metric, and that metric's name. Steps are not comparable across batch sizes: at step
     100 a bs-64 job has seen twice the data of a bs-32 one."""
     families = [r.data.tags.get("family", "") for r in runs]
-    metric = FINAL_METRIC.get(max(set(families), key=families.count) if families else "", ("val/loss", ""))[0]
+    metric = final_metric(max(set(families), key=families.count) if families else "")[0]
     client = mlflow_store._client(uri)
     curves = {}
     for r in runs:

@@ -25,6 +25,7 @@ from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.config import bind, build, require
 from sweeplab.data.device_batches import resolve_pad_to
+from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.families import get_family
 from sweeplab.files import check_writable_dir
@@ -171,8 +172,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         devices=trainer.devices,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
     )
-    if family.build_task_config is not None:
-        family.build_task_config(container.get("loss") or {})
+    family.check_loss(container.get("loss") or {})
     if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
         container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
     datamodule = family.build_datamodule(container["data"], model_config)
@@ -404,14 +404,15 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         data_path = _training_data_path(datamodule)
         if data_path is not None:
             job.log_training_data(data_path, name=data_path.name)
-    task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+    task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
     task.configure_training(p.compile_mode, p.cuda_graph)
 
-    best = BestCheckpoint(output_dir / "checkpoints", monitor=task.monitor, mode=task.monitor_mode)
+    best = BestCheckpoint(output_dir / "checkpoints", monitor=p.family.monitor, mode=p.family.monitor_mode)
     last = LastCheckpoint(output_dir / "checkpoints", every_n_steps=p.checkpoint.every_n_steps)
     timer = ThroughputTimer(**p.timing)
     callbacks = [timer, NonFiniteGuard(**p.guard), ValidateAtLastStep(), best, last, *task.extra_callbacks()]
+    callbacks.append(ResumableDataCheck(resuming=resume_ckpt is not None))
     if job is not None:
         from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
@@ -442,8 +443,8 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             p.container.get("export"), best.best_model_path, output_dir / "export",
             job.run_id if job is not None else None, job.uri if job is not None else None,
         )
-    monitored = _monitored(trainer, best, task)
-    log.info("%s", final_line(job, task.monitor, monitored, summary))
+    monitored = _monitored(trainer, best, p.family.monitor)
+    log.info("%s", final_line(job, p.family.monitor, monitored, summary))
     if job is not None and p.logger.log_job_log and (job_log := _job_log_file()) is not None:
         job.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
     return monitored
@@ -460,6 +461,19 @@ def final_line(job, monitor: str, monitored: float | None, summary: dict) -> str
         return "done (not tracked): " + ", ".join(parts)
     url = mlflow_store.run_url(mlflow_store.ui_base(job.uri), job.experiment_id, job.run_id)
     return f"done: {job.run_name}: {', '.join(parts)}; {url}"
+
+
+def build_task(family, model_config, loss_values: dict, optim: OptimConfig):
+    """The family's task, checked against the contract the rest of the app relies on."""
+    from sweeplab.tasks.base import SweepTask
+
+    task = family.build_task(model_config, loss_values, optim)
+    if not isinstance(task, SweepTask):
+        raise UserError(f"family {family.name}: build_task returned a {type(task).__name__}, not a sweeplab SweepTask")
+    if task.family != family.name:
+        raise UserError(f"family {family.name}: its task {type(task).__name__} says family={task.family!r}; set it "
+                        f"to {family.name!r} (checkpoints name their family by it)")
+    return task
 
 
 def _training_data_path(datamodule) -> Path | None:
@@ -511,10 +525,10 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
     )
 
 
-def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, task) -> float | None:
+def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, monitor: str) -> float | None:
     if checkpoint.best_model_score is not None:
         return float(checkpoint.best_model_score)
-    value = trainer.callback_metrics.get(task.monitor)
+    value = trainer.callback_metrics.get(monitor)
     return float(value) if value is not None else None
 
 

@@ -397,8 +397,9 @@ class ThroughputTimer(L.Callback):
             metrics = {
                 "train/step_time_s": elapsed / steps,
                 "train/samples_per_sec": win["samples"] / elapsed,
-                "train/tokens_per_sec": win["tokens"] / elapsed,
             }
+            if win["tokens"]:  # a family without tokens (tokens_in is 0) reports none
+                metrics["train/tokens_per_sec"] = win["tokens"] / elapsed
             if self._peak and win["flops"]:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
@@ -529,7 +530,8 @@ class ThroughputTimer(L.Callback):
         summary["summary/step_time_s_p90"] = p90
         if steps and median > 0:
             summary["summary/samples_per_sec"] = total["samples"] / steps / median
-            summary["summary/tokens_per_sec"] = total["tokens"] / steps / median
+            if total["tokens"]:
+                summary["summary/tokens_per_sec"] = total["tokens"] / steps / median
             if self._peak and total["flops"]:
                 summary["summary/mfu"] = total["flops"] / steps / median / self._peak
         return summary

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import lightning as L
 import torch
 from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from sweeplab.errors import ConfigError
+from sweeplab.errors import ConfigError, UserError
 
 SWITCHED_DATA_PATH = "the checkpoint's data position was saved with data.on_device={saved}; resume with that setting"
 
@@ -86,3 +87,30 @@ class ResumableDataLoader(StatefulDataLoader):
         if "batches_yielded" in state_dict:
             raise ConfigError("data.on_device", SWITCHED_DATA_PATH.format(saved="true"))
         super().load_state_dict(state_dict)
+
+
+def check_resumable(loader, why: str) -> None:
+    """Refuse a training loader whose batches do not come from ResumableShuffleBatchSampler, saying `why` it must.
+
+    A family's data module is a plain LightningDataModule; this is where its one obligation to sweeplab is checked:
+    under DDP (`use_distributed_sampler=False`, see distributed.py) a plain sampler gives every rank the same
+    batches, and a resumed run would start its epoch again instead of continuing where the checkpoint stopped."""
+    sampler = getattr(loader, "batch_sampler", None)
+    if not isinstance(sampler, ResumableShuffleBatchSampler):
+        raise UserError(
+            f"data: the training loader ({type(loader).__name__}) does not draw its batches from "
+            f"sweeplab.data.sampling.ResumableShuffleBatchSampler, which {why} needs; build the family's "
+            "train_dataloader with one (batch_sampler=ResumableShuffleBatchSampler(len(dataset), batch_size, seed))"
+        )
+
+
+class ResumableDataCheck(L.Callback):
+    """check_resumable on the loader the fit really uses, before its first step, when DDP or a resume needs it."""
+
+    def __init__(self, resuming: bool):
+        self.resuming = resuming
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        needs = [why for why, needed in (("trainer.devices > 1", trainer.world_size > 1), ("resume", self.resuming)) if needed]
+        if needs:
+            check_resumable(trainer.train_dataloader, " and ".join(needs))

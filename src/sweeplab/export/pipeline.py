@@ -28,26 +28,12 @@ from sweeplab.export.ane import to_ane_layout
 from sweeplab.export.convert import convert, describe, nonfinite_constants
 from sweeplab.export.options import ExportOptions, options_from_config
 from sweeplab.export.reference import load_program
+from sweeplab.families import ExportSpec, get_family
 
 log = logging.getLogger(__name__)
 
 PACKAGE_SUFFIX = ".mlpackage"
 ARTIFACT_DIR = "coreml"
-
-
-@dataclass(frozen=True)
-class ModelKind:
-    """What the export needs to know about a family's model: its output name, context length and vocabulary."""
-
-    output: str
-    context: str  # the config field holding the longest sequence the model takes
-    summary: str
-
-
-MODEL_KINDS = {
-    "textbridge": ModelKind("embedding", "max_len", "sentence embedding (B, out_dim)"),
-    "pagating_lm": ModelKind("logits", "block_size", "next-token logits (B, S, vocab)"),
-}
 
 
 @dataclass
@@ -118,7 +104,7 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
     }
 
 
-def _io_descriptions(kind: ModelKind, vocab_size: int) -> tuple[dict[str, str], dict[str, str]]:
+def _io_descriptions(kind: ExportSpec, vocab_size: int) -> tuple[dict[str, str], dict[str, str]]:
     inputs = {
         "input_ids": f"token ids, int32 (B, S), 0 <= id < {vocab_size}",
         "attention_mask": "1 for real tokens, 0 for padding, int32 (B, S)",
@@ -143,7 +129,7 @@ def export_checkpoint(
     if not options.enabled:
         raise UserError("export.format=none: nothing to export (use export=coreml)")
     loaded = load_model(checkpoint, expect_family=expect_family)
-    kind = MODEL_KINDS.get(loaded.family)
+    kind = get_family(loaded.family).export
     if kind is None:
         raise UserError(f"checkpoint {checkpoint}: no Core ML export for the {loaded.family} family")
     context = int(getattr(loaded.model_config, kind.context))
@@ -372,7 +358,6 @@ def export_after_training(
 
 __all__ = [
     "ExportResult",
-    "MODEL_KINDS",
     "checkpoint_from_run",
     "export_after_training",
     "export_checkpoint",

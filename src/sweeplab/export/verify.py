@@ -70,58 +70,24 @@ def _pad_rows(rows: list[np.ndarray], seq_len: int, pad_id: int) -> tuple[np.nda
     return ids, mask
 
 
-def _textbridge_rows(path: Path, max_rows: int) -> list[np.ndarray]:
-    from sweeplab.data.tokenizer import TextTokenizer
-    from sweeplab.families.textbridge.formats import open_dataset, resolve_data_file
-
-    source = open_dataset(path)
-    rows: list[np.ndarray] = []
-    tokenizer = None
-    for index in range(min(len(source), max_rows)):
-        sample = source[index]
-        if sample.input_ids is not None:
-            rows.append(sample.input_ids[sample.attention_mask.astype(bool)])
-            continue
-        if tokenizer is None:
-            tokenizer_path = resolve_data_file(path).parent / "tokenizer.json"
-            if not tokenizer_path.is_file():
-                raise UserError(f"export.real_data={path}: text-mode data needs a tokenizer.json beside it")
-            tokenizer = TextTokenizer.load(tokenizer_path)
-        ids, masks, _ = tokenizer.encode([sample.text], 1 << 20)
-        rows.append(np.asarray(ids[0])[np.asarray(masks[0], dtype=bool)])
-    return [row for row in rows if len(row)]
-
-
-def _token_file_rows(path: Path, vocab_size: int, seq_len: int, max_rows: int) -> list[np.ndarray]:
-    dtype = np.uint32 if ".uint32." in path.name else np.uint16 if ".uint16." in path.name else None
-    if dtype is None:
-        dtype = np.uint16 if vocab_size < 65536 else np.uint32
-    tokens = np.memmap(path, dtype=dtype, mode="r")
-    if len(tokens) < seq_len:
-        raise UserError(f"export.real_data={path}: {len(tokens)} tokens, fewer than one sequence of {seq_len}")
-    starts = np.linspace(0, len(tokens) - seq_len, num=max_rows).astype(np.int64)
-    return [np.asarray(tokens[s : s + seq_len], dtype=np.int64) for s in starts]
-
-
 def real_cases(
     family: str, path: str | Path, vocab_size: int, batch_size: int, seq_lens: list[int], n: int, pad_id: int = 0
 ) -> list[Case]:
-    """n batches of real token ids: TextBridge reads a dataset (JSONL/EFB1/prepared dir), the LM a token .bin."""
+    """n batches of real token ids, read by the family's `ExportSpec.real_rows` (TextBridge: a dataset; the LM: a
+    token .bin file of its cache)."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"export.real_data={path}: no such file or directory")
+    from sweeplab.families import get_family
     from sweeplab.families.textbridge.formats import DataFormatError
 
-    wanted = n * batch_size
-    if family == "textbridge":
-        try:
-            rows = _textbridge_rows(path, wanted)
-        except DataFormatError as exc:
-            raise UserError(f"export.real_data={path}: {exc}") from None
-    elif path.is_file() and path.suffix == ".bin":
-        rows = _token_file_rows(path, vocab_size, max(seq_lens), wanted)
-    else:
-        raise UserError(f"export.real_data={path}: for the {family} model give a token file (*.bin from the LM cache)")
+    spec = get_family(family).export
+    if spec is None or spec.real_rows is None:
+        raise UserError(f"export.real_data={path}: the {family} family has no real-data reader; leave it unset")
+    try:
+        rows = spec.real_rows(path, vocab_size, max(seq_lens), n * batch_size)
+    except (DataFormatError, UserError) as exc:
+        raise UserError(f"export.real_data={path}: {exc}") from None
     if not rows:
         raise UserError(f"export.real_data={path}: no samples with tokens")
     largest = max(int(row.max()) for row in rows)

@@ -1,85 +1,172 @@
-"""The model families sweeplab trains, and how each one's config groups become objects.
+"""Model families: what sweeplab needs to know about a model to plan, train, report, bench and export it.
 
-`model.family` picks an entry; everything family-specific that the training app needs is here, once.
+A family is one `Family` record. `model.family=<name>` in a config picks it; training, the sweep callback, the
+report, the bench and the export ask the record, never a table of their own. The two built-in families live in
+`families/textbridge/` and `families/pagating_lm/`, each with its task, data module and record (`FAMILY` in the
+package's `__init__`).
+
+A family from outside sweeplab registers the same way, through a Python entry point in its own package's
+metadata (why an entry point and not a `_target_` in the model config: the report, the export and `resume` meet a
+family by its name alone, in a run's tags or a checkpoint, long after the config that trained it is gone):
+
+    [project.entry-points."sweeplab.families"]
+    my_family = "my_package:FAMILY"
+
+Its configs (`model/<name>.yaml`, `data/<name>.yaml`, `loss/<name>.yaml`, any sweeps) join sweeplab's through
+`Family.config_searchpath` (e.g. "pkg://my_package.conf"), which sweeplab's Hydra search-path plugin
+(`hydra_plugins/sweeplab_families`) adds for every registered family. The checkout's `examples/` holds a
+complete one.
+
+The contract a family's objects keep (each is checked where it can be, with an error naming the family):
+- the task subclasses `tasks.base.SweepTask` and defines `training_loss(batch) -> (loss, {name: tensor})` in plain
+  torch (no Lightning calls): it is what trains, what torch.compile and CUDA graphs capture, and what the bench's
+  hand-written loop runs;
+- a batch is a dict of tensors whose leading dimension is the batch size (the timer counts samples from it);
+  a task with tokens or a FLOP count says so in `tokens_in` / `flops_in`;
+- the training DataLoader draws its batches from `data.sampling.ResumableShuffleBatchSampler`: it shards itself
+  across DDP ranks and resumes mid-epoch. A loader without it is refused when `trainer.devices > 1` or `resume` is
+  set (every rank would train on the same batches; a resumed run would start its epoch again);
+- the model config group has `family` and `size` keys, and the family's sizes include `tiny`, which `debug=smoke`
+  asks for.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-import lightning as L
+from sweeplab.errors import ConfigError, UserError
 
-from sweeplab.config import build, build_sized
-from sweeplab.errors import ConfigError
-from sweeplab.tasks.base import SweepTask
-from sweeplab.tasks.optim import OptimConfig
+if TYPE_CHECKING:
+    import lightning as L
+    import numpy as np
+
+    from sweeplab.tasks.base import SweepTask
+    from sweeplab.tasks.optim import OptimConfig
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "sweeplab.families"
+# the built-in families, by the module holding their record (imported only when asked for)
+BUILTIN = {"textbridge": "sweeplab.families.textbridge", "pagating_lm": "sweeplab.families.pagating_lm"}
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """What the Core ML export needs to know about a family's model (forward(input_ids, attention_mask) -> tensor)."""
+
+    output: str  # the Core ML output's name
+    context: str  # the model config field holding the longest sequence the model takes
+    summary: str  # the output, as the package's description shows it
+    # (path, vocab_size, seq_len, max_rows) -> rows of real token ids for the export's checks (export.real_data)
+    real_rows: Callable[[Path, int, int, int], list[np.ndarray]] | None = None
+
+
+def _no_loss_settings(values: Mapping[str, Any]) -> None:
+    if values:
+        raise ConfigError(f"loss.{next(iter(values))}", "this family's loss takes no settings")
+
+
+def _model_fits_any_data(model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:
+    return model_config
 
 
 @dataclass(frozen=True)
 class Family:
+    """One model family. The first six fields are required; every other one has a default that works.
+
+    Functions receive the config groups as plain dicts (Hydra's composed values, interpolations resolved) and raise
+    `ConfigError(key, problem)` for a bad value, which sweeplab prints as one line before any job trains.
+    """
+
     name: str
+    # the validation metric the best checkpoint and a sweeper optimise, and which way
+    monitor: str
+    monitor_mode: Literal["max", "min"]
+    # `model` group -> the model's config object (`config.build_sized` builds a dataclass from a named size)
     build_model_config: Callable[[Mapping[str, Any]], Any]
+    # (`data` group, model config) -> a LightningDataModule, constructed but no data read yet
     build_datamodule: Callable[[Mapping[str, Any], Any], L.LightningDataModule]
-    # fill in what the data decides (vocabulary, target size); gets the model keys as the user wrote them
-    fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any]
+    # (model config, `loss` group, optimizer config) -> the task (a SweepTask)
     build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask]
-    # the config keys a run name always shows, as {dotted key: "short=value"} (training.run_name adds the rest)
-    name_parts: Callable[[Any], dict[str, str]]
-    model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None  # from a checkpoint's hparams
-    build_model: Callable[[Any], Any] | None = None  # config -> plain nn.Module (export, reference loops)
-    build_task_config: Callable[[Mapping[str, Any]], Any] | None = None  # the `loss` group, checked up front
+    # checks the `loss` group up front (before any data is read); the default accepts an empty group only
+    check_loss: Callable[[Mapping[str, Any]], Any] = _no_loss_settings
+    # after the data is set up: fill in what the data decides (vocabulary, output size); gets the model keys as the
+    # user wrote them, so it can tell "unset" from a value to check
+    fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any] = _model_fits_any_data
+    # the config keys a run's name always shows, as {dotted key: "short=value"} (a swept key is named anyway)
+    name_parts: Callable[[Any], dict[str, str]] = lambda cfg: {}
+    # a checkpoint's `model` hyperparameters -> model config, and model config -> plain nn.Module (export, resume)
+    model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None
+    build_model: Callable[[Any], Any] | None = None
+    # the report: config keys its table shows for this family (after the batch size), and the final metric column
+    report_params: tuple[str, ...] = ()
+    report_metric: tuple[str, str] | None = None  # (metric, column label); None: the monitored metric
+    # the Core ML export; None: this family is not exported
+    export: ExportSpec | None = None
+    # where Hydra finds the family's configs, e.g. "pkg://my_package.conf"; None: in sweeplab's own conf/
+    config_searchpath: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.monitor_mode not in ("max", "min"):
+            raise ValueError(f"family {self.name}: monitor_mode must be 'max' or 'min', got {self.monitor_mode!r}")
+
+    @property
+    def final_metric(self) -> tuple[str, str]:
+        return self.report_metric or (self.monitor, self.monitor.replace("/", " "))
 
 
-# --- TextBridge ------------------------------------------------------------------------------------
-def _textbridge_model(values: Mapping[str, Any]):
-    from sweeplab.models.textbridge import SIZES, TextBridgeConfig
-
-    return build_sized(TextBridgeConfig, SIZES, values, "model")
+@cache
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def _textbridge_data(values: Mapping[str, Any], model_config) -> L.LightningDataModule:
-    from sweeplab.families.textbridge.data import TextBridgeDataModule
+def names() -> list[str]:
+    """Every family sweeplab can train: the built-in ones, then the registered ones (nothing is imported)."""
+    return [*BUILTIN, *(name for name in sorted(_entry_points()) if name not in BUILTIN)]
 
-    return build(TextBridgeDataModule, {**values, "max_len": model_config.max_len}, "data")
 
-
-def _textbridge_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
-    # the user's vocabulary, else the tokenizer's, else the one the ids imply (bounded); every id must fit in it
-    vocab = model_config.vocab_size if model_values.get("vocab_size") is not None else dm.vocab_size
-    dm.check_vocab(vocab)
-    if dm.target_dim != model_config.out_dim:
+@cache
+def get_family(name: str) -> Family:
+    """The family record called `name`; a ConfigError naming `model.family` when there is none or it is broken."""
+    if name in BUILTIN:
+        return importlib.import_module(BUILTIN[name]).FAMILY
+    ep = _entry_points().get(name)
+    if ep is None:
         raise ConfigError(
-            "model.out_dim",
-            f"is {model_config.out_dim} but the targets in {dm.source_path} have {dm.target_dim} dimensions; "
-            f"set model.out_dim={dm.target_dim}",
+            "model.family",
+            f"unknown family {name!r}; accepted: {', '.join(names())} (a family from another package registers "
+            f"in the {ENTRY_POINT_GROUP!r} entry point group)",
         )
-    return replace(model_config, vocab_size=vocab)
+    try:
+        family = ep.load()
+    except Exception as exc:
+        raise UserError(f"family {name!r} (entry point {ep.value}) failed to load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(family, Family):
+        raise UserError(f"family {name!r}: entry point {ep.value} is a {type(family).__name__}, not a sweeplab Family")
+    if family.name != name:
+        raise UserError(f"family {name!r}: entry point {ep.value} holds the record of {family.name!r}")
+    return family
 
 
-def _textbridge_loss(values: Mapping[str, Any]):
-    from sweeplab.families.textbridge.task import LossConfig
-
-    return build(LossConfig, values, "loss")
-
-
-def _textbridge_task(model_config, loss_values: Mapping[str, Any], optim: OptimConfig) -> SweepTask:
-    from sweeplab.families.textbridge.task import TextBridgeTask
-
-    return TextBridgeTask(model_config, _textbridge_loss(loss_values), optim)
-
-
-def _textbridge_config_from_dict(values: Mapping[str, Any]):
-    from sweeplab.models.textbridge import TextBridgeConfig
-
-    return TextBridgeConfig(**values)
-
-
-def _textbridge_build_model(config):
-    from sweeplab.models.textbridge import TextBridgeEncoder
-
-    return TextBridgeEncoder(config)
+def config_searchpaths() -> list[str]:
+    """The Hydra search paths of the registered families' configs (read by hydra_plugins/sweeplab_families)."""
+    paths = []
+    for name in _entry_points():
+        try:
+            family = get_family(name)
+        except UserError as exc:  # one broken family must not hide the others' configs; training it says why
+            log.warning("%s", exc)
+            continue
+        if family.config_searchpath:
+            paths.append(family.config_searchpath)
+    return paths
 
 
 def name_value(value: Any) -> str:
@@ -93,96 +180,4 @@ def name_value(value: Any) -> str:
     return str(value) if str(value).lstrip("-").isdigit() else f"{number:.4g}"
 
 
-def _textbridge_name(cfg) -> dict[str, str]:
-    return {
-        "data.batch_size": f"bs={cfg.data.batch_size}",
-        "loss.alpha": f"a={name_value(cfg.loss.alpha)}",
-        "loss.beta": f"b={name_value(cfg.loss.beta)}",
-    }
-
-
-# --- paGating language model ----------------------------------------------------------------------
-def _lm_model(values: Mapping[str, Any]):
-    from sweeplab.models.gpt import SIZES, GPTConfig
-
-    return build_sized(GPTConfig, {**SIZES, "default": SIZES["small"]}, values, "model")
-
-
-def _lm_data(values: Mapping[str, Any], model_config) -> L.LightningDataModule:
-    from sweeplab.families.pagating_lm.data import LMDataModule
-
-    return build(LMDataModule, {**values, "block_size": model_config.block_size}, "data")
-
-
-def _lm_fit(model_config, dm, model_values: Mapping[str, Any]) -> Any:
-    if model_values.get("vocab_size") is not None and model_values["vocab_size"] < dm.vocab_size:
-        raise ConfigError(
-            "model.vocab_size", f"{model_values['vocab_size']} is smaller than the tokenizer's {dm.vocab_size}"
-        )
-    return replace(model_config, vocab_size=model_values.get("vocab_size") or dm.vocab_size)
-
-
-def _lm_task(model_config, loss_values: Mapping[str, Any], optim: OptimConfig) -> SweepTask:
-    from sweeplab.families.pagating_lm.task import LMTask
-
-    return LMTask(model_config, optim)
-
-
-def _lm_loss(values: Mapping[str, Any]) -> None:
-    if values:
-        raise ConfigError(f"loss.{next(iter(values))}", "the language model's loss (cross-entropy) takes no settings")
-
-
-def _lm_config_from_dict(values: Mapping[str, Any]):
-    from sweeplab.models.gpt import GPTConfig
-
-    return GPTConfig(**values)
-
-
-def _lm_build_model(config):
-    from sweeplab.models.gpt import GPT
-
-    return GPT(config)
-
-
-def _lm_name(cfg) -> dict[str, str]:
-    m = cfg.model
-    ffn = {"model.unit": f"unit={m.unit}", "model.alpha": f"a={name_value(m.alpha)}"} if m.ffn == "pagating" else {}
-    return {
-        "model.ffn": f"ffn={m.ffn}" if m.ffn != "pagating" else "",
-        **ffn,
-        "optim.lr": f"lr={name_value(cfg.optim.lr)}",
-        "data.batch_size": f"bs={cfg.data.batch_size}",
-    }
-
-
-FAMILIES: dict[str, Family] = {
-    "pagating_lm": Family(
-        "pagating_lm",
-        _lm_model,
-        _lm_data,
-        _lm_fit,
-        _lm_task,
-        _lm_name,
-        model_config_from_dict=_lm_config_from_dict,
-        build_model=_lm_build_model,
-        build_task_config=_lm_loss,
-    ),
-    "textbridge": Family(
-        "textbridge",
-        _textbridge_model,
-        _textbridge_data,
-        _textbridge_fit,
-        _textbridge_task,
-        _textbridge_name,
-        model_config_from_dict=_textbridge_config_from_dict,
-        build_model=_textbridge_build_model,
-        build_task_config=_textbridge_loss,
-    ),
-}
-
-
-def get_family(name: str) -> Family:
-    if name not in FAMILIES:
-        raise ConfigError("model.family", f"unknown family {name!r}; accepted: {', '.join(FAMILIES)}")
-    return FAMILIES[name]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ExportSpec", "Family", "config_searchpaths", "get_family", "name_value", "names"]

@@ -23,9 +23,12 @@ from sweeplab.tasks.step_graph import StepGraph, autocast_dtype, total_grad_norm
 
 
 class SweepTask(L.LightningModule):
+    """The base of every family's task. A family's task sets `family` (its record's name, kept in checkpoints) and
+    defines `training_loss`; validation is its own (`validation_step` logging `val/*`, among them the record's
+    `monitor`). The timer counts a batch's samples from the leading dimension of its tensors; a task with tokens or
+    a FLOP count overrides `tokens_in` / `flops_in`."""
+
     family: str = ""
-    monitor: str = "val/loss"  # what the best checkpoint and the sweeper optimise
-    monitor_mode: str = "min"
 
     def __init__(self, model: nn.Module, optim: OptimConfig, hparams: dict):
         super().__init__()
@@ -164,12 +167,23 @@ class SweepTask(L.LightningModule):
             self.log("lr", schedulers.get_last_lr()[0], on_step=True, on_epoch=False)
 
     # --- for the timing callback: host-side answers, no device sync --------------------------------
-    def samples_in(self, batch: dict) -> int:
-        return int(batch["input_ids"].shape[0])
+    def samples_in(self, batch) -> int:
+        """The batch's leading dimension (of its first tensor: a dict's, a tuple's or the tensor itself)."""
+        first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch
+        if isinstance(first, (dict, list, tuple)):
+            return self.samples_in(first)
+        if not torch.is_tensor(first) or first.dim() == 0:
+            raise TypeError(
+                f"{type(self).__name__}: cannot count the samples of a batch whose first item is "
+                f"{type(first).__name__}; a batch's tensors need the batch size as their leading dimension, or the "
+                "task overrides samples_in"
+            )
+        return int(first.shape[0])
 
-    def tokens_in(self, batch: dict) -> int | torch.Tensor:
-        """Real (non-padding) tokens; may be a device tensor, summed by the caller without a sync."""
-        return int(batch["input_ids"].numel())
+    def tokens_in(self, batch) -> int | torch.Tensor:
+        """Real (non-padding) tokens; may be a device tensor, summed by the caller without a sync. 0: the family
+        has no tokens (no tokens/s is reported)."""
+        return 0
 
     def flops_in(self, batch: dict) -> float | None:
         return None
@@ -178,6 +192,11 @@ class SweepTask(L.LightningModule):
         checkpoint["sweeplab"] = {"mlflow_run_id": self.mlflow_run_id}
 
     # --- what the training app asks of every task ----------------------------------------------------
+    def set_training_step(self, step: int) -> None:
+        """Put whatever in the model follows the optimizer step count (a scheduled α) at `step`. Loops outside
+        Lightning (the bench's hand-written one) call it before each step; under Lightning the task's
+        `extra_callbacks` do the same."""
+
     def extra_callbacks(self) -> list[L.Callback]:
         """Family-specific callbacks (e.g. stepping a scheduled alpha)."""
         return []

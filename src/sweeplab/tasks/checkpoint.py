@@ -12,7 +12,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from torch import nn
 
-from sweeplab.errors import UserError
+from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import atomic_write
 
 
@@ -52,7 +52,13 @@ def load_model(path: str | Path, expect_family: str | None = None) -> LoadedMode
     family_name = hparams["family"]
     if expect_family and family_name != expect_family:
         raise UserError(f"checkpoint {path}: holds a {family_name} model, expected {expect_family}")
-    family = get_family(family_name)
+    try:
+        family = get_family(family_name)
+    except ConfigError as exc:
+        raise UserError(f"checkpoint {path}: {exc.problem}") from None
+    if family.model_config_from_dict is None or family.build_model is None:
+        raise UserError(f"checkpoint {path}: the {family_name} family cannot rebuild its model from a checkpoint "
+                        "(its record sets no model_config_from_dict/build_model)")
     model_config = family.model_config_from_dict(hparams["model"])
     model = family.build_model(model_config)
     prefix = "model."

@@ -322,17 +322,15 @@ def _check_required(config: DictConfig) -> None:
 
 
 def _objective_of(config: DictConfig) -> tuple[str, str]:
-    """(metric, "max"|"min") the job's return value is: the family task's monitored metric."""
-    from sweeplab.tasks.base import SweepTask
+    """(metric, "max"|"min") the job's return value is: the family's monitored metric."""
+    from sweeplab.errors import UserError
+    from sweeplab.families import get_family
 
-    family = OmegaConf.select(config, "model.family", default="")
-    pending = list(SweepTask.__subclasses__())
-    while pending:
-        task = pending.pop()
-        if task.family == family:
-            return task.monitor, task.monitor_mode
-        pending += task.__subclasses__()
-    return "", ""
+    try:
+        family = get_family(OmegaConf.select(config, "model.family", default=""))
+    except UserError:  # the jobs fail on it, each with its own line
+        return "", ""
+    return family.monitor, family.monitor_mode
 
 
 def _direction(config: DictConfig, children) -> str:

@@ -342,3 +342,18 @@ __all__ = [
     "tokenize_to_file",
     "train_tokenizer",
 ]
+
+
+def token_file_rows(path: Path, vocab_size: int, seq_len: int, max_rows: int) -> list[np.ndarray]:
+    """`max_rows` windows of `seq_len` tokens spread over a token file of the LM cache (*.bin): real data for the
+    export's checks."""
+    if not (path.is_file() and path.suffix == ".bin"):
+        raise UserError("for the language model give a token file (*.bin from the LM cache)")
+    dtype = np.uint32 if ".uint32." in path.name else np.uint16 if ".uint16." in path.name else None
+    if dtype is None:
+        dtype = np.uint16 if vocab_size < 65536 else np.uint32
+    tokens = np.memmap(path, dtype=dtype, mode="r")
+    if len(tokens) < seq_len:
+        raise UserError(f"{len(tokens)} tokens, fewer than one sequence of {seq_len}")
+    starts = np.linspace(0, len(tokens) - seq_len, num=max_rows).astype(np.int64)
+    return [np.asarray(tokens[s : s + seq_len], dtype=np.int64) for s in starts]

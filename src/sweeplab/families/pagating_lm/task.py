@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from sweeplab.families.pagating_lm.alpha import AlphaScheduleCallback
 from sweeplab.models.gpt import GPT, GPTConfig
+from sweeplab.models.pagating import set_alpha_step
 from sweeplab.tasks.base import SweepTask
 from sweeplab.tasks.optim import OptimConfig
 
@@ -22,12 +23,11 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 class LMTask(SweepTask):
     family = "pagating_lm"
-    monitor = "val/ppl"
-    monitor_mode = "min"
 
     def __init__(self, model: GPTConfig, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
         super().__init__(GPT(model), optim, {"model": asdict(model), "optim": asdict(optim)})
         self.alpha_log_every_n_steps = alpha_log_every_n_steps
+        self._scheduled_alpha = model.ffn == "pagating" and str(model.alpha) in ("cosine", "linear")
         self._val_loss_sum = torch.zeros(())
         self._val_tokens = 0
 
@@ -50,6 +50,10 @@ class LMTask(SweepTask):
         if self._val_tokens:
             loss = self._val_loss_sum / self._val_tokens  # token-weighted over the whole validation set
             self.log_dict({"val/loss": loss, "val/ppl": torch.exp(loss)})
+
+    def set_training_step(self, step: int) -> None:
+        if self._scheduled_alpha:
+            set_alpha_step(self.model, step)
 
     def extra_callbacks(self) -> list[L.Callback]:
         return [AlphaScheduleCallback(log_every_n_steps=self.alpha_log_every_n_steps)]

@@ -499,3 +499,26 @@ __all__ = [
     "MANIFEST_NAME",
     "FORMAT_PREFERENCE",
 ]
+
+
+def token_rows(path: Path, max_rows: int) -> list[np.ndarray]:
+    """The real (unpadded) token ids of a dataset's first `max_rows` samples; text-mode data is tokenized with the
+    tokenizer.json beside it. Empty samples are left out. For the export's checks on real data."""
+    from sweeplab.data.tokenizer import TextTokenizer
+
+    source = open_dataset(path)
+    rows: list[np.ndarray] = []
+    tokenizer = None
+    for index in range(min(len(source), max_rows)):
+        sample = source[index]
+        if sample.input_ids is not None:
+            rows.append(sample.input_ids[sample.attention_mask.astype(bool)])
+            continue
+        if tokenizer is None:
+            tokenizer_path = resolve_data_file(path).parent / "tokenizer.json"
+            if not tokenizer_path.is_file():
+                raise DataFormatError("text-mode data needs a tokenizer.json beside it")
+            tokenizer = TextTokenizer.load(tokenizer_path)
+        ids, masks, _ = tokenizer.encode([sample.text], 1 << 20)
+        rows.append(np.asarray(ids[0])[np.asarray(masks[0], dtype=bool)])
+    return [row for row in rows if len(row)]

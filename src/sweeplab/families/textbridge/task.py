@@ -116,8 +116,6 @@ class FrozenFeatureCache:
 
 class TextBridgeTask(SweepTask):
     family = "textbridge"
-    monitor = "val/cos"
-    monitor_mode = "max"
 
     def __init__(self, model: TextBridgeConfig, loss: LossConfig, optim: OptimConfig):
         super().__init__(

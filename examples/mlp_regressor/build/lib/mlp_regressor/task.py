@@ -1,0 +1,29 @@
+"""The task: a mean-squared-error loss and two validation metrics."""
+
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+
+from mlp_regressor.model import MLPConfig, MLPRegressor
+from sweeplab.tasks.base import SweepTask
+
+
+class RegressionTask(SweepTask):
+    family = "mlp_regressor"  # the record's name: checkpoints carry it
+
+    def __init__(self, config: MLPConfig, optim):
+        super().__init__(MLPRegressor(config), optim, {"model": asdict(config), "optim": asdict(optim)})
+        self._val = []
+
+    def training_loss(self, batch):  # plain torch: compiled, captured and timed as is
+        return F.mse_loss(self.model(batch["x"]), batch["y"]), {}
+
+    def validation_step(self, batch, batch_idx):
+        self._val.append((self.forward_fn(batch["x"]), batch["y"]))
+
+    def on_validation_epoch_end(self):
+        pred, y = (torch.cat(t) for t in zip(*self._val))
+        self._val.clear()
+        mse = F.mse_loss(pred, y)
+        self.log_dict({"val/loss": mse, "val/r2": 1 - mse / y.var(unbiased=False).clamp_min(1e-12)})

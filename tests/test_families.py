@@ -1,0 +1,120 @@
+"""Model families from outside sweeplab: examples/mlp_regressor installed the way a user installs it (a wheel built
+from its pyproject, entry point and configs included) and trained, reported and benched through the CLI; the
+family record's contract checks."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from sweeplab.data.sampling import ResumableShuffleBatchSampler, check_resumable
+from sweeplab.errors import ConfigError, UserError
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own."""
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(EXAMPLE)],
+        check=True, capture_output=True, text=True,
+    )
+    return site
+
+
+def _run(args: list[str], site: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_an_installed_family_trains_reports_and_benches_through_the_cli(example_site, mlflow_uri, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    sweep = _run(["sweeplab.train", "-m", "debug=smoke", "model=mlp_regressor", "data.batch_size=16,32",
+                  f"hydra.sweep.dir={tmp_path / 'sweep'}"], example_site, tmp_path)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    runs = MlflowClient(mlflow_uri).search_runs(["1"], "tags.family = 'mlp_regressor'")
+    assert sorted(r.data.params["data.batch_size"] for r in runs) == ["16", "32"]
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["summary/samples_per_sec"] > 0  # samples counted from the batch's leading dimension
+        assert "summary/tokens_per_sec" not in run.data.metrics  # no tokens: none reported, not 0
+        assert "val/r2" in run.data.metrics and run.data.tags["objective"] == "val/loss"
+    table = (tmp_path / "sweep" / "report.md").read_text() if (tmp_path / "sweep" / "report.md").exists() else sweep.stdout
+    assert "val R²" in table  # the record's report metric
+
+    bench = _run(["sweeplab.bench", "experiment=bench_mlp", "bench.steps=5", "bench.warmup_steps=1"], example_site, tmp_path)
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    (written,) = (tmp_path / "reports" / "bench").glob("*/bench.csv")
+    (row,) = csv.DictReader(written.open())
+    assert row["row"] == "MLP regressor CPU" and float(row["overhead"]) > 0 and row["status"] == "ok"
+
+
+def test_no_sweeplab_file_names_the_example_family():
+    tracked = subprocess.run(["git", "ls-files", "src", "Makefile", "pyproject.toml"], cwd=CHECKOUT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    assert [f for f in tracked if "mlp_regressor" in (CHECKOUT / f).read_text(errors="ignore")] == []
+
+
+def _register(tmp_path: Path, monkeypatch, name: str, value: str) -> None:
+    """A distribution on sys.path whose only content is a `sweeplab.families` entry point."""
+    dist = tmp_path / f"fake_{name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fake-{name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[sweeplab.families]\n{name} = {value}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from sweeplab import families
+
+    families._entry_points.cache_clear()
+    families.get_family.cache_clear()
+    monkeypatch.setattr(families, "_entry_points", families._entry_points)  # cleared again on the way out
+
+
+def test_a_registered_entry_point_that_is_not_a_family_is_one_line(tmp_path, monkeypatch):
+    from sweeplab import families
+
+    _register(tmp_path, monkeypatch, "broken", "json:dumps")
+    try:
+        assert "broken" in families.names()
+        with pytest.raises(UserError, match="entry point json:dumps is a function, not a sweeplab Family"):
+            families.get_family("broken")
+    finally:
+        families._entry_points.cache_clear()
+        families.get_family.cache_clear()
+
+
+def test_an_unknown_family_lists_the_known_ones():
+    from sweeplab.families import get_family
+
+    with pytest.raises(ConfigError, match="unknown family 'nope'; accepted: textbridge, pagating_lm"):
+        get_family("nope")
+
+
+def test_a_loader_without_the_resumable_sampler_is_refused_for_ddp_and_resume():
+    data = list(range(10))
+    with pytest.raises(UserError, match="ResumableShuffleBatchSampler, which trainer.devices > 1 needs"):
+        check_resumable(DataLoader(data, batch_size=2), "trainer.devices > 1")
+    check_resumable(DataLoader(data, batch_sampler=ResumableShuffleBatchSampler(10, 2, seed=0)), "resume")
+
+
+def test_samples_are_counted_from_the_leading_dimension_of_any_batch():
+    from sweeplab.tasks.base import SweepTask
+
+    task = SweepTask.__new__(SweepTask)  # samples_in reads nothing of the task
+    assert task.samples_in({"x": torch.zeros(7, 3), "y": torch.zeros(7)}) == 7
+    assert task.samples_in((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert task.samples_in({"pair": (torch.zeros(3, 1),)}) == 3
+    with pytest.raises(TypeError, match="leading dimension"):
+        task.samples_in({"scale": torch.tensor(1.0)})
