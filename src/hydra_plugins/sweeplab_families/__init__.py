@@ -11,7 +11,8 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class SweeplabFamilies(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from sweeplab.families import config_searchpaths
+        from sweeplab import families
 
-        for path in config_searchpaths():
+        # getattr: a sweeplab older than this plugin (another checkout on the path) has no registered families
+        for path in getattr(families, "config_searchpaths", list)():
             search_path.append(provider="sweeplab-family", path=path)
