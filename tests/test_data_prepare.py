@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from sweeplab.data import prepare as prepare_module
+from sweeplab.families.textbridge import prepare as prepare_module
 from sweeplab.data.corpus import demo_sentences
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.families.textbridge.data import TextBridgeDataModule, collate_textbridge

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from sweeplab.data import lm
+from sweeplab.families.pagating_lm import data as lm
 from sweeplab.families.pagating_lm.data import LMDataModule, resolve_sources
 
 TEXT = {
