@@ -1,5 +1,5 @@
 """The documentation is the repository's own and says what the code does: no tracked file points outside the
-checkout, every relative link and `docs/...md#anchor` reference resolves, and every metric a run logs is named in
+checkout, every relative link and `docs/<page>.md#<anchor>` reference resolves, and every metric a run logs is named in
 docs/metrics.md."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from sweeplab.training import train
 REPO = Path(__file__).resolve().parents[1]
 METRICS_DOC = REPO / "docs" / "metrics.md"
 
-# The design notes the code once cited lived beside the checkout. Written with character classes so that this file
-# does not itself match a plain `grep -rn "DESIGN\|shared/"` over the repository.
+# The design notes the code once cited lived beside the checkout, in a folder of their own. Written with character
+# classes so that this file does not itself match a plain grep for those names.
 OUTSIDE_NAMES = re.compile(r"\b(?:D[E]SIGN|S[T]YLE)\.md\b|\bshared[/]")
 PARENT_PATH = re.compile(r"(?<![\w./])((?:\.\./)+[\w.\-/]*)")
 MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
