@@ -135,7 +135,9 @@ def test_every_metric_name_in_the_code_is_documented():
     assert undocumented(names, documented_metric_patterns()) == []
 
 
+@pytest.mark.slow  # two smoke runs: ~6 s on a quiet 2-core machine, 26-36 s with the load of five engineers
 def test_every_metric_a_smoke_run_logs_is_documented(demo_dir, mlflow_uri, tmp_path):
+    """Names built at run time too (`alpha/layer_<i>`, `summary/alpha/layer_<i>`, Lightning's `epoch`)."""
     lm = compose_train(["model=pagating_lm", "debug=smoke", f"paths.data_dir={tmp_path / 'data'}", "model.block_size=32"])
     with open_dict(lm):
         lm.trainer.enable_progress_bar = False
