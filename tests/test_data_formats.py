@@ -106,7 +106,7 @@ def test_efb1_round_trip_is_bit_exact(tmp_path):
     path = tmp_path / "data.efb1"
     assert write_efb1(path, samples) == len(samples)
 
-    # The layout byte by byte, as DESIGN.md states it.
+    # The layout byte by byte, as docs/data-formats.md#efb1 states it.
     expected = bytearray(struct.pack("<4sII", b"EFB1", len(samples), TARGET_DIM))
     for s in samples:
         expected += struct.pack("<I", s.input_ids.size)

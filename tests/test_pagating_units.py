@@ -18,7 +18,7 @@ NAMED_UNITS = [n for n in UNIT_NAMES if n != "paUnit"]
 
 
 def gate_fn(name: str):
-    """g of each unit, written out from DESIGN.md rather than taken from the module."""
+    """g of each unit, written out from docs/models.md rather than taken from the module."""
     return {
         "paGLU": torch.sigmoid,
         "paGTU": torch.sigmoid,

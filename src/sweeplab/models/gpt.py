@@ -2,7 +2,7 @@
 
 Reads top to bottom like nanoGPT: `GPTConfig` and `SIZES`, then `CausalSelfAttention`, `MLP`, `Block`, `GPT`.
 Pre-LN blocks, causal attention, learned positions, tied input/output embeddings, GPT-2 init.
-Specification: shared/DESIGN.md ("paGating"). Plain PyTorch; no Lightning, MLflow or Hydra here.
+Specification: docs/models.md#pagating-gpt-lm. Plain PyTorch; no Lightning, MLflow or Hydra here.
 
 Parameter counts: with d_ff = 4d the paGating FFN (value_proj, gate_proj: d -> d_ff, out: d_ff -> d) has 3·d·d_ff
 weights, 1.5x GPT-2's MLP (2·d·d_ff). `param_matched=True` shrinks the paGating width to 2·d_ff/3 rounded to a

@@ -2,7 +2,7 @@
 
 α = 1 is a full gated linear unit (A(x)·g(B(x))), α = 0 is the plain value path A(x); in between the gate is only
 partly applied. Reads top to bottom: α (validation, then the `AlphaGate` that owns it) -> gate activations -> the
-unit -> `make_unit` -> helpers that find units inside a model. Specification: shared/DESIGN.md ("paGating").
+unit -> `make_unit` -> helpers that find units inside a model. Specification: docs/models.md#pagating-units.
 Plain PyTorch; no Lightning, MLflow or Hydra here.
 
 α modes (the `alpha` argument):

@@ -1,7 +1,7 @@
 """TextBridge: a causal dilated-TCN text encoder distilled onto teacher sentence embeddings.
 
 Reads top to bottom in the order data flows: embedding -> TCN blocks -> masked mean -> projection.
-Specification: shared/DESIGN.md ("TextBridge"). Plain PyTorch; no Lightning, MLflow or Hydra here.
+Specification: docs/models.md#textbridge. Plain PyTorch; no Lightning, MLflow or Hydra here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 FREEZE_MODES = ("none", "trunk", "trunk_except_last")
 INIT_MODES = ("torch", "original")
 
-# Named sizes (`model.size=...`); explicit keys override them. "default" is DESIGN.md's, "late" the original's later
+# Named sizes (`model.size=...`); explicit keys override them. "default" is the spec's, "late" the original's later
 # runs, "tiny" runs a smoke test in seconds on a CPU.
 SIZES: dict[str, dict] = {
     "default": {},

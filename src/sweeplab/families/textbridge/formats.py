@@ -1,6 +1,6 @@
 """TextBridge record formats: JSONL (text or token mode) and EFB1, with atomic writers and a lazy reader.
 
-Formats (shared/DESIGN.md, "Data formats"):
+Formats (docs/data-formats.md#textbridge-records):
 - JSONL text mode:  {"text": str, "target": [float x dim]}
 - JSONL token mode: adds "input_ids": [int] and "attention_mask": [0/1]; the ids are used as they are.
 - EFB1 (little-endian): b"EFB1", u32 num_samples, u32 embed_dim; per sample u32 L, L x u32 ids, L x u8 mask,
