@@ -58,9 +58,9 @@ def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri,
     seen = []
     original = training._monitored  # the job's last step: after fit, its final validation, summary and export
 
-    def recording(trainer, checkpoint, task):
-        seen.append(MlflowClient(mlflow_uri).get_run(task.mlflow_run_id).info.status)
-        return original(trainer, checkpoint, task)
+    def recording(trainer, checkpoint, monitor):
+        seen.append(MlflowClient(mlflow_uri).get_run(trainer.lightning_module.mlflow_run_id).info.status)
+        return original(trainer, checkpoint, monitor)
 
     monkeypatch.setattr(training, "_monitored", recording)
     train(smoke_config(demo_dir))
