@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import CONF_DIR, backends, stability
-from sweeplab.callbacks.timing import compiled_graphs, synchronize
+from sweeplab import CONF_DIR, backends, devices, stability
+from sweeplab.callbacks.timing import compiled_graphs
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store
@@ -267,14 +267,14 @@ class RawLoop:
 
         for _ in range(warmup_steps):
             self.step(next_batch())
-        synchronize(self.device)
+        devices.synchronize(self.device)
         t0, graphs = clock(), compiled_graphs()
         samples = 0
         for _ in range(steps):
             batch = next_batch()
             samples += self.samples_in(batch)
             self.step(batch)
-        synchronize(self.device)
+        devices.synchronize(self.device)
         elapsed = clock() - t0
         self.optimizer.zero_grad(set_to_none=True)
         return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples,
@@ -488,7 +488,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
             row.update(
                 model=model,
                 backend=backend,
-                device=backends.device_name(backend) if not r.skipped else "",
+                device=devices.device_name(backend) if not r.skipped else "",
                 batch=str(cfg.data.batch_size),
                 precision=str(cfg.trainer.precision),
                 compile=str(cfg.compile),
@@ -526,7 +526,7 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "lightning": lightning.__version__,
-        "cpu": backends.device_name("cpu"),
+        "cpu": devices.device_name("cpu"),
         "cpu threads": str(torch.get_num_threads()),
         "load average": " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores",
         "git commit": mlflow_store.git_commit(),

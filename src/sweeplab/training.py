@@ -18,7 +18,7 @@ from annotated_types import Ge, Interval
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import CONF_DIR, backends, distributed, tuning
+from sweeplab import CONF_DIR, backends, devices, distributed, tuning
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
@@ -198,7 +198,7 @@ def _hydra_runtime() -> tuple[Path, str | None]:
 def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     return {
         "backend": p.backend,
-        "device": backends.device_name(p.backend),
+        "device": devices.device_name(p.backend),
         "family": p.family.name,
         "precision": p.trainer.precision,
         "compile": p.compile_mode,
