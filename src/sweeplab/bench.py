@@ -40,7 +40,7 @@ from sweeplab import CONF_DIR, backends, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger("sweeplab.bench")
 
@@ -361,7 +361,7 @@ def wanted(row: BenchRow, only: str) -> bool:
 
 def _run_started_since(uri: str, experiment_id: str, since_ms: int):
     """The newest run of the experiment started at or after `since_ms` (the job `train` just ran)."""
-    runs = mlflow_store._client(uri).search_runs(
+    runs = mlflow_store.client(uri).search_runs(
         [experiment_id],
         filter_string=f"attributes.start_time >= {since_ms}",
         order_by=["attributes.start_time DESC"],
@@ -382,7 +382,7 @@ def run_row(
     result = RowResult(row, cfg)
     warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
     raw_loop = RawLoop(cfg)
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _allow_recompiles()
     if settings.burn_in:
@@ -582,10 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     has_accelerator = backends.resolve_backend("auto") != "cpu"
     uri = mlflow_store.resolve_uri(None)
     experiment_id = mlflow_store.init_store(uri, settings.experiment_name)
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     parent = client.create_run(
         experiment_id,
-        run_name=f"bench {out_dir.name}",
+        run_name=naming.bench_run_name(out_dir),
         tags={"sweeplab.role": "sweep", "sweep_dir": str(out_dir), "bench.command": command},
     )
     parent_run_id = parent.info.run_id

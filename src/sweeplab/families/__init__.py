@@ -15,6 +15,7 @@ from sweeplab.config import build, build_sized
 from sweeplab.errors import ConfigError
 from sweeplab.tasks.base import SweepTask
 from sweeplab.tasks.optim import OptimConfig
+from sweeplab.tracking.naming import name_value
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Family:
     # fill in what the data decides (vocabulary, target size); gets the model keys as the user wrote them
     fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any]
     build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask]
-    # the config keys a run name always shows, as {dotted key: "short=value"} (training.run_name adds the rest)
+    # the config keys a run name always shows, as {dotted key: "short=value"} (tracking/naming.run_name adds the rest)
     name_parts: Callable[[Any], dict[str, str]]
     model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None  # from a checkpoint's hparams
     build_model: Callable[[Any], Any] | None = None  # config -> plain nn.Module (export, reference loops)
@@ -80,17 +81,6 @@ def _textbridge_build_model(config):
     from sweeplab.models.textbridge import TextBridgeEncoder
 
     return TextBridgeEncoder(config)
-
-
-def name_value(value: Any) -> str:
-    """A config value as a run name shows it: floats to 4 significant digits (Optuna samples 0.43728190...)."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return str(value) if str(value).lstrip("-").isdigit() else f"{number:.4g}"
 
 
 def _textbridge_name(cfg) -> dict[str, str]:
