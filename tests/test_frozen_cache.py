@@ -12,7 +12,7 @@ from sweeplab.training import train
 @pytest.mark.parametrize("freeze", ["trunk_except_last", "trunk"])
 def test_cached_frozen_trunk_gives_the_same_loss_curve(freeze, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from sweeplab.tasks import textbridge
+    from sweeplab.families.textbridge import task as textbridge
 
     original = textbridge.TextBridgeTask.training_step
     curves = {}
