@@ -22,7 +22,7 @@ from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, Valid
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.config import bind, build, require
+from sweeplab.config import bind, build
 from sweeplab.data.device_batches import resolve_pad_to
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.families import get_family
@@ -129,9 +129,8 @@ def plan(cfg: DictConfig) -> JobPlan:
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
     seed = container.get("seed", 0)
-    require(
-        type(seed) is int and 0 <= seed <= MAX_SEED, "seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}"
-    )
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise ConfigError("seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}")
     if optim.warmup_steps > trainer.max_steps:
         # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
         # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
@@ -353,8 +352,6 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     if tuned is not None and job is not None:
         job.set_tag("tuned.batch_size", str(tuned))
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
-    if trainer.interrupted:
-        raise KeyboardInterrupt("training interrupted")
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if job is not None:
         job.log_metrics(summary, step=trainer.global_step)
