@@ -25,7 +25,6 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-from sweeplab.report import child_runs, latest_sweep
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.ui import latest_sweep_url
 
@@ -90,7 +89,7 @@ def views(uri: str, base: str, experiment_id: str, parent_id: str, jobs) -> dict
                 f"&line_smoothness=1&show_point=true&deselected_curves=[]&last_linear_y_axis_range=[]&{ml}")
 
     return {
-        "ui-runs.png": latest_sweep_url(uri, base) if parent_id == latest_sweep(uri) else mlflow_store.runs_url(
+        "ui-runs.png": latest_sweep_url(uri, base) if parent_id == mlflow_store.latest_sweep(uri) else mlflow_store.runs_url(
             base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'", order_by_metric="objective"
         ),
         "ui-run.png": mlflow_store.run_url(base, experiment_id, best.info.run_id),
@@ -111,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-ms", type=int, default=20000, help="time the page gets to load before the shot")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri(args.tracking_uri)
-    parent_id = args.sweep or latest_sweep(uri)
+    parent_id = args.sweep or mlflow_store.latest_sweep(uri)
     if parent_id is None:
         print(f"error: no sweep in {uri}; run `make sweep` first", file=sys.stderr)
         return 2
-    jobs = [r for r in child_runs(uri, parent_id) if r.info.status == "FINISHED"]
+    jobs = [r for r in mlflow_store.sweep_jobs(uri, parent_id) if r.info.status == "FINISHED"]
     if not jobs:
         print(f"error: sweep {parent_id} has no finished job", file=sys.stderr)
         return 2

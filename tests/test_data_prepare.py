@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from sweeplab.families.textbridge import prepare as prepare_module
 from sweeplab.data.corpus import demo_sentences
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.families.textbridge import prepare as prepare_module
 from sweeplab.families.textbridge.data import TextBridgeDataModule, collate_textbridge
 from sweeplab.families.textbridge.formats import DataFormatError, Sample, open_dataset, write_efb1, write_jsonl
 from sweeplab.families.textbridge.prepare import main, prepare_textbridge_demo, read_manifest

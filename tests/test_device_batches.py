@@ -7,7 +7,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.callbacks.faults import RAISE_ENV
+from sweeplab.channels import FAULT_RAISE_ENV
 from sweeplab.data.device_batches import DeviceBatches
 from sweeplab.errors import ConfigError
 from sweeplab.families.textbridge.data import TextBridgeDataModule
@@ -183,10 +183,10 @@ def test_a_resumed_fit_on_device_sees_the_same_batches(stop, demo_dir, tmp_path,
 
     # the run dies one step after its checkpoint at `stop` (same max_steps: the LR schedule depends on it)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(RAISE_ENV, str(stop + 1))
+    monkeypatch.setenv(FAULT_RAISE_ENV, str(stop + 1))
     with pytest.raises(RuntimeError, match="injected failure"):
         _fit(demo_dir, monkeypatch, 24, *common)
-    monkeypatch.delenv(RAISE_ENV)
+    monkeypatch.delenv(FAULT_RAISE_ENV)
     ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=True)
     assert saved["global_step"] == stop and saved["loops"]["fit_loop"]["state_dict"]["combined_loader"]

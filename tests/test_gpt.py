@@ -106,8 +106,6 @@ def test_config_errors():
         tiny(n_head=3)
     with pytest.raises(ValueError, match="alpha"):
         tiny(alpha=1.5)
-    with pytest.raises(ValueError, match="size"):
-        GPTConfig.from_size("huge")
     with pytest.raises(ValueError, match="block_size"):
         GPT(tiny())(torch.zeros(1, 33, dtype=torch.long))
 

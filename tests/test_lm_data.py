@@ -89,7 +89,6 @@ def test_batches_have_no_padding_and_right_shapes(tmp_path):
             assert torch.equal(batch["input_ids"][:, 1:], batch["labels"][:, :-1])
     train_batch = next(iter(dm.train_dataloader()))
     assert train_batch["input_ids"].shape == (dm.batch_size, dm.block_size)
-    assert dm.tokens_per_batch == dm.batch_size * dm.block_size
 
 
 def test_train_order_is_seeded_val_order_fixed(tmp_path):

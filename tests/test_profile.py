@@ -10,7 +10,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from sweeplab import profile
-from sweeplab.callbacks.timing import FRAMEWORK, PhaseProfiler, phase_of
+from sweeplab.callbacks.profiler import FRAMEWORK, PhaseProfiler, phase_of
 
 
 class Clock:
@@ -81,7 +81,7 @@ def test_profile_command_writes_table_trace_and_artifacts(demo_dir, mlflow_uri, 
 
 def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflow_uri, tmp_path, monkeypatch):
     from sweeplab import backends
-    from sweeplab.callbacks.timing import GRAPH_PHASE
+    from sweeplab.callbacks.profiler import GRAPH_PHASE
 
     original = backends.check_combination  # let cuda_graph=true plan on the CPU: StepGraph then runs eagerly
     monkeypatch.setattr(backends, "check_combination", lambda *a, **k: original(*a, **{**k, "cuda_graph": False}))

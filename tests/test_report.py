@@ -6,7 +6,7 @@ import csv
 
 from mlflow.tracking import MlflowClient
 
-from sweeplab import report
+from sweeplab import channels, report
 from sweeplab.tracking import mlflow_store
 
 JOBS = [  # backend, batch size, precision, compile, samples/s, MFU, val/cos history
@@ -23,7 +23,7 @@ def make_sweep(uri: str, tmp_path, failed: bool = False) -> str:
     sweep_dir = tmp_path / "multirun" / "sweep"
     sweep_dir.mkdir(parents=True)
     parent = client.create_run(experiment_id, tags={"sweeplab.role": "sweep", "sweep_dir": str(sweep_dir)}).info.run_id
-    (sweep_dir / mlflow_store.PARENT_RUN_FILE).write_text(parent)
+    (sweep_dir / channels.PARENT_RUN_FILE).write_text(parent)
     for i, (backend, batch, precision, compile_mode, rate, mfu, history) in enumerate(JOBS):
         tags = {
             "mlflow.parentRunId": parent, "mlflow.runName": f"job{i} bs={batch} {backend}", "family": "textbridge",
@@ -80,7 +80,7 @@ def test_baseline_by_name_or_row(mlflow_uri, tmp_path):
 
 def test_throughput_series_are_per_backend_precision_compile(mlflow_uri, tmp_path):
     parent = make_sweep(mlflow_uri, tmp_path)
-    series = report.throughput_points(report.child_runs(mlflow_uri, parent))
+    series = report.throughput_points(mlflow_store.sweep_jobs(mlflow_uri, parent))
     assert sorted(series) == ["cpu 32-true (AMD EPYC)", "cuda bf16-mixed compile=default (NVIDIA H100 80GB HBM3)"]
     assert series["cpu 32-true (AMD EPYC)"] == [(16, 100.0), (32, 150.0)]
 

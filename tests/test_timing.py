@@ -9,8 +9,9 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset
 
-from sweeplab.callbacks import timing
-from sweeplab.callbacks.timing import ThroughputTimer, hopper_chip, peak_flops
+from sweeplab import devices
+from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.devices import hopper_chip, peak_flops
 
 BATCH = 4
 
@@ -292,12 +293,12 @@ def test_no_peak_on_cpu_or_mps():
 def test_mps_is_synchronised(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
-    timing.synchronize(torch.device("mps"))
-    timing.synchronize(torch.device("cpu"))
+    devices.synchronize(torch.device("mps"))
+    devices.synchronize(torch.device("cpu"))
     assert calls == ["mps"]
 
 
 def test_mps_memory_is_the_driver_allocation(monkeypatch):
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3 * 2**20)
-    assert timing.peak_memory_mb(torch.device("mps")) == 3.0
-    assert timing.peak_memory_mb(torch.device("cpu")) > 10  # this process's RSS, in MiB
+    assert devices.peak_memory_mb(torch.device("mps")) == 3.0
+    assert devices.peak_memory_mb(torch.device("cpu")) > 10  # this process's RSS, in MiB

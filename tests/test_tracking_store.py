@@ -8,6 +8,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from sweeplab import channels
 from sweeplab.errors import UserError
 from sweeplab.tracking import mlflow_store
 from test_sweeps_parallel import sweep
@@ -32,12 +33,12 @@ def test_a_relative_sqlite_store_is_made_absolute_for_jobs_elsewhere(tmp_path, m
 def test_a_job_finds_its_sweeps_parent_file_first_then_the_environment(tmp_path, monkeypatch):
     sweep_dir = tmp_path / "multirun" / "d" / "t"
     sweep_dir.mkdir(parents=True)
-    monkeypatch.setenv(mlflow_store.PARENT_RUN_ENV, "from-env")
+    monkeypatch.setenv(channels.PARENT_RUN_ENV, "from-env")
     assert mlflow_store.read_parent_run_id(None) is None  # a single run has no parent, whatever the environment
     assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-env"  # a job that cannot see the file
-    (sweep_dir / mlflow_store.PARENT_RUN_FILE).write_text("from-file\n")
+    (sweep_dir / channels.PARENT_RUN_FILE).write_text("from-file\n")
     assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-file"  # names this very sweep: wins
-    monkeypatch.delenv(mlflow_store.PARENT_RUN_ENV)
+    monkeypatch.delenv(channels.PARENT_RUN_ENV)
     assert mlflow_store.read_parent_run_id(str(sweep_dir)) == "from-file"
 
 

@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
 from conftest import compose_train
+from sweeplab import channels
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.sweep_callback import MLflowSweepCallback, record_best
 
@@ -22,19 +23,19 @@ def _sweep_config(tmp_path, *overrides):
 
 
 def test_the_parent_run_reaches_jobs_through_the_environment_and_the_sweep_dir(mlflow_uri, tmp_path, monkeypatch):
-    monkeypatch.delenv(mlflow_store.PARENT_RUN_ENV, raising=False)
+    monkeypatch.delenv(channels.PARENT_RUN_ENV, raising=False)
     cfg = _sweep_config(tmp_path, "data.batch_size=4")
     callback = MLflowSweepCallback(print_report=False)
     callback.on_multirun_start(cfg)
     parent_id = callback.parent_run_id
-    assert os.environ[mlflow_store.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
-    assert (tmp_path / "multirun/day/time" / mlflow_store.PARENT_RUN_FILE).read_text() == parent_id
+    assert os.environ[channels.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
+    assert (tmp_path / "multirun/day/time" / channels.PARENT_RUN_FILE).read_text() == parent_id
     parent = MlflowClient(mlflow_uri).get_run(parent_id)
     assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "time"
     assert parent.info.status == "RUNNING"
     callback.on_multirun_end(cfg)
     assert MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"
-    assert mlflow_store.PARENT_RUN_ENV not in os.environ
+    assert channels.PARENT_RUN_ENV not in os.environ
 
 
 def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp_path, capsys):

@@ -209,19 +209,3 @@ def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if backend == "mps" and cfg.mps_fallback:
         os.environ["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
-
-
-def device_name(backend: str) -> str:
-    if backend == "cuda":
-        return torch.cuda.get_device_name()
-    if backend == "mps":
-        return "Apple MPS"
-    import platform
-
-    try:  # Linux: the CPU's marketing name says more than "x86_64"
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"

@@ -36,11 +36,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import CONF_DIR, backends, stability
-from sweeplab.callbacks.timing import compiled_graphs, synchronize
+from sweeplab import CONF_DIR, backends, devices, stability
+from sweeplab.callbacks.timing import compiled_graphs
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger("sweeplab.bench")
 
@@ -241,14 +241,14 @@ class RawLoop:
 
         for _ in range(warmup_steps):
             self.step(next_batch())
-        synchronize(self.device)
+        devices.synchronize(self.device)
         t0, graphs = clock(), compiled_graphs()
         samples = 0
         for _ in range(steps):
             batch = next_batch()
             samples += self.samples_in(batch)
             self.step(batch)
-        synchronize(self.device)
+        devices.synchronize(self.device)
         elapsed = clock() - t0
         self.optimizer.zero_grad(set_to_none=True)
         return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples,
@@ -335,7 +335,7 @@ def wanted(row: BenchRow, only: str) -> bool:
 
 def _run_started_since(uri: str, experiment_id: str, since_ms: int):
     """The newest run of the experiment started at or after `since_ms` (the job `train` just ran)."""
-    runs = mlflow_store._client(uri).search_runs(
+    runs = mlflow_store.client(uri).search_runs(
         [experiment_id],
         filter_string=f"attributes.start_time >= {since_ms}",
         order_by=["attributes.start_time DESC"],
@@ -356,7 +356,7 @@ def run_row(
     result = RowResult(row, cfg)
     warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
     raw_loop = RawLoop(cfg)
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _allow_recompiles()
     if settings.burn_in:
@@ -462,7 +462,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
             row.update(
                 model=model,
                 backend=backend,
-                device=backends.device_name(backend) if not r.skipped else "",
+                device=devices.device_name(backend) if not r.skipped else "",
                 batch=str(cfg.data.batch_size),
                 precision=str(cfg.trainer.precision),
                 compile=str(cfg.compile),
@@ -500,7 +500,7 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "lightning": lightning.__version__,
-        "cpu": backends.device_name("cpu"),
+        "cpu": devices.device_name("cpu"),
         "cpu threads": str(torch.get_num_threads()),
         "load average": " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores",
         "git commit": mlflow_store.git_commit(),
@@ -556,10 +556,10 @@ def main(argv: list[str] | None = None) -> int:
     has_accelerator = backends.resolve_backend("auto") != "cpu"
     uri = mlflow_store.resolve_uri(None)
     experiment_id = mlflow_store.init_store(uri, settings.experiment_name)
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     parent = client.create_run(
         experiment_id,
-        run_name=f"bench {out_dir.name}",
+        run_name=naming.bench_run_name(out_dir),
         tags={"sweeplab.role": "sweep", "sweep_dir": str(out_dir), "bench.command": command},
     )
     parent_run_id = parent.info.run_id

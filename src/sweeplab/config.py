@@ -118,11 +118,6 @@ def build(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[st
         raise ConfigError(where, str(exc)) from None
 
 
-def require(condition: bool, key: str, problem: str) -> None:
-    if not condition:
-        raise ConfigError(key, problem)
-
-
 def build_sized(cls: type, sizes: Mapping[str, Mapping[str, Any]], values: Mapping[str, Any], where: str) -> Any:
     """Build a model config dataclass from `size` (a named preset) plus explicit keys; null keys come from the size.
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeplab.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
 from sweeplab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ _LAUNCH_KEYS = (
     "hydra/launcher", "hydra.launcher", "hydra/sweeper", "hydra.sweeper", "hydra.sweep.", "hydra.mode", "hydra.run.",
     "hydra.job.name", "hydra.output_subdir",
 )
-GPU_LOCK_DIR_ENV = "SWEEPLAB_GPU_LOCK_DIR"
 
 
 # --- ranks ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ _claim: _Claim | None = None  # held for the life of the process: CUDA binds a p
 
 def visible_gpus() -> list[str]:
     """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else every GPU the driver reports."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    env = os.environ.get(CUDA_VISIBLE_DEVICES_ENV)
     if env is not None:
         return [gpu.strip() for gpu in env.split(",") if gpu.strip() and gpu.strip() != "-1"]
     # not torch.cuda.device_count(): it initialises CUDA, which then ignores a later CUDA_VISIBLE_DEVICES
@@ -210,7 +210,7 @@ def claim_gpus(
     if count > len(gpus):
         raise UserError(
             f"one GPU per job: a job needs {count} GPU(s) (trainer.devices) but {len(gpus)} are visible "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); lower trainer.devices"
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get(CUDA_VISIBLE_DEVICES_ENV, 'unset')}); lower trainer.devices"
         )
     lock_dir = lock_dir or gpu_lock_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -220,8 +220,8 @@ def claim_gpus(
         held = _try_lock(gpus, count, lock_dir)
         if held is not None:
             _claim = _Claim([gpu for gpu, _ in held], [fd for _, fd in held])
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(_claim.gpus)
-            log.info("this job runs on GPU %s", os.environ["CUDA_VISIBLE_DEVICES"])
+            os.environ[CUDA_VISIBLE_DEVICES_ENV] = ",".join(_claim.gpus)
+            log.info("this job runs on GPU %s", os.environ[CUDA_VISIBLE_DEVICES_ENV])
             return _claim.gpus
         if time.monotonic() > deadline:
             raise UserError(

@@ -23,7 +23,7 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab import stability
+from sweeplab import channels, stability
 from sweeplab.files import write_text_atomic
 
 ORDERS = ("forward", "reversed")
@@ -77,14 +77,13 @@ def run_order(overrides: list[str], log_path: Path) -> int:
 
 def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     """Configuration (the swept keys' values) -> {position, rate, problems, status} of a finished order."""
-    from sweeplab.report import child_runs
     from sweeplab.tracking import mlflow_store
 
-    marker = sweep_dir / mlflow_store.PARENT_RUN_FILE
+    marker = sweep_dir / channels.PARENT_RUN_FILE
     if not marker.exists():
         return {}
     out = {}
-    for position, run in enumerate(child_runs(uri, marker.read_text().strip()), start=1):
+    for position, run in enumerate(mlflow_store.sweep_jobs(uri, marker.read_text().strip()), start=1):
         config = tuple(run.data.params.get(key, "?") for key in keys)
         metrics = run.data.metrics
         out[config] = {

@@ -6,7 +6,7 @@ One ordinary sweeplab job (MLflow run and all) with `timing=profile`: after warm
 recorded with torch.profiler (trace.json.gz: open it in https://ui.perfetto.dev or chrome://tracing), then `--steps`
 steps are timed phase by phase. Lightning's profiler hooks name the phases (data loading, forward = training_step,
 backward, optimizer = step + zero_grad + clipping, the rest is the framework's hooks, callbacks and logging);
-`callbacks.timing.PhaseProfiler` times them with a device sync at every edge, which Lightning's SimpleProfiler
+`callbacks.profiler.PhaseProfiler` times them with a device sync at every edge, which Lightning's SimpleProfiler
 does not do (on a GPU it would time kernel launches), and keeps exclusive times, so nested phases are not counted
 twice. The table goes to profile.md beside the trace, to stdout, and with the trace to the run's MLflow artifacts
 (`profile/`); the shares are also run metrics (`profile/<phase>_share`).

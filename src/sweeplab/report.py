@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import stability
+from sweeplab import channels, stability
 from sweeplab.errors import UserError
 from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
@@ -59,20 +59,8 @@ def format_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def child_runs(uri: str, parent_run_id: str):
-    client = mlflow_store._client(uri)
-    parent = client.get_run(parent_run_id)
-    runs = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
-        max_results=10000,
-        order_by=["attributes.start_time ASC"],
-    )
-    return runs
-
-
 def experiment_runs(uri: str, experiment_name: str):
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
@@ -323,7 +311,7 @@ def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[fl
     100 a bs-64 job has seen twice the data of a bs-32 one."""
     families = [r.data.tags.get("family", "") for r in runs]
     metric = final_metric(max(set(families), key=families.count) if families else "")[0]
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     curves = {}
     for r in runs:
         history = sorted(client.get_metric_history(r.info.run_id, metric), key=lambda m: m.step)
@@ -378,26 +366,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
 
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None) -> Report:
-    return write_report(child_runs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
-
-
-def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
-    """The newest sweep's parent run, in one experiment or (None) in any: each study has its own experiment."""
-    client = mlflow_store._client(uri)
-    if experiment_name is None:
-        experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    else:
-        experiment = client.get_experiment_by_name(experiment_name)
-        experiment_ids = [experiment.experiment_id] if experiment is not None else []
-    if not experiment_ids:
-        return None
-    runs = client.search_runs(
-        experiment_ids,
-        filter_string="tags.`sweeplab.role` = 'sweep'",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return runs[0].info.run_id if runs else None
+    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,22 +398,22 @@ def _report(args: argparse.Namespace) -> int:
         parent = args.sweep
         out = Path(args.out) if args.out else None
         if args.multirun_dir:
-            marker = Path(args.multirun_dir) / mlflow_store.PARENT_RUN_FILE
+            marker = Path(args.multirun_dir) / channels.PARENT_RUN_FILE
             if not marker.exists():
                 print(f"error: {marker} not found: is {args.multirun_dir} a sweeplab multirun dir?", file=sys.stderr)
                 return 2
             parent = marker.read_text().strip()
             out = out or Path(args.multirun_dir)
-        parent = parent or latest_sweep(uri, args.experiment_name)
+        parent = parent or mlflow_store.latest_sweep(uri, args.experiment_name)
         if parent is None:
             where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
             print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
-        sweep_dir = mlflow_store.get_run(mlflow_store._client(uri), parent, "--sweep").data.tags.get("sweep_dir")
+        sweep_dir = mlflow_store.get_run(uri, parent, "--sweep").data.tags.get("sweep_dir")
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
         report = sweep_report(uri, parent, out, args.baseline)
-        client = mlflow_store._client(uri)
+        client = mlflow_store.client(uri)
         for path in report.files:  # the plots and tables travel with the sweep's parent run too
             try:
                 client.log_artifact(parent, str(path), "report")

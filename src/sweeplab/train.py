@@ -10,7 +10,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab import CONF_DIR, interrupts
+from sweeplab import CONF_DIR, channels, interrupts
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
 
@@ -87,7 +87,7 @@ def run() -> None:
         print(f"error: {exc}; the MLflow runs it stopped are marked KILLED", file=sys.stderr)
         sys.exit(exc.exit_status)
 
-    failed = getattr(sweep_callback, "FAILED_JOBS", 0)
+    failed = channels.failed_jobs
     if failed:
         print(f"error: {failed} job(s) of the sweep failed; see the report above and each run's `error` tag", file=sys.stderr)
         sys.exit(1)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,12 @@ from annotated_types import Ge, Interval
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import CONF_DIR, backends, distributed, tuning
+from sweeplab import backends, devices, distributed, tuning
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.config import bind, build, require
+from sweeplab.config import bind, build
 from sweeplab.data.device_batches import resolve_pad_to
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.errors import ConfigError, UserError
@@ -31,7 +30,7 @@ from sweeplab.families import get_family
 from sweeplab.files import check_writable_dir
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import OptimConfig
-from sweeplab.tracking import mlflow_store, resume
+from sweeplab.tracking import mlflow_store, naming, resume
 
 log = logging.getLogger(__name__)
 # cuda_graph=true trains with manual optimization, and Lightning then warns that checkpoints hold the weights after
@@ -131,9 +130,8 @@ def plan(cfg: DictConfig) -> JobPlan:
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
     seed = container.get("seed", 0)
-    require(
-        type(seed) is int and 0 <= seed <= MAX_SEED, "seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}"
-    )
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise ConfigError("seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}")
     if optim.warmup_steps > trainer.max_steps:
         # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
         # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
@@ -198,7 +196,7 @@ def _hydra_runtime() -> tuple[Path, str | None]:
 def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     return {
         "backend": p.backend,
-        "device": backends.device_name(p.backend),
+        "device": devices.device_name(p.backend),
         "family": p.family.name,
         "precision": p.trainer.precision,
         "compile": p.compile_mode,
@@ -223,78 +221,6 @@ def _preset_tags() -> dict[str, str]:
     return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
 
 
-SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"  # set by the sweep callback (tracking/sweep_callback.swept_keys)
-_NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
-_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
-
-
-def _swept_values() -> dict[str, str]:
-    """{key: value} of this job's swept keys, as its overrides set them (the sweeper's sample for Optuna)."""
-    swept = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
-    if not swept:
-        return {}
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return {}
-    values = {}
-    for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key in swept:
-            values[key] = value
-    return values
-
-
-def _conf_default(group_file: str, key: str) -> Any:
-    """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
-    try:
-        return OmegaConf.select(OmegaConf.load(Path(CONF_DIR) / group_file), key)
-    except Exception:
-        return None
-
-
-def run_name(p: JobPlan, cfg: DictConfig) -> str:
-    """What tells this run from its neighbours: swept keys first (a narrow name column still shows them), then the
-    family and its own keys, a non-default model size or step budget, and the backend's settings."""
-    from sweeplab.families import name_value
-
-    family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
-    swept = _swept_values()
-    parts = []
-    for key, value in swept.items():
-        if key not in _NAMED_AT_THE_END:
-            short = _NAME_SHORT.get(key, key.rsplit(".", 1)[-1].replace("/", "."))
-            parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
-    parts.append(p.family.name)
-    size = OmegaConf.select(cfg, "model.size")
-    if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
-        parts.append(str(size))
-    parts += family_parts.values()
-    if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
-        parts.append(f"steps={p.trainer.max_steps}")
-    parts.append(p.backend)
-    if p.trainer.precision != "32-true":
-        parts.append(p.trainer.precision)
-    if p.compile_mode != "off":
-        parts.append(f"compile={p.compile_mode}")
-    if p.cuda_graph:
-        parts.append("cuda_graph")
-    return " ".join(parts)
-
-
-def run_description() -> str | None:
-    """The run's note in the MLflow UI: how to run it again (the job's command-line overrides)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = list(HydraConfig.get().overrides.task)
-    except ValueError:  # not under Hydra
-        return None
-    return "python -m sweeplab.train " + " ".join(overrides) if overrides else "python -m sweeplab.train"
-
-
 def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own."""
@@ -317,7 +243,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     job = mlflow_store.JobRun(
         uri,
         p.logger.experiment_name,
-        run_name(p, cfg),
+        naming.run_name(p, cfg),
         tags=run_tags(p, sweep_dir),
         params=mlflow_store.flatten(p.container),
         parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
@@ -329,7 +255,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
         continued = target is not None and target.run_id is not None
         if not continued or target.changes:
             job.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
-            if (description := run_description()) is not None:
+            if (description := naming.run_description()) is not None:
                 job.set_tag("mlflow.note.content", description)
             job.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
         job.set_tag("output_dir", str(output_dir))
@@ -427,8 +353,6 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
     if tuned is not None and job is not None:
         job.set_tag("tuned.batch_size", str(tuned))
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(resume_ckpt) if resume_ckpt else None)
-    if trainer.interrupted:
-        raise KeyboardInterrupt("training interrupted")
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if job is not None:
         job.log_metrics(summary, step=trainer.global_step)
@@ -546,7 +470,7 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
         mlflow_store.JobRun(
             uri,
             logger.get("experiment_name", "sweeplab"),
-            f"{family} (failed before training)",
+            naming.failed_job_name(str(family)),
             tags={"family": str(family), "sweep_id": Path(sweep_dir).name if sweep_dir else ""},
             params={},
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),

@@ -11,7 +11,7 @@ SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP=N sends SIGKILL during the validation 
                                reach any checkpoint; at the last step: the run's final validation).
 SWEEPLAB_FAULT_KILL_AFTER_FIT=1 sends SIGKILL once fit is done (every checkpoint written; summary, tags and export
                                not yet).
-Unset in normal use; the callback is added only when one is set.
+Unset in normal use; the callback is added only when one is set. The names are defined in sweeplab.channels.
 """
 
 from __future__ import annotations
@@ -24,16 +24,19 @@ from pathlib import Path
 import lightning as L
 import torch
 
-KILL_ENV = "SWEEPLAB_FAULT_KILL_AT_STEP"
-RAISE_ENV = "SWEEPLAB_FAULT_RAISE_AT_STEP"
-OOM_ENV = "SWEEPLAB_FAULT_OOM_AT_STEP"
-NAN_ENV = "SWEEPLAB_FAULT_NAN_GRAD_AT_STEP"
-PAUSE_ENV = "SWEEPLAB_FAULT_PAUSE_AT_STEP"
-PAUSE_FINAL_VALIDATION_ENV = "SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION"
-PAUSED_FILE_ENV = "SWEEPLAB_FAULT_PAUSED_FILE"
+from sweeplab.channels import (
+    FAULT_KILL_AFTER_FIT_ENV,
+    FAULT_KILL_ENV,
+    FAULT_KILL_IN_VALIDATION_ENV,
+    FAULT_NAN_ENV,
+    FAULT_OOM_ENV,
+    FAULT_PAUSE_ENV,
+    FAULT_PAUSE_FINAL_VALIDATION_ENV,
+    FAULT_PAUSED_FILE_ENV,
+    FAULT_RAISE_ENV,
+)
+
 PAUSE_S = 600.0
-KILL_IN_VALIDATION_ENV = "SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP"
-KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
 
 
 class FaultInjection(L.Callback):
@@ -61,12 +64,15 @@ class FaultInjection(L.Callback):
 
     @classmethod
     def from_env(cls) -> FaultInjection | None:
-        names = (KILL_ENV, RAISE_ENV, OOM_ENV, NAN_ENV, PAUSE_ENV, KILL_IN_VALIDATION_ENV, KILL_AFTER_FIT_ENV)
+        names = (
+            FAULT_KILL_ENV, FAULT_RAISE_ENV, FAULT_OOM_ENV, FAULT_NAN_ENV, FAULT_PAUSE_ENV, FAULT_KILL_IN_VALIDATION_ENV,
+            FAULT_KILL_AFTER_FIT_ENV,
+        )
         values = [os.environ.get(name) for name in names]
-        pause_final = os.environ.get(PAUSE_FINAL_VALIDATION_ENV) == "1"
+        pause_final = os.environ.get(FAULT_PAUSE_FINAL_VALIDATION_ENV) == "1"
         if not any(values) and not pause_final:
             return None
-        return cls(*(int(v) if v else None for v in values), pause_final, os.environ.get(PAUSED_FILE_ENV))
+        return cls(*(int(v) if v else None for v in values), pause_final, os.environ.get(FAULT_PAUSED_FILE_ENV))
 
     def _pause(self, where: str) -> None:
         if self.paused_file:
@@ -91,9 +97,9 @@ class FaultInjection(L.Callback):
         if self.kill_at_step is not None and step == self.kill_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.raise_at_step is not None and step == self.raise_at_step:
-            raise RuntimeError(f"injected failure at step {step} ({RAISE_ENV})")
+            raise RuntimeError(f"injected failure at step {step} ({FAULT_RAISE_ENV})")
         if self.oom_at_step is not None and step == self.oom_at_step:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step} by {OOM_ENV})")
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step} by {FAULT_OOM_ENV})")
         if self.pause_at_step is not None and step == self.pause_at_step:
             self._pause(f"step {step}")
 

@@ -17,17 +17,13 @@ many of them were new there, graphs compiled there, host load and CPU threads (`
 sweeplab.stability).
 
 Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and needs a full window before it emits
-anything; its peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4 sparsity for some
-boards. We reuse its table (`get_available_flops`) for every other GPU and keep dense Hopper figures here.
+anything. Device facts (peak FLOP/s, memory, the sync itself) come from sweeplab.devices; the phase profiler and the
+trace this timer switches on and off live in callbacks/profiler.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
-import os
-import resource
-import shutil
 import statistics
 import sys
 import time
@@ -38,53 +34,11 @@ from typing import Annotated
 import lightning as L
 import torch
 from annotated_types import Ge
-from lightning.pytorch.profilers import Profiler
+
+from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
+from sweeplab.devices import host_cpus, load_average, peak_flops, peak_memory_mb, reset_peak_memory, synchronize
 
 log = logging.getLogger(__name__)
-
-PRECISION_DTYPES = {
-    "32-true": torch.float32,
-    "32": torch.float32,
-    "bf16-mixed": torch.bfloat16,
-    "bf16-true": torch.bfloat16,
-    "16-mixed": torch.float16,
-    "16-true": torch.float16,
-}
-
-# Dense (no 2:4 sparsity) tensor-core peaks, FLOP/s, from NVIDIA's H100/H200 datasheets. Lightning's table has the
-# sparse figure for "h200 sxm1"/"h100 nvl" and cannot parse the plain "NVIDIA H200" that H200 SXM boards report.
-# The H200 is the H100 SXM's die with more memory: same compute.
-_HOPPER_DENSE = {
-    "h100 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
-    "h100 pcie": {torch.float32: 51.2e12, "tfloat32": 378e12, torch.bfloat16: 756e12, torch.float16: 756e12},
-    "h100 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
-    "h200 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
-    "h200 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
-}
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (CUDA or MPS); nothing to wait for on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def load_average() -> float | None:
-    """The host's 1-minute load average (runnable threads, ours included), where the OS reports one."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # Windows
-        return None
-
-
-def host_cpus() -> int:
-    """CPUs this process may run on (its affinity mask: a container's or taskset's share, not the whole host)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
 
 
 def batch_shape(batch) -> tuple:
@@ -103,134 +57,6 @@ def compiled_graphs() -> int:
     timed stretch puts seconds of compile time into its step time."""
     utils = sys.modules.get("torch._dynamo.utils")  # not imported: nothing was compiled, and importing costs a second
     return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
-
-
-def hopper_chip(device_name: str) -> str | None:
-    """The `_HOPPER_DENSE` key of a CUDA device name ("NVIDIA H100 80GB HBM3" -> "h100 sxm"), else None."""
-    name = device_name.lower()
-    if "h200" in name:
-        return "h200 nvl" if "nvl" in name else "h200 sxm"
-    if "h100" in name:
-        if "nvl" in name:
-            return "h100 nvl"
-        if "pcie" in name or "hbm2e" in name:
-            return "h100 pcie"
-        return "h100 sxm"
-    return None
-
-
-def peak_flops(device: torch.device, precision: str, device_name: str | None = None) -> float | None:
-    """Theoretical dense peak FLOP/s of the device at this precision, where known (CUDA only)."""
-    if device.type != "cuda":
-        return None
-    dtype = PRECISION_DTYPES.get(str(precision), torch.float32)
-    name = device_name if device_name is not None else torch.cuda.get_device_name(device)
-    chip = hopper_chip(name)
-    if chip is not None:
-        if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
-            dtype = "tfloat32"
-        return _HOPPER_DENSE[chip].get(dtype)
-    from lightning.fabric.utilities.throughput import get_available_flops
-
-    flops = get_available_flops(device, dtype)
-    return float(flops) if flops else None
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: the caching allocator's peak; MPS: memory the Metal driver holds now; CPU: the process's peak RSS."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    if device.type == "mps":
-        return torch.mps.driver_allocated_memory() / 2**20
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-# Lightning's profiler action names -> the phase of a training step they time (exclusive of nested actions).
-# Under cuda_graph=true forward, backward and clipping are one graph replay inside the optimizer's closure; the
-# task profiles it as its own action (GRAPH_ACTION), a phase of its own that only such runs show.
-GRAPH_ACTION = "[StepGraph]forward_backward_clip"
-GRAPH_PHASE = "graph step (forward, backward, clipping in one CUDA graph)"
-PHASES = (
-    (GRAPH_PHASE, (GRAPH_ACTION,)),
-    ("data loading", ("train_dataloader_next", "batch_to_device")),
-    ("forward", ("Strategy].training_step", ".training_step")),
-    ("backward", (".backward",)),
-    ("optimizer", (".optimizer_step", ".optimizer_zero_grad", ".configure_gradient_clipping", "lr_scheduler_step")),
-)
-FRAMEWORK = "framework (hooks, callbacks, logging)"
-
-
-def phase_of(action: str) -> str:
-    for phase, markers in PHASES:
-        if any(marker in action for marker in markers):
-            return phase
-    return FRAMEWORK
-
-
-class PhaseProfiler(Profiler):
-    """Lightning's profiler interface, timing every action with a device sync at its edges, only while `active`.
-
-    Lightning's SimpleProfiler reads the host clock without a sync, so on CUDA/MPS it times kernel launches, not
-    the work; its PyTorchProfiler records kernels but attributes them to phases only loosely. This one syncs at
-    every action boundary (which slows the profiled steps: compare a normal run's step time) and keeps exclusive
-    time per action, so nested actions (training_step and backward inside optimizer_step) are not counted twice.
-    """
-
-    def __init__(self, device: torch.device, sync: Callable[[torch.device], None], clock: Callable[[], float]):
-        super().__init__()
-        self.device, self._sync, self._clock = device, sync, clock
-        self.active = False
-        self.exclusive: dict[str, float] = {}
-        self._stack: list[list] = []  # [action, start, time spent in nested actions, recorded]
-
-    def start(self, action_name: str) -> None:
-        if self.active:
-            self._sync(self.device)
-        self._stack.append([action_name, self._clock(), 0.0, self.active])
-
-    def stop(self, action_name: str) -> None:
-        if not self._stack or self._stack[-1][0] != action_name:
-            return  # an action started before this profiler was installed
-        name, start, nested, recorded = self._stack.pop()
-        if not (recorded and self.active):
-            return
-        self._sync(self.device)
-        duration = self._clock() - start
-        self.exclusive[name] = self.exclusive.get(name, 0.0) + duration - nested
-        if self._stack:
-            self._stack[-1][2] += duration
-
-    def phases(self, total_seconds: float) -> dict[str, float]:
-        """Seconds per phase; what no action covers (the loop itself) goes to the framework share."""
-        shares: dict[str, float] = {phase: 0.0 for phase, _ in PHASES}
-        shares[FRAMEWORK] = 0.0
-        for action, seconds in self.exclusive.items():
-            if action in ("run_training_epoch", "run_training_batch") or action.startswith("[_TrainingEpochLoop].run"):
-                shares[FRAMEWORK] += seconds
-            else:
-                shares[phase_of(action)] += seconds
-        shares[FRAMEWORK] += max(0.0, total_seconds - sum(shares.values()))
-        if not shares[GRAPH_PHASE]:
-            del shares[GRAPH_PHASE]  # not a CUDA-graph run
-        return shares
-
-    def summary(self) -> str:
-        return ""
-
-
-def phase_table(shares: dict[str, float], steps: float) -> str:
-    total = sum(shares.values()) or 1.0
-    lines = ["| phase | ms per step | share |", "|---|---|---|"]
-    for phase, seconds in shares.items():
-        lines.append(f"| {phase} | {1000 * seconds / max(steps, 1):.2f} | {seconds / total:.1%} |")
-    lines.append(f"| **step** | {1000 * total / max(steps, 1):.2f} | 100% |")
-    return "\n".join(lines)
 
 
 class ThroughputTimer(L.Callback):
@@ -356,7 +182,7 @@ class ThroughputTimer(L.Callback):
             self._start()
             self._set_profiling(True)
         if self.trace_steps and self._trace is None and self._batches_seen == self.warmup_steps * self._accumulate:
-            self._trace = _start_trace(self._device)
+            self._trace = start_trace(self._device)
 
     def _set_profiling(self, on: bool) -> None:
         if self.profiler is not None:
@@ -468,32 +294,16 @@ class ThroughputTimer(L.Callback):
 
     def _stop_trace(self, trainer: L.Trainer) -> None:
         trace, self._trace = self._trace, None
-        trace.stop()
-        out = self._out_dir(trainer) / "trace.json"
-        trace.export_chrome_trace(str(out))
-        with open(out, "rb") as src, gzip.open(f"{out}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        out.unlink()
-        self.files.append(Path(f"{out}.gz"))
+        self.files.append(stop_trace(trace, self._out_dir(trainer)))
 
     def _write_profile(self, trainer: L.Trainer) -> None:
         steps = self._total["batches"] / self._accumulate
-        shares = self.profiler.phases(self._total["elapsed"])
-        total = sum(shares.values()) or 1.0
-        metrics = {f"profile/{_metric_name(p)}_share": s / total for p, s in shares.items()}
-        metrics.update({f"profile/{_metric_name(p)}_ms": 1000 * s / max(steps, 1) for p, s in shares.items()})
+        metrics, table = write_profile(self.profiler, self._total["elapsed"], steps, self._device, self._out_dir(trainer))
         self.summary.update(metrics)
-        text = (
-            f"## where the step time goes ({steps:g} timed steps, {self._device.type})\n\n"
-            f"{phase_table(shares, steps)}\n\nThe device is synchronised at every phase edge, so these steps run slower "
-            "than unprofiled ones; the shares are what this table is for.\n"
-        )
-        out = self._out_dir(trainer) / "profile.md"
-        out.write_text(text, encoding="utf-8")
-        self.files.insert(0, out)
+        self.files.insert(0, table)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
-            _log_artifacts(logger, self.files)
+            log_artifacts(logger, self.files)
 
     def summarize(self) -> dict[str, float]:
         """The run's timed steps in one place. Throughput is at the median window step time (per-step samples,
@@ -547,25 +357,3 @@ class ThroughputTimer(L.Callback):
             summary["summary/load_avg_end"] = load_end
         return summary
 
-
-def _metric_name(phase: str) -> str:
-    return phase.split(" (")[0].replace(" ", "_")
-
-
-def _start_trace(device: torch.device):
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    trace = torch.profiler.profile(activities=activities, record_shapes=False, with_stack=False)
-    trace.start()
-    return trace
-
-
-def _log_artifacts(logger, files: list[Path]) -> None:
-    """Attach files to the logger's MLflow run (other loggers keep them on disk only)."""
-    run_id = getattr(logger, "run_id", None)
-    experiment = getattr(logger, "experiment", None)
-    if run_id is None or not hasattr(experiment, "log_artifact"):
-        return
-    for path in files:
-        experiment.log_artifact(run_id, str(path), "profile")

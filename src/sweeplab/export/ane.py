@@ -18,7 +18,7 @@ from torch import nn
 
 from sweeplab.models.gpt import GPT, MLP, Block, CausalSelfAttention, padding_mask
 from sweeplab.models.pagating import PaGatingUnit
-from sweeplab.models.textbridge import TCNBlock, TextBridgeEncoder
+from sweeplab.models.textbridge import TCNBlock, TextBridgeEncoder, masked_mean
 
 
 def to_channels_first(x: torch.Tensor) -> torch.Tensor:
@@ -91,9 +91,8 @@ class ANETextBridge(nn.Module):
         mask = attention_mask.to(x.dtype)[:, None, None, :]
         for block in self.blocks:
             x = block(x, mask)
-        pooled = (x * mask).sum(dim=3, keepdim=True) / mask.sum(dim=3, keepdim=True).clamp_min(1e-9)
-        z = conv1x1(pooled, self.encoder.head).flatten(1)
-        return torch.tanh(z) if self.encoder.config.use_tanh else z
+        pooled = masked_mean(x, mask, dim=3, keepdim=True)  # (B, D, 1, 1)
+        return self.encoder.activation(conv1x1(pooled, self.encoder.head).flatten(1))  # the head as a 1x1 conv
 
 
 # --- GPT -----------------------------------------------------------------------------------------

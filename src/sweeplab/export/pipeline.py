@@ -51,7 +51,8 @@ def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dic
 
     uri = mlflow_store.resolve_uri(tracking_uri)
     # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
-    run = mlflow_store.get_run(mlflow_store.open_existing_store(uri), run_id, "run_id")
+    mlflow_store.open_existing_store(uri)
+    run = mlflow_store.get_run(uri, run_id, "run_id")
     checkpoint = run.data.tags.get("checkpoint")
     if not checkpoint:
         raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")
@@ -305,12 +306,10 @@ def _publish(staging: Path, staged: Path, target: Path, *reports: tuple[Path, Pa
 
 
 def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_path: Path, md_path: Path, report: dict) -> None:
-    from mlflow.tracking import MlflowClient
+    from sweeplab.tracking import mlflow_store
 
-    from sweeplab.tracking.mlflow_store import resolve_uri
-
-    client = MlflowClient(resolve_uri(tracking_uri))
     try:
+        client = mlflow_store.client(mlflow_store.resolve_uri(tracking_uri))
         client.log_artifacts(run_id, str(package), f"{ARTIFACT_DIR}/{package.name}")
         client.log_artifact(run_id, str(json_path), ARTIFACT_DIR)
         client.log_artifact(run_id, str(md_path), ARTIFACT_DIR)
@@ -342,12 +341,10 @@ def export_after_training(
         return None
     metrics = None
     if mlflow_run_id:
-        from mlflow.tracking import MlflowClient
-
-        from sweeplab.tracking.mlflow_store import resolve_uri
+        from sweeplab.tracking import mlflow_store
 
         try:
-            metrics = _val_metrics(MlflowClient(resolve_uri(tracking_uri)).get_run(mlflow_run_id).data.metrics)
+            metrics = _val_metrics(mlflow_store.client(mlflow_store.resolve_uri(tracking_uri)).get_run(mlflow_run_id).data.metrics)
         except Exception as exc:  # metadata only: the export goes on with the checkpoint's own best score
             log.warning("could not read the metrics of MLflow run %s: %s", mlflow_run_id, exc)
     result = export_checkpoint(

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sweeplab.errors import ConfigError, UserError
+from sweeplab.tracking.naming import name_value  # noqa: F401  (family records name their runs' values with it)
 
 if TYPE_CHECKING:
     import lightning as L
@@ -167,17 +168,6 @@ def config_searchpaths() -> list[str]:
         if family.config_searchpath:
             paths.append(family.config_searchpath)
     return paths
-
-
-def name_value(value: Any) -> str:
-    """A config value as a run name shows it: floats to 4 significant digits (Optuna samples 0.43728190...)."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return str(value) if str(value).lstrip("-").isdigit() else f"{number:.4g}"
 
 
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ExportSpec", "Family", "config_searchpaths", "get_family", "name_value", "names"]

@@ -67,12 +67,6 @@ class GPTConfig:
                 raise ValueError(f"model.unit={self.unit!r} is not one of {', '.join(UNIT_NAMES)}")
         self.unit_options = dict(self.unit_options or {})  # an OmegaConf DictConfig becomes a plain dict
 
-    @classmethod
-    def from_size(cls, size: str, **overrides) -> GPTConfig:
-        if size not in SIZES:
-            raise ValueError(f"model size {size!r} is not one of {tuple(SIZES)}")
-        return cls(**{**SIZES[size], **overrides})
-
     @property
     def ffn_hidden(self) -> int:
         """The FFN's hidden width: d_ff, or the parameter-matched paGating width."""

@@ -203,10 +203,6 @@ class PaGatingUnit(nn.Module):
         return self.alpha_gate.alpha
 
     @property
-    def alpha_mode(self) -> str:
-        return self.alpha_gate.mode
-
-    @property
     def scheduled(self) -> bool:
         return self.alpha_gate.scheduled
 

@@ -1,6 +1,9 @@
 """TextBridge: a causal dilated-TCN text encoder distilled onto teacher sentence embeddings.
 
-Reads top to bottom in the order data flows: embedding -> TCN blocks -> masked mean -> projection.
+Reads top to bottom in the order data flows: embedding -> TCN blocks -> masked mean -> projection. With a frozen
+trunk (`freeze`), `frozen_features` is what the frozen part computes and `forward_from_features` the rest; every
+path (the plain forward, the frozen-trunk cache, the export's Neural-Engine layout) pools with `masked_mean` and
+ends in `project`.
 Specification: docs/models.md#textbridge. Plain PyTorch; no Lightning, MLflow or Hydra here.
 """
 
@@ -56,6 +59,12 @@ class TextBridgeConfig:
 
     def dilation(self, block_index: int) -> int:
         return self.dilations[block_index] if block_index < len(self.dilations) else 1
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """The mean of x over `dim` at the positions where `mask` (0/1, x's dtype, broadcastable to x) is 1; 0 for a
+    sample with no such position."""
+    return (x * mask).sum(dim, keepdim=keepdim) / mask.sum(dim, keepdim=keepdim).clamp_min(1e-9)
 
 
 class TCNBlock(nn.Module):
@@ -122,23 +131,55 @@ class TextBridgeEncoder(nn.Module):
             x = block(x, mask)
         return x
 
-    def pool_and_project(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        mask = attention_mask.to(x.dtype).unsqueeze(-1)
-        pooled = (x * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-        z = self.head(pooled)
+    def pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, L, D) token features -> (B, D), their mean over each sample's real tokens."""
+        return masked_mean(x, attention_mask.to(x.dtype).unsqueeze(-1), dim=1)
+
+    def activation(self, z: torch.Tensor) -> torch.Tensor:
+        """The output's nonlinearity: tanh with `use_tanh`, else none."""
         return torch.tanh(z) if self.config.use_tanh else z
+
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(B, D) pooled features -> (B, out_dim) sentence embedding: the head."""
+        return self.activation(self.head(pooled))
+
+    def pool_and_project(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.project(self.pool(x, attention_mask))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids and 0/1 mask -> (B, out_dim) sentence embedding."""
         return self.pool_and_project(self.trunk(input_ids, attention_mask), attention_mask)
 
+    # --- a frozen trunk: its output is a fixed function of the input -------------------------
+    def frozen_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, start_block: int) -> torch.Tensor:
+        """What the embedding and the blocks before `start_block` compute: the token features entering block
+        `start_block` (B, L, D); with every block frozen (start_block = n_blocks) their
+        masked mean (B, D), all the head reads. `forward_from_features` finishes the forward pass from it."""
+        x = self.trunk(input_ids, attention_mask, upto=start_block)
+        return self.pool(x, attention_mask) if start_block >= len(self.blocks) else x
+
     def forward_from_features(self, features: torch.Tensor, attention_mask: torch.Tensor, start_block: int) -> torch.Tensor:
-        """Finish a forward pass from features computed by `trunk(..., upto=start_block)`."""
+        """Finish a forward pass from `frozen_features(..., start_block)` (for start_block < n_blocks, the first
+        attention_mask.shape[1] positions of it)."""
+        if start_block >= len(self.blocks):
+            return self.project(features)
         mask = attention_mask.to(features.dtype)
         x = features
         for block in self.blocks[start_block:]:
             x = block(x, mask)
         return self.pool_and_project(x, attention_mask)
+
+    def forward_last_block_at_tokens(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """`forward_from_features(..., start_block=n_blocks - 1)` computed at real tokens only (right padding).
+
+        tokens: (T, D) the frozen features of the samples' real tokens, sample after sample; lengths: (B,) each
+        sample's number of them. No padded position is computed (TCNBlock.forward_fixed_input_tokens), and the
+        masked mean is a sum per sample over its own tokens."""
+        segment = torch.repeat_interleave(torch.arange(len(lengths), device=tokens.device), lengths)
+        position = torch.arange(len(tokens), device=tokens.device) - (torch.cumsum(lengths, 0) - lengths)[segment]
+        x = self.blocks[-1].forward_fixed_input_tokens(tokens, position)
+        pooled = x.new_zeros(len(lengths), x.shape[1]).index_add_(0, segment, x)
+        return self.project(pooled / lengths.unsqueeze(1).clamp_min(1).to(x.dtype))  # empty samples: 0
 
     # --- what trains -------------------------------------------------------------------------
     def apply_freeze(self, mode: str) -> None:
@@ -207,4 +248,6 @@ def receptive_field(config: TextBridgeConfig) -> int:
     return 1 + sum((config.kernel_size - 1) * config.dilation(i) for i in range(config.n_blocks))
 
 
-__all__ = ["SIZES", "TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "receptive_field", "FREEZE_MODES", "INIT_MODES"]
+__all__ = [
+    "SIZES", "TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "masked_mean", "receptive_field", "FREEZE_MODES", "INIT_MODES",
+]

@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from sweeplab.callbacks.timing import GRAPH_ACTION
+from sweeplab.callbacks.profiler import GRAPH_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import StepGraph, autocast_dtype, total_grad_norm
 

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sweeplab import channels
+from sweeplab.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
 from sweeplab.errors import UserError, exception_chain
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
-PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
-PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir
 MAX_PARAM_CHARS = 6000
 # MLflow's experiment kind: "custom_model_development" is the UI's "Machine learning" (runs, charts, compare);
 # without it an experiment may open in the GenAI view (traces, no runs)
@@ -41,11 +41,10 @@ UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 SERVER_PROBE_TIMEOUT_S = 5.0
 STORE_LOCK_TIMEOUT_S = 300.0  # creating a fresh store's schema takes seconds; minutes mean a stuck process
-_current_run_id: str | None = None  # the JobRun this process created last (the sweep callback's on_job_end reads it)
 
 
 def resolve_uri(configured: str | None = None) -> str:
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or configured or DEFAULT_URI
+    uri = os.environ.get(TRACKING_URI_ENV) or configured or DEFAULT_URI
     if uri.startswith("sqlite:///"):
         path, sep, query = uri[len("sqlite:///") :].partition("?")
         if path and path != ":memory:" and not os.path.isabs(path):
@@ -116,8 +115,13 @@ def store_lock(uri: str):
             lock.release()
 
 
-def _client(uri: str):
-    """An MlflowClient; a sqlite store is opened the first time under `store_lock`, as that may create its schema."""
+def client(uri: str):
+    """The MlflowClient of the store at `uri` (resolved: `resolve_uri`); the only way sweeplab gets one.
+
+    A sqlite store is opened the first time under `store_lock`, as that may create its schema; a store that cannot
+    be opened (locked, unreadable) is one UserError line naming it. Read-only entry points that must not create a
+    store use `open_existing_store` first.
+    """
     from mlflow.tracking import MlflowClient
 
     try:
@@ -144,18 +148,50 @@ def open_existing_store(uri: str):
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
-    return _client(uri)
+    return client(uri)
 
 
-def get_run(client, run_id: str, what: str = "run_id"):
-    """The run `run_id`, or one UserError line when the store has no such run."""
+def get_run(uri: str, run_id: str, what: str = "run_id"):
+    """The run `run_id`, or one UserError line naming `what` (the option that gave the id) when the store has no
+    such run."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_run(run_id)
+        return client(uri).get_run(run_id)
     except MlflowException as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"{what}={run_id}: not found in {client.tracking_uri}: {first_line[:200]}") from None
+        raise UserError(f"{what}={run_id}: not found in {uri}: {first_line[:200]}") from None
+
+
+def sweep_jobs(uri: str, parent_run_id: str):
+    """The runs of a sweep's jobs (the children of its parent run), in the order they started."""
+    store = client(uri)
+    parent = store.get_run(parent_run_id)
+    return store.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        max_results=10000,
+        order_by=["attributes.start_time ASC"],
+    )
+
+
+def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
+    """The newest sweep's parent run id, in one experiment or (None) in any: each study has its own experiment."""
+    store = client(uri)
+    if experiment_name is None:
+        experiment_ids = [e.experiment_id for e in store.search_experiments()]
+    else:
+        experiment = store.get_experiment_by_name(experiment_name)
+        experiment_ids = [experiment.experiment_id] if experiment is not None else []
+    if not experiment_ids:
+        return None
+    runs = store.search_runs(
+        experiment_ids,
+        filter_string="tags.`sweeplab.role` = 'sweep'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    return runs[0].info.run_id if runs else None
 
 
 def init_store(uri: str, experiment_name: str) -> str:
@@ -168,19 +204,19 @@ def init_store(uri: str, experiment_name: str) -> str:
         check_server(uri)
     try:
         with store_lock(uri):
-            client = _client(uri)
-            experiment = client.get_experiment_by_name(experiment_name)
+            store = client(uri)
+            experiment = store.get_experiment_by_name(experiment_name)
             if experiment is None:
                 try:
-                    return client.create_experiment(experiment_name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                    return store.create_experiment(experiment_name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
                 except Exception:  # another process created it between our two calls (a tracking server)
-                    experiment = client.get_experiment_by_name(experiment_name)
+                    experiment = store.get_experiment_by_name(experiment_name)
                     if experiment is None:
                         raise
             if experiment.lifecycle_stage == "deleted":
-                client.restore_experiment(experiment.experiment_id)
+                store.restore_experiment(experiment.experiment_id)
             if EXPERIMENT_KIND_TAG not in experiment.tags:  # made by an older sweeplab or by MLflow itself
-                client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+                store.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return experiment.experiment_id
     except UserError:
         raise
@@ -285,19 +321,18 @@ class JobRun:
         run_id: str | None = None,
     ):
         self.uri = uri
-        self.client = _client(uri)
+        self.client = client(uri)
         self._monitor = None
         self._monitor_timer = None
         self._monitor_lock = threading.Lock()
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
         self.run_name = run_name
-        global _current_run_id
         self.run_id = None
         try:
             if run_id is not None:  # resuming: reopen the run the checkpoint names
                 self.run_id = run_id  # training.py checked the checkpoint and the run first
-                _current_run_id = run_id
+                channels.job_run_id = run_id
                 self._clear_previous_failure()
                 self.client.update_run(run_id, status="RUNNING")
                 return
@@ -306,7 +341,7 @@ class JobRun:
                 all_tags["mlflow.parentRunId"] = parent_run_id
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
             self.run_id = run.info.run_id
-            _current_run_id = self.run_id
+            channels.job_run_id = self.run_id
             self.log_params(params)
         except Exception as exc:  # a read-only, locked or full store: one line naming it, no run left RUNNING
             if self.run_id is not None:
@@ -485,9 +520,8 @@ def read_parent_run_id(sweep_dir: str | None) -> str | None:
 
 def current_run_id() -> str | None:
     """The run of the job this process ran last (None when it created none: logger off, or a DDP rank > 0)."""
-    return _current_run_id
+    return channels.job_run_id
 
 
 def forget_current_run() -> None:
-    global _current_run_id
-    _current_run_id = None
+    channels.job_run_id = None

@@ -41,7 +41,7 @@ def config_hash(container: Mapping[str, Any]) -> str:
 
 def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str) -> tuple[str, Path]:
     """(run id, last checkpoint) of the newest unfinished run with this configuration."""
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     experiment = client.get_experiment_by_name(experiment_name)
     runs = []
     if experiment is not None:
@@ -106,7 +106,7 @@ def find_run(uri: str, run_id: str):
     if uri.startswith(("http://", "https://")):
         mlflow_store.check_server(uri)
     try:
-        run = mlflow_store._client(uri).get_run(run_id)
+        run = mlflow_store.client(uri).get_run(run_id)
     except MlflowException:
         return None
     return None if run.info.lifecycle_stage == "deleted" else run

@@ -11,25 +11,30 @@ from collections.abc import Mapping
 
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
-from mlflow.tracking import MlflowClient
 
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
 
-class _PendingWritesClient(MlflowClient):
-    """MlflowClient that keeps the handles of its asynchronous metric writes, so they can be waited for.
+class _PendingWritesClient:
+    """The store's MlflowClient (mlflow_store.client), keeping the handles of its asynchronous metric writes so they
+    can be waited for; everything else goes to the client as it is.
 
     MLflow's own flush (the store's `flush_async_logging`) restarts its writer thread and waits up to a second for
     it to notice; waiting for the writes themselves takes as long as they do."""
 
-    def __init__(self, tracking_uri: str | None):
-        super().__init__(tracking_uri)
+    def __init__(self, tracking_uri: str):
+        self._client = mlflow_store.client(tracking_uri)
         self.pending = []
 
+    def __getattr__(self, name: str):
+        if name == "_client":  # not set yet (a copy being built): no endless lookup
+            raise AttributeError(name)
+        return getattr(self._client, name)
+
     def log_batch(self, *args, **kwargs):
-        operation = super().log_batch(*args, **kwargs)
+        operation = self._client.log_batch(*args, **kwargs)
         if operation is not None:  # synchronous=False: a RunOperations handle
             self.pending.append(operation)
         return operation
@@ -100,6 +105,6 @@ class MetricsStoredAtCheckpoint(Callback):
 
 def logged_steps(uri: str, run_id: str) -> dict[str, set[int]]:
     """Metric key -> the steps logged in the run so far."""
-    client = mlflow_store._client(uri)
+    client = mlflow_store.client(uri)
     run = client.get_run(run_id)
     return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}

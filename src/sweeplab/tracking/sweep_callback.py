@@ -4,7 +4,7 @@ In the process that launches the sweep, before any job starts (`on_multirun_star
 are created once (parallel jobs racing to create a fresh sqlite schema fail), an unreachable tracking server or a
 missing launcher setting stops the sweep with one line, and the parent run is created. Its id reaches every job
 through the `mlflow_parent_run_id` file in the sweep dir and the SWEEPLAB_PARENT_RUN_ID variable (inherited by
-joblib/loky workers and submitit jobs).
+joblib/loky workers and submitit jobs); sweeplab.channels lists these and every other channel to the jobs.
 
 In each job's own process (`on_job_start`, `on_job_end`), wherever the launcher runs it: with `assign_gpus` the job
 takes its own GPU(s) before CUDA starts; the job's return value (what a sweeper optimises: the best monitored
@@ -33,21 +33,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import distributed
+from sweeplab import channels, distributed
 from sweeplab.errors import UserError
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger(__name__)
-FAILED_JOBS = 0  # failed jobs of the last sweep in this process: `sweeplab.train` exits non-zero when > 0
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
 
 distributed.register_resolvers()  # hydra/launcher=joblib_gpus sizes n_jobs with it
-
-
-SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
-SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"  # "<start time> <number of jobs>", read by every job's process
 
 
 def progress_line(job_number: int, progress: str | None, now: float) -> str | None:
@@ -67,16 +62,6 @@ def progress_line(job_number: int, progress: str | None, now: float) -> str | No
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
-def swept_keys(config: DictConfig) -> list[str]:
-    """Keys whose value differs between the jobs: the sweeper's params and comma/range/choice overrides."""
-    keys = list((OmegaConf.select(config, "hydra.sweeper.params") or {}).keys())
-    for override in OmegaConf.select(config, "hydra.overrides.task") or []:
-        key, _, value = override.lstrip("+~").partition("=")
-        if ("," in value or value.startswith(("range(", "choice(", "interval(", "glob("))) and key not in keys:
-            keys.append(key)
-    return keys
 
 
 class MLflowSweepCallback(Callback):
@@ -100,8 +85,7 @@ class MLflowSweepCallback(Callback):
 
     # --- the launching process, before the first job ------------------------------------------------
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global FAILED_JOBS
-        FAILED_JOBS = 0
+        channels.failed_jobs = 0
         try:
             self._start(config)
         except BaseException as exc:
@@ -116,33 +100,32 @@ class MLflowSweepCallback(Callback):
 
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
-        os.environ[SWEPT_KEYS_ENV] = ",".join(swept_keys(config))  # job run names show what differs
-        os.environ[SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
+        os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
+        os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
         self._uri = uri
         experiment_id = mlflow_store.init_store(uri, experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
-        client = mlflow_store._client(uri)
+        client = mlflow_store.client(uri)
         choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
+        overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
         run = client.create_run(
             experiment_id,
-            run_name=f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
+            run_name=naming.sweep_run_name(sweep_dir),
             tags=mlflow_store.context_tags({
                 "sweeplab.role": "sweep",
                 "sweep_id": sweep_dir.name,
                 "sweep_dir": str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
-                "sweep_overrides": " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])[:5000],
-                "mlflow.note.content": "python -m sweeplab.train -m "
-                + " ".join(OmegaConf.select(config, "hydra.overrides.task") or []),
+                "sweep_overrides": " ".join(overrides)[:5000],
+                "mlflow.note.content": naming.sweep_description(overrides),
             }),
         )
         self.parent_run_id = run.info.run_id
-        global _open_sweep
-        _open_sweep = self
+        channels.open_sweep = self
         # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
         self._jobs_die_with_the_sweep = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
         try:
@@ -152,15 +135,15 @@ class MLflowSweepCallback(Callback):
             self._planned_jobs = None
         search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}
         mlflow_store.log_params(client, self.parent_run_id, {f"sweep.{k}": v for k, v in search_space.items()})
-        os.environ[mlflow_store.PARENT_RUN_ENV] = self.parent_run_id
-        write_text_atomic(sweep_dir / mlflow_store.PARENT_RUN_FILE, self.parent_run_id)
+        os.environ[channels.PARENT_RUN_ENV] = self.parent_run_id
+        write_text_atomic(sweep_dir / channels.PARENT_RUN_FILE, self.parent_run_id)
 
     # --- each job's process ---------------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         mlflow_store.forget_current_run()
         if _in_multirun():
             number = OmegaConf.select(config, "hydra.job.num", default=0) or 0
-            if (line := progress_line(int(number), os.environ.get(SWEEP_PROGRESS_ENV), time.time())) is not None:
+            if (line := progress_line(int(number), os.environ.get(channels.SWEEP_PROGRESS_ENV), time.time())) is not None:
                 log.info("%s", line)
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
@@ -184,10 +167,10 @@ class MLflowSweepCallback(Callback):
         metric, mode = _objective_of(config)
         job_number = str(OmegaConf.select(config, "hydra.job.num", default=""))
         tags = {"objective": metric, "objective_mode": mode, "hydra_job": job_number}
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-            tags["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        if os.environ.get(channels.CUDA_VISIBLE_DEVICES_ENV) is not None:
+            tags["cuda_visible_devices"] = os.environ[channels.CUDA_VISIBLE_DEVICES_ENV]
         try:
-            mlflow_store._client(self._settings(config)[0]).log_batch(
+            mlflow_store.client(self._settings(config)[0]).log_batch(
                 run_id,
                 metrics=[Metric("objective", float(value), int(time.time() * 1000), 0)],
                 tags=[RunTag(k, v) for k, v in tags.items()],
@@ -199,15 +182,15 @@ class MLflowSweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id is None:
             return
-        from sweeplab.report import child_runs, sweep_report
+        from sweeplab.report import sweep_report
 
         uri, _, _ = self._settings(config)
-        client = mlflow_store._client(uri)
+        client = mlflow_store.client(uri)
         sweep_dir = Path(config.hydra.sweep.dir)
         status = "FINISHED"
         try:
             report = sweep_report(uri, self.parent_run_id, sweep_dir)
-            children = child_runs(uri, self.parent_run_id)
+            children = mlflow_store.sweep_jobs(uri, self.parent_run_id)
             best = record_best(client, self.parent_run_id, children, config)
             files = list(report.files) + _objective_plot(children, sweep_dir, config)
             if (sweep_dir / OPTUNA_RESULTS).exists():
@@ -217,8 +200,7 @@ class MLflowSweepCallback(Callback):
             for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
-                global FAILED_JOBS
-                FAILED_JOBS = report.failed
+                channels.failed_jobs = report.failed
                 status = "FAILED"
                 client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
         except BaseException as exc:
@@ -230,40 +212,35 @@ class MLflowSweepCallback(Callback):
 
     def _close(self, status: str) -> None:
         """End the parent run with `status` and the job counts; once, whichever way the sweep ends."""
-        global _open_sweep
         parent, self.parent_run_id = self.parent_run_id, None
-        _open_sweep = None
-        os.environ.pop(mlflow_store.PARENT_RUN_ENV, None)
+        channels.open_sweep = None
+        os.environ.pop(channels.PARENT_RUN_ENV, None)
         if parent is None:
             return
-        client = mlflow_store._client(self._uri)
+        client = mlflow_store.client(self._uri)
         try:
-            from sweeplab.report import child_runs
-
-            children = child_runs(self._uri, parent)
+            children = mlflow_store.sweep_jobs(self._uri, parent)
             if status == "KILLED" and self._jobs_die_with_the_sweep:
                 # joblib's workers are terminated with the launching process before they can close their runs
                 for run in children:
                     if run.info.status == "RUNNING":
                         client.set_tag(run.info.run_id, "error", "Interrupted: the sweep was interrupted")
                         client.set_terminated(run.info.run_id, "KILLED")
-                children = child_runs(self._uri, parent)
+                children = mlflow_store.sweep_jobs(self._uri, parent)
             record_job_counts(client, parent, children, self._planned_jobs)
         except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
         client.set_terminated(parent, status)
 
 
-_open_sweep: MLflowSweepCallback | None = None  # the callback whose parent run is open in this process
-
-
 def end_interrupted_sweep(exc: BaseException) -> None:
     """Close the parent run of the sweep an interrupt stopped (KILLED, with the job counts), if this process opened
     one. The entry point calls this: Hydra runs no callback when a job raises more than an Exception."""
-    if _open_sweep is not None and _open_sweep.parent_run_id is not None:
+    sweep = channels.open_sweep
+    if sweep is not None and sweep.parent_run_id is not None:
         with contextlib.suppress(Exception):
-            mlflow_store._client(_open_sweep._uri).set_tag(_open_sweep.parent_run_id, "error", str(exc))
-        _open_sweep._close("KILLED")
+            mlflow_store.client(sweep._uri).set_tag(sweep.parent_run_id, "error", str(exc))
+        sweep._close("KILLED")
 
 
 def record_job_counts(client, parent_run_id: str, children, planned: int | None) -> dict[str, int]:

@@ -19,12 +19,10 @@ from sweeplab.tracking import mlflow_store
 
 def latest_sweep_url(uri: str, base: str) -> str | None:
     """The runs-table URL of the newest sweep in any experiment of the store; None when there is no sweep."""
-    from sweeplab.report import latest_sweep
-
-    parent_id = latest_sweep(uri)
+    parent_id = mlflow_store.latest_sweep(uri)
     if parent_id is None:
         return None
-    parent = mlflow_store._client(uri).get_run(parent_id)
+    parent = mlflow_store.client(uri).get_run(parent_id)
     return mlflow_store.runs_url(
         base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first

@@ -275,10 +275,6 @@ class LMDataModule(L.LightningDataModule):
         """The tokenizer's actual size (what the model's embedding needs); trains or loads it on first use."""
         return self.tokenizer.get_vocab_size()
 
-    @property
-    def tokens_per_batch(self) -> int:
-        return self.batch_size * self.block_size
-
     def prepare_data(self) -> None:
         """Tokenise every split into the cache (a no-op when the cache is there)."""
         for source in self.sources.values():

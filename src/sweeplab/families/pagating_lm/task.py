@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 
 import lightning as L
@@ -69,7 +68,3 @@ class LMTask(SweepTask):
         summary["summary/flops_per_token"] = self.model.flops_per_token()
         summary.update({f"summary/alpha/{k}": v for k, v in self.model.alpha_values().items()})
         return summary
-
-
-def perplexity(loss: float) -> float:
-    return math.exp(loss)

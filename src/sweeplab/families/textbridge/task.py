@@ -70,12 +70,8 @@ class FrozenFeatureCache:
         with torch.no_grad():
             for batch in tqdm(loader, desc="caching frozen trunk", leave=False):
                 ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-                x = model.trunk(ids, mask, upto=self.start_block)
-                if self.pooled:
-                    m = mask.to(x.dtype).unsqueeze(-1)
-                    self.features[batch["sample_id"].to(device)] = (x * m).sum(1) / m.sum(1).clamp_min(1e-9)
-                else:
-                    self.features[batch["sample_id"].to(device), : x.shape[1]] = x.float()
+                features = model.frozen_features(ids, mask, self.start_block)  # (B, D) pooled or (B, L, D)
+                self.features[batch["sample_id"].to(device), : features.shape[1]] = features.float()
 
     @staticmethod
     def size_mb(model: TextBridgeEncoder, n_samples: int, l_max: int) -> float:
@@ -84,8 +80,7 @@ class FrozenFeatureCache:
 
     def forward(self, model: TextBridgeEncoder, batch: dict) -> torch.Tensor:
         if self.pooled:
-            z = model.head(self.features[batch["sample_id"]])
-            return torch.tanh(z) if model.config.use_tanh else z
+            return model.forward_from_features(self.features[batch["sample_id"]], batch["attention_mask"], self.start_block)
         mask = batch["attention_mask"]
         if self._real_tokens_only(model, mask):
             return self._forward_real_tokens(model, batch)
@@ -104,14 +99,8 @@ class FrozenFeatureCache:
 
     def _forward_real_tokens(self, model: TextBridgeEncoder, batch: dict) -> torch.Tensor:
         mask = batch["attention_mask"].bool()
-        lengths = mask.sum(1)
-        x = self.features[batch["sample_id"], : mask.shape[1]][mask]  # (T, D): real tokens, sample after sample
-        segment = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), lengths)
-        position = torch.arange(len(x), device=x.device) - (torch.cumsum(lengths, 0) - lengths)[segment]
-        x = model.blocks[-1].forward_fixed_input_tokens(x, position)
-        pooled = x.new_zeros(len(lengths), x.shape[1]).index_add_(0, segment, x)
-        z = model.head(pooled / lengths.unsqueeze(1).clamp_min(1).to(x.dtype))  # masked mean; empty samples: 0
-        return torch.tanh(z) if model.config.use_tanh else z
+        tokens = self.features[batch["sample_id"], : mask.shape[1]][mask]  # (T, D): real tokens, sample after sample
+        return model.forward_last_block_at_tokens(tokens, mask.sum(1))
 
 
 class TextBridgeTask(SweepTask):

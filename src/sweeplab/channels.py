@@ -1,0 +1,81 @@
+"""Every channel that carries state between sweeplab's processes, or between parts of one process that cannot call
+each other: each name once, with who writes it, who reads it and why it travels this way.
+
+A sweep's jobs run in the launching process (Hydra's basic launcher), in joblib/loky workers, in submitit jobs on
+other hosts, or as DDP ranks that re-run the command line (sweeplab.distributed). None of them gets a Python object
+from the sweep: they inherit its environment, and some see its sweep directory. Inside one process, Hydra's
+callbacks and sweeplab's entry point share no call path either (a Hydra callback returns nothing to the app), so
+the few facts they exchange are module attributes here, set and read as `channels.<name>`.
+
+Not listed: the launchers' own rank variables (torchrun, Lightning, SLURM), which sweeplab.distributed reads and
+restores between jobs (`RANK_ENV_VARS`, `LAUNCH_ENV_VARS`); they are the launchers' protocol, not sweeplab's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# --- environment: the sweep's process -> its jobs -----------------------------------------------------------------
+# The keys whose values differ between the sweep's jobs, comma-separated. Written by the sweep callback before the
+# first job (tracking/sweep_callback.on_multirun_start); read by every job's run naming (tracking/naming.run_name),
+# so a run's name starts with what tells it from its neighbours. The environment, as a job's own config cannot say
+# which of its values were swept.
+SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
+
+# "<sweep start time> <number of jobs>". Written by the sweep callback before the first job; read by each job's
+# process for its progress line (tracking/sweep_callback.progress_line): a joblib worker or a submitit job has no
+# other way to know when the sweep started and how many jobs it has.
+SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
+
+# The sweep's MLflow parent run id. Written by the sweep callback once it created the parent run (and removed when
+# it closes it); read by each job (tracking/mlflow_store.read_parent_run_id) to nest its run under the parent. The
+# file PARENT_RUN_FILE in the sweep dir says the same and wins (it names this very sweep); the environment covers
+# a job that cannot see the sweep dir.
+PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
+PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report --multirun-dir` and order_check read it
+
+# --- environment: the user (or a test) -> every process of a run or sweep ----------------------------------------
+# Where prepared data and token caches go. Set by the user or a test; read by conf/train.yaml
+# (`paths.data_dir: ${oc.env:SWEEPLAB_DATA_DIR,data}`) in every job, so all jobs and ranks share one cache.
+DATA_DIR_ENV = "SWEEPLAB_DATA_DIR"
+
+# Where the per-GPU lock files of `hydra/launcher=joblib_gpus` live. Set by the user or a test; read by each job's
+# process when it claims its GPUs (distributed.gpu_lock_dir): the jobs of one host must agree on one directory.
+GPU_LOCK_DIR_ENV = "SWEEPLAB_GPU_LOCK_DIR"
+
+# The MLflow store; MLflow's own variable, which sweeplab reads before the config's logger.tracking_uri
+# (tracking/mlflow_store.resolve_uri) so every job of a sweep, wherever it runs, writes to the same store.
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+
+# The GPUs a process may use; CUDA's own variable. Written by a parallel sweep job that claims its GPUs before CUDA
+# starts (distributed.claim_gpus); read by CUDA, by the DDP ranks the job starts, and recorded as the job's
+# `cuda_visible_devices` tag (tracking/sweep_callback).
+CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+# Fault injection (callbacks/faults.py says what each does). Set by the reliability tests in the environment of the
+# real subprocess or sweep they start; read once per job by FaultInjection.from_env. The environment, not a config
+# key: the fault must reach a real child process (and every job of a sweep), and no user config can switch it on.
+FAULT_KILL_ENV = "SWEEPLAB_FAULT_KILL_AT_STEP"
+FAULT_RAISE_ENV = "SWEEPLAB_FAULT_RAISE_AT_STEP"
+FAULT_OOM_ENV = "SWEEPLAB_FAULT_OOM_AT_STEP"
+FAULT_NAN_ENV = "SWEEPLAB_FAULT_NAN_GRAD_AT_STEP"
+FAULT_PAUSE_ENV = "SWEEPLAB_FAULT_PAUSE_AT_STEP"
+FAULT_PAUSE_FINAL_VALIDATION_ENV = "SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION"
+FAULT_PAUSED_FILE_ENV = "SWEEPLAB_FAULT_PAUSED_FILE"  # the file a paused run creates: the test's cue to signal it
+FAULT_KILL_IN_VALIDATION_ENV = "SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP"
+FAULT_KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
+
+# --- module attributes: between parts of one process ---------------------------------------------------------------
+# The MLflow run of the job this process ran last. Written by tracking/mlflow_store.JobRun when it creates or
+# reopens a run (None again via mlflow_store.forget_current_run); read by the sweep callback's on_job_end, which
+# records the job's return value on that run: Hydra hands the callback the return value but not the run.
+job_run_id: str | None = None
+
+# The sweep callback whose parent run is open in this process (None when none is). Written by the sweep callback
+# when it opens and closes the parent run; read by tracking/sweep_callback.end_interrupted_sweep, which the entry
+# point (sweeplab.train) calls after Ctrl-C or SIGTERM: Hydra runs no callback when a job raises an interrupt.
+open_sweep: Any = None
+
+# Failed jobs of the last sweep in this process. Written by the sweep callback's on_multirun_end; read by the entry
+# point (sweeplab.train.run), which exits non-zero when it is > 0: Hydra's multirun returns nothing to the app.
+failed_jobs: int = 0

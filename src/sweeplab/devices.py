@@ -1,0 +1,121 @@
+"""Facts about the machine a job runs on: the device's name, its peak FLOP/s and memory, waiting for its queued work,
+and the host's CPUs and load. `backends` decides what runs where; this module describes what is there.
+
+Lightning's `ThroughputMonitor` peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4
+sparsity for some boards. We reuse its table (`get_available_flops`) for every other GPU and keep dense Hopper
+figures here.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+import torch
+
+PRECISION_DTYPES = {
+    "32-true": torch.float32,
+    "32": torch.float32,
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+}
+
+# Dense (no 2:4 sparsity) tensor-core peaks, FLOP/s, from NVIDIA's H100/H200 datasheets. Lightning's table has the
+# sparse figure for "h200 sxm1"/"h100 nvl" and cannot parse the plain "NVIDIA H200" that H200 SXM boards report.
+# The H200 is the H100 SXM's die with more memory: same compute.
+_HOPPER_DENSE = {
+    "h100 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h100 pcie": {torch.float32: 51.2e12, "tfloat32": 378e12, torch.bfloat16: 756e12, torch.float16: 756e12},
+    "h100 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
+    "h200 sxm": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h200 nvl": {torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
+}
+
+
+def device_name(backend: str) -> str:
+    if backend == "cuda":
+        return torch.cuda.get_device_name()
+    if backend == "mps":
+        return "Apple MPS"
+    import platform
+
+    try:  # Linux: the CPU's marketing name says more than "x86_64"
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA or MPS); nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average (runnable threads, ours included), where the OS reports one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
+def host_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a container's or taskset's share, not the whole host)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def hopper_chip(device_name: str) -> str | None:
+    """The `_HOPPER_DENSE` key of a CUDA device name ("NVIDIA H100 80GB HBM3" -> "h100 sxm"), else None."""
+    name = device_name.lower()
+    if "h200" in name:
+        return "h200 nvl" if "nvl" in name else "h200 sxm"
+    if "h100" in name:
+        if "nvl" in name:
+            return "h100 nvl"
+        if "pcie" in name or "hbm2e" in name:
+            return "h100 pcie"
+        return "h100 sxm"
+    return None
+
+
+def peak_flops(device: torch.device, precision: str, device_name: str | None = None) -> float | None:
+    """Theoretical dense peak FLOP/s of the device at this precision, where known (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    dtype = PRECISION_DTYPES.get(str(precision), torch.float32)
+    name = device_name if device_name is not None else torch.cuda.get_device_name(device)
+    chip = hopper_chip(name)
+    if chip is not None:
+        if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
+            dtype = "tfloat32"
+        return _HOPPER_DENSE[chip].get(dtype)
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    flops = get_available_flops(device, dtype)
+    return float(flops) if flops else None
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the caching allocator's peak; MPS: memory the Metal driver holds now; CPU: the process's peak RSS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if device.type == "mps":
+        return torch.mps.driver_allocated_memory() / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)

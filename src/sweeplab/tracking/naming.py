@@ -1,0 +1,129 @@
+"""What runs are called in MLflow: a job's run name and description, a sweep's (and the bench's) parent run.
+
+A job's name says what tells it from its neighbours, swept keys first (a narrow name column still shows them): the
+sweep callback writes the swept keys to the environment (channels.SWEPT_KEYS_ENV) before the first job, and each
+job, wherever it runs, reads them here. Each family supplies the keys its runs always show (`Family.name_parts`,
+values formatted with `name_value`). A run's description is the command that runs it again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab import CONF_DIR
+from sweeplab.channels import SWEPT_KEYS_ENV
+
+_NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
+_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
+TRAIN_COMMAND = "python -m sweeplab.train"
+
+
+def name_value(value: Any) -> str:
+    """A config value as a run name shows it: floats to 4 significant digits (Optuna samples 0.43728190...)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(value) if str(value).lstrip("-").isdigit() else f"{number:.4g}"
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys whose value differs between the jobs: the sweeper's params and comma/range/choice overrides."""
+    keys = list((OmegaConf.select(config, "hydra.sweeper.params") or {}).keys())
+    for override in OmegaConf.select(config, "hydra.overrides.task") or []:
+        key, _, value = override.lstrip("+~").partition("=")
+        if ("," in value or value.startswith(("range(", "choice(", "interval(", "glob("))) and key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _job_overrides() -> list[str] | None:
+    """This job's command-line overrides (the sweeper's sample for Optuna); None outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under Hydra (tests, notebooks, bench, profile)
+        return None
+
+
+def _swept_values() -> dict[str, str]:
+    """{key: value} of this job's swept keys, as its overrides set them."""
+    swept = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
+    if not swept:
+        return {}
+    values = {}
+    for override in _job_overrides() or []:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in swept:
+            values[key] = value
+    return values
+
+
+def _conf_default(group_file: str, key: str) -> Any:
+    """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
+    try:
+        return OmegaConf.select(OmegaConf.load(Path(CONF_DIR) / group_file), key)
+    except Exception:
+        return None
+
+
+def run_name(p, cfg: DictConfig) -> str:
+    """A job's run name (p: its training.JobPlan): swept keys first, then the family and its own keys, a
+    non-default model size or step budget, and the backend's settings."""
+    family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
+    swept = _swept_values()
+    parts = []
+    for key, value in swept.items():
+        if key not in _NAMED_AT_THE_END:
+            short = _NAME_SHORT.get(key, key.rsplit(".", 1)[-1].replace("/", "."))
+            parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
+    parts.append(p.family.name)
+    size = OmegaConf.select(cfg, "model.size")
+    if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
+        parts.append(str(size))
+    parts += family_parts.values()
+    if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
+        parts.append(f"steps={p.trainer.max_steps}")
+    parts.append(p.backend)
+    if p.trainer.precision != "32-true":
+        parts.append(p.trainer.precision)
+    if p.compile_mode != "off":
+        parts.append(f"compile={p.compile_mode}")
+    if p.cuda_graph:
+        parts.append("cuda_graph")
+    return " ".join(parts)
+
+
+def run_description() -> str | None:
+    """A job's note in the MLflow UI: how to run it again (its command-line overrides); None outside Hydra."""
+    overrides = _job_overrides()
+    if overrides is None:
+        return None
+    return " ".join([TRAIN_COMMAND, *overrides])
+
+
+def failed_job_name(family: str) -> str:
+    """The run of a sweep job that failed before its own run existed (a config or data error)."""
+    return f"{family} (failed before training)"
+
+
+def sweep_run_name(sweep_dir: Path) -> str:
+    """A sweep's parent run: its multirun dir's last two parts (date/time)."""
+    return f"sweep {sweep_dir.parent.name}/{sweep_dir.name}"
+
+
+def sweep_description(overrides: list[str]) -> str:
+    """A sweep's note in the MLflow UI: the command that launches it again."""
+    return " ".join([TRAIN_COMMAND, "-m", *overrides])
+
+
+def bench_run_name(out_dir: Path) -> str:
+    """`sweeplab.bench`'s parent run: its output dir's name (the time it started)."""
+    return f"bench {out_dir.name}"
