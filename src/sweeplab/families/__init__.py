@@ -30,6 +30,8 @@ class Family:
     model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None  # from a checkpoint's hparams
     build_model: Callable[[Any], Any] | None = None  # config -> plain nn.Module (export, reference loops)
     build_task_config: Callable[[Mapping[str, Any]], Any] | None = None  # the `loss` group, checked up front
+    # config -> the MLX port of build_model's module (backend=mlx); None: the family has no MLX port
+    build_mlx_model: Callable[[Any], Any] | None = None
 
 
 # --- TextBridge ------------------------------------------------------------------------------------
@@ -80,6 +82,12 @@ def _textbridge_build_model(config):
     from sweeplab.models.textbridge import TextBridgeEncoder
 
     return TextBridgeEncoder(config)
+
+
+def _textbridge_build_mlx_model(config):
+    from sweeplab.families.textbridge.mlx_model import build_mlx_model
+
+    return build_mlx_model(config)
 
 
 def name_value(value: Any) -> str:
@@ -145,6 +153,12 @@ def _lm_build_model(config):
     return GPT(config)
 
 
+def _lm_build_mlx_model(config):
+    from sweeplab.families.pagating_lm.mlx_model import build_mlx_model
+
+    return build_mlx_model(config)
+
+
 def _lm_name(cfg) -> dict[str, str]:
     m = cfg.model
     ffn = {"model.unit": f"unit={m.unit}", "model.alpha": f"a={name_value(m.alpha)}"} if m.ffn == "pagating" else {}
@@ -167,6 +181,7 @@ FAMILIES: dict[str, Family] = {
         model_config_from_dict=_lm_config_from_dict,
         build_model=_lm_build_model,
         build_task_config=_lm_loss,
+        build_mlx_model=_lm_build_mlx_model,
     ),
     "textbridge": Family(
         "textbridge",
@@ -178,6 +193,7 @@ FAMILIES: dict[str, Family] = {
         model_config_from_dict=_textbridge_config_from_dict,
         build_model=_textbridge_build_model,
         build_task_config=_textbridge_loss,
+        build_mlx_model=_textbridge_build_mlx_model,
     ),
 }
 

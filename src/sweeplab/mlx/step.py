@@ -36,6 +36,15 @@ def _keep_where(finite: mx.array, live, before) -> None:
             live[key] = mx.where(finite, value, before[key])
 
 
+def _put_back(live, saved) -> None:
+    items = live.items() if isinstance(live, dict) else enumerate(live)
+    for key, value in list(items):
+        if isinstance(value, (dict, list)):
+            _put_back(value, saved[key])
+        else:
+            live[key] = saved[key]
+
+
 class CompiledStep:
     """step(*batch) -> (loss, metrics, grad_norm, finite), all lazy MLX arrays; the model and optimizer updated.
 
@@ -79,6 +88,16 @@ class CompiledStep:
 
     def __call__(self, *batch):
         return self._step(*batch)
+
+    def warm_up(self, batches: list, passes: int = 1) -> None:
+        """Run the step on each batch `passes` times and put every captured array back: each batch shape is traced
+        and compiled before the timed steps, and training is unchanged (SweepTask.warm_up_shapes' promise)."""
+        saved = tree_map(lambda a: a, self.state)  # arrays are immutable: holding them is a snapshot
+        for batch in batches:
+            for _ in range(passes):
+                mx.eval(self(batch))
+        _put_back(self.state, saved)
+        mx.eval(self.state)
 
 
 __all__ = ["CompiledStep", "global_norm"]

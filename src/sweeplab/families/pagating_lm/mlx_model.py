@@ -249,6 +249,18 @@ class GPT(nn.Module):
             x = block(x, mask)
         return self.wte.as_linear(self.ln_f(x))  # tied: one matrix reads tokens in and scores them out
 
+    def training_loss(self, batch: dict, loss_config=None) -> tuple[mx.array, dict[str, mx.array]]:
+        """(loss, metrics) of a training batch, as LMTask.training_loss (the MLX loop's step calls it)."""
+        return lm_loss(self(batch["input_ids"]), batch["labels"]), {}
+
+    def before_step(self, step: int) -> None:
+        """The MLX loop calls this before each optimizer step (`step` taken so far), as AlphaScheduleCallback."""
+        self.set_alpha_step(step)
+
+    def logged_values(self) -> dict[str, float]:
+        """What the MLX loop logs every log_every_n_steps besides the loss, as AlphaScheduleCallback logs it."""
+        return {f"alpha/{layer}": value for layer, value in self.alpha_values().items()}
+
     def units(self) -> list[tuple[int, PaGatingUnit]]:
         return [(i, b.mlp.unit) for i, b in enumerate(self.blocks) if isinstance(b.mlp.unit, PaGatingUnit)]
 

@@ -84,6 +84,12 @@ class TextBridgeEncoder(nn.Module):
         """(B, L) token ids and 0/1 mask -> (B, out_dim) sentence embedding."""
         return self.pool_and_project(self.trunk(input_ids, attention_mask), attention_mask)
 
+    def training_loss(self, batch: dict, loss_config) -> tuple[mx.array, dict[str, mx.array]]:
+        """(loss, metrics) of a training batch, as TextBridgeTask.training_loss (the MLX loop's step calls it)."""
+        z = self(batch["input_ids"], batch["attention_mask"])
+        loss, cos, mse = distill_loss(z, batch["target"], loss_config.alpha, loss_config.beta)
+        return loss, {"train/cos": cos, "train/mse": mse}
+
     def apply_freeze(self, mode: str) -> None:
         """What trains, as in the PyTorch model: frozen parameters are left out of `trainable_parameters()`, so
         they get no gradient and no optimizer state."""
