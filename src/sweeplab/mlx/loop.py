@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import torch
 
-from sweeplab import distributed
+from sweeplab import backends, distributed
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.errors import ConfigError
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 def check_plan(p) -> None:
     """What the MLX loop cannot do yet, refused before any run exists (backends.check_combination has the rest)."""
     container = p.container
+    backends.mlx_device(p.backend_config.device)  # backend.device=gpu where MLX has none
     if p.family.build_mlx_model is None:
         raise ConfigError("backend", f"the {p.family.name} family has no MLX model; use a PyTorch backend")
     if container.get("resume") not in (False, None):
@@ -160,12 +161,21 @@ def fit(p, output_dir: Path, logger, job, resume_ckpt) -> float | None:
             best.update(values[task.monitor], step, lambda: checkpoint(step))
         timer.on_validation_end(trainer, timer_module)
 
+    def log_model_values(step: int) -> None:
+        """The model's own figures (the LM's α per layer) at `step` optimizer steps, as AlphaScheduleCallback."""
+        if hasattr(model, "before_step"):
+            model.before_step(step)
+        if hasattr(model, "logged_values"):
+            log_metrics(model.logged_values(), step)
+
     step = 0
+    log_model_values(0)
     consecutive_skips = 0
     first_bad = None
     timer.on_train_start(trainer, timer_module)
+    loader = datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on to the next epoch
     while step < max_steps:
-        for batch in datamodule.train_dataloader():
+        for batch in loader:
             timer.on_train_batch_start(trainer, timer_module, batch, step)
             if hasattr(model, "before_step"):
                 model.before_step(step)
@@ -195,10 +205,8 @@ def fit(p, output_dir: Path, logger, job, resume_ckpt) -> float | None:
             trainer.global_step, trainer.fit_loop.epoch_loop._batches_that_stepped = step, batch_index
             timer.on_train_batch_end(trainer, timer_module, None, batch, batch_index)
             if step % p.trainer.log_every_n_steps == 0:
-                values = {"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr}
-                if hasattr(model, "logged_values"):
-                    values.update(model.logged_values())
-                log_metrics(values, batch_index)
+                log_metrics({"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr}, batch_index)
+                log_model_values(step)
             if step % p.trainer.val_check_interval == 0 or step >= max_steps:
                 validate(step, batch_index)
             if step >= max_steps:
