@@ -1,4 +1,4 @@
-"""Backends (cpu, mps, cuda, auto) and the precision/compile combinations each one can run.
+"""Backends (cpu, mps, cuda, auto, and mlx: Apple's MLX, trained by sweeplab.mlx.loop) and the precision/compile combinations each one can run.
 
 Combinations that cannot work fail here, before any data is prepared; combinations known to be fragile warn.
 """
@@ -18,7 +18,9 @@ from sweeplab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("cpu", "mps", "cuda", "auto")
+BACKENDS = ("cpu", "mps", "cuda", "auto", "mlx")
+MLX_DEVICES = ("auto", "gpu", "cpu")
+MLX_INSTALL = "pip install 'sweeplab[mlx]'"
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
@@ -32,10 +34,13 @@ class BackendConfig:
     # cuDNN tries its convolution algorithms once per input shape and keeps the fastest. TextBridge's dilated
     # convolutions train 1.5x faster on an H100 with it (BENCHMARKS.md); it costs a few ms per new shape.
     cudnn_benchmark: bool = True  # CUDA only
+    device: str = "auto"  # backend=mlx only: gpu (Metal), cpu, or auto (the GPU where MLX has one)
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
             raise ValueError(f"name={self.name!r} is not one of {BACKENDS}")
+        if self.device not in MLX_DEVICES:
+            raise ValueError(f"device={self.device!r} is not one of {MLX_DEVICES}")
         if self.matmul_precision not in ("highest", "high", "medium"):
             raise ValueError(f"matmul_precision={self.matmul_precision!r} is not one of highest, high, medium")
 
@@ -44,8 +49,29 @@ def mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
+def import_mlx():
+    """mlx.core, or one line saying how to install it."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        raise UserError(f"backend=mlx: the mlx package is not installed; {MLX_INSTALL}") from None
+    return mx
+
+
+def mlx_device(device: str) -> str:
+    """The device MLX runs `backend.device` on here (gpu or cpu); a clear error when there is no GPU for MLX."""
+    mx = import_mlx()
+    has_gpu = mx.is_available(mx.gpu)
+    if device == "gpu" and not has_gpu:
+        raise ConfigError("backend.device", "gpu: this MLX build has no GPU on this machine (the Linux CPU wheel?); use backend.device=cpu")
+    return "gpu" if device == "gpu" or (device == "auto" and has_gpu) else "cpu"
+
+
 def resolve_backend(name: str) -> str:
     """The concrete backend this machine runs `name` on; a clear error when it is not there."""
+    if name == "mlx":
+        import_mlx()
+        return "mlx"
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
@@ -91,14 +117,18 @@ def check_combination(
         log.warning("%s", message)
         warnings.append(message)
 
-    if backend not in ("cpu", "mps", "cuda"):
-        raise ConfigError("backend.name", f"{backend!r} is not a resolved backend (cpu, mps or cuda)")
+    if backend not in ("cpu", "mps", "cuda", "mlx"):
+        raise ConfigError("backend.name", f"{backend!r} is not a resolved backend (cpu, mps, cuda or mlx)")
     if precision not in PRECISIONS:
         raise ConfigError("trainer.precision", f"{precision!r} is not one of {PRECISIONS}")
     if compile_mode not in COMPILE_MODES:
         raise ConfigError("compile", f"{compile_mode!r} is not one of {COMPILE_MODES}")
     if optim_implementation not in OPTIMIZER_IMPLEMENTATIONS:
         raise ConfigError("optim.implementation", f"{optim_implementation!r} is not one of {OPTIMIZER_IMPLEMENTATIONS}")
+    if backend == "mlx":
+        _check_mlx(precision, compile_mode, optim_implementation, gradient_checkpointing, cuda_graph, devices,
+                   accumulate_grad_batches)
+        return warnings
 
     # --- precision --------------------------------------------------------------------------------
     if backend == "cpu" and precision == "16-mixed":
@@ -165,6 +195,28 @@ def check_combination(
     return warnings
 
 
+def _check_mlx(
+    precision: str, compile_mode: str, optim_implementation: str, gradient_checkpointing: bool, cuda_graph: bool,
+    devices: int, accumulate_grad_batches: int,
+) -> None:
+    """What sweeplab's MLX loop (sweeplab.mlx.loop) does not do: PyTorch's own switches, and what it has no port of.
+    Its training step is always compiled with mx.compile."""
+    if compile_mode != "off":
+        raise ConfigError("compile", f"{compile_mode} is torch.compile; backend=mlx compiles its step with mx.compile itself: use compile=off")
+    if cuda_graph:
+        raise ConfigError("cuda_graph", "CUDA graphs are PyTorch's; backend=mlx compiles its step with mx.compile: use cuda_graph=false")
+    if precision != "32-true":
+        raise ConfigError("trainer.precision", f"{precision}: backend=mlx trains in 32-true only (no mixed precision or fp16 loss scaler)")
+    if optim_implementation not in ("auto", "for_loop"):
+        raise ConfigError("optim.implementation", f"{optim_implementation} selects torch's optimizer kernels; backend=mlx has one: use auto")
+    if devices != 1:
+        raise ConfigError("trainer.devices", f"{devices}: backend=mlx trains on one device; use trainer.devices=1")
+    if accumulate_grad_batches != 1:
+        raise ConfigError("trainer.accumulate_grad_batches", "backend=mlx steps on every batch; use trainer.accumulate_grad_batches=1")
+    if gradient_checkpointing:
+        raise ConfigError("model.gradient_checkpointing", "the MLX models do not recompute blocks; use model.gradient_checkpointing=false")
+
+
 def _mps_macos_at_least(major: int) -> bool:
     check = getattr(torch.backends.mps, "is_macos_or_newer", None)
     if check is None:
@@ -202,6 +254,9 @@ def precision_plugins(precision: str, backend: str) -> list:
 
 
 def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
+    if backend == "mlx":
+        mx = import_mlx()
+        mx.set_default_device(mx.gpu if mlx_device(cfg.device) == "gpu" else mx.cpu)
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     if cfg.cpu_threads:
         torch.set_num_threads(cfg.cpu_threads)

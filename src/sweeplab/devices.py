@@ -36,6 +36,13 @@ _HOPPER_DENSE = {
 
 
 def device_name(backend: str) -> str:
+    if backend == "mlx":
+        from sweeplab.backends import import_mlx
+
+        mx = import_mlx()
+        if mx.default_device().type == mx.gpu:
+            return f"MLX gpu ({mx.device_info().get('device_name', 'Apple GPU')})"
+        return f"MLX cpu ({device_name('cpu')})"
     if backend == "cuda":
         return torch.cuda.get_device_name()
     if backend == "mps":

@@ -225,6 +225,10 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own."""
     p = plan(cfg)
+    if p.backend == "mlx":
+        from sweeplab.mlx.loop import check_plan
+
+        check_plan(p)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
     hydra_dir, sweep_dir = _hydra_runtime()
@@ -322,6 +326,10 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
 
 
 def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) -> float | None:
+    if p.backend == "mlx":  # Lightning does not run MLX: sweeplab's own loop, same data, metrics, runs and files
+        from sweeplab.mlx.loop import fit
+
+        return fit(p, output_dir, logger, job, resume_ckpt)
     datamodule = p.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -113,6 +113,8 @@ class Family:
     export: ExportSpec | None = None
     # where Hydra finds the family's configs, e.g. "pkg://my_package.conf"; None: in sweeplab's own conf/
     config_searchpath: str | None = None
+    # model config -> the MLX port of build_model's module (backend=mlx); None: the family has no MLX port
+    build_mlx_model: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.monitor_mode not in ("max", "min"):

@@ -45,6 +45,19 @@ def check_alpha(alpha: float | int | str) -> float | str:
     return float(alpha)
 
 
+def scheduled_alpha(
+    mode: str, step: int, schedule_steps: int, reverse: bool, alpha_min: float, alpha_max: float
+) -> float:
+    """A cosine or linear α after `step` optimizer steps; one definition for every backend's α gate."""
+    progress = min(max(step, 0) / schedule_steps, 1.0)
+    if reverse:
+        progress = 1.0 - progress
+    span = alpha_max - alpha_min
+    if mode == "cosine":
+        return alpha_min + span * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return alpha_min + span * progress
+
+
 class AlphaGate(nn.Module):
     """Owns α and applies it to a gate: α·gate + (1 − α). Every unit holds one; all α math lives here."""
 
@@ -88,13 +101,9 @@ class AlphaGate(nn.Module):
 
     def alpha_at(self, step: int) -> float:
         """The scheduled α after `step` optimizer steps (a Python float: no device work)."""
-        progress = min(max(step, 0) / self.schedule_steps, 1.0)
-        if self.schedule_reverse:
-            progress = 1.0 - progress
-        span = self.alpha_max - self.alpha_min
-        if self.mode == "cosine":
-            return self.alpha_min + span * 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.alpha_min + span * progress
+        return scheduled_alpha(
+            self.mode, step, self.schedule_steps, self.schedule_reverse, self.alpha_min, self.alpha_max
+        )
 
     @torch.no_grad()
     def set_step(self, step: int) -> None:
@@ -298,5 +307,6 @@ __all__ = [
     "check_alpha",
     "iter_units",
     "make_unit",
+    "scheduled_alpha",
     "set_alpha_step",
 ]

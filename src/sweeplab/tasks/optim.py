@@ -44,12 +44,17 @@ class OptimConfig:
             raise ValueError(f"implementation={self.implementation!r} is not one of auto, fused, foreach, for_loop")
 
 
+def decays(ndim: int) -> bool:
+    """Whether weight decay applies to a parameter of `ndim` dimensions (every backend's optimizer asks here)."""
+    return ndim >= 2
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decay matrices and embeddings; never biases, norm gains or scalars (a learnable alpha or beta)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+            (decay if decays(p.ndim) else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
 

@@ -77,6 +77,12 @@ def _export_rows(path, vocab_size: int, seq_len: int, max_rows: int):
     return token_file_rows(path, vocab_size, seq_len, max_rows)
 
 
+def _mlx_model(config):
+    from sweeplab.families.pagating_lm.mlx_model import build_mlx_model
+
+    return build_mlx_model(config)
+
+
 FAMILY = Family(
     "pagating_lm",
     monitor="val/ppl",
@@ -91,5 +97,6 @@ FAMILY = Family(
     build_model=_model,
     report_params=("model.unit", "model.alpha", "optim.lr"),
     report_metric=("val/ppl", "val ppl"),
+    build_mlx_model=_mlx_model,
     export=ExportSpec("logits", "block_size", "next-token logits (B, S, vocab)", real_rows=_export_rows),
 )

@@ -79,6 +79,12 @@ def _export_rows(path, vocab_size: int, seq_len: int, max_rows: int):
     return token_rows(path, max_rows)
 
 
+def _mlx_model(config):
+    from sweeplab.families.textbridge.mlx_model import build_mlx_model
+
+    return build_mlx_model(config)
+
+
 FAMILY = Family(
     "textbridge",
     monitor="val/cos",
@@ -93,5 +99,6 @@ FAMILY = Family(
     build_model=_model,
     report_params=("loss.alpha", "loss.beta"),
     report_metric=("val/cos", "val cos"),
+    build_mlx_model=_mlx_model,
     export=ExportSpec("embedding", "max_len", "sentence embedding (B, out_dim)", real_rows=_export_rows),
 )
