@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	@# torch first and pinned: an unpinned torch pulls several GB of CUDA packages
 	$(PY) -m pip install -q $(TORCH_PIN)
 	$(PY) -m pip install -q -e ".[dev]"
+	@# MLX (backend=mlx) where a wheel exists (macOS arm64, Linux x86_64 CPU); elsewhere backend=mlx says how to install it
+	$(PY) -m pip install -q -e ".[mlx]" || echo "note: no MLX wheel for this platform; backend=mlx is unavailable"
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install torch 2.13.0 (CPU) and sweeplab with its dev tools
