@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,11 @@ EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
 @pytest.fixture(scope="module")
 def example_site(tmp_path_factory) -> Path:
     """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own."""
+    source = tmp_path_factory.mktemp("example") / EXAMPLE.name  # setuptools builds in the source tree: not ours
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     site = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(EXAMPLE)],
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
         check=True, capture_output=True, text=True,
     )
     return site
