@@ -144,13 +144,15 @@ class RawLoop:
     model config and init seed, same batches (DataLoader or device-resident, batch size, workers, pinned memory,
     shuffling seed), same optimizer (fused/foreach as configured), schedule, clipping, precision, compile mode (of
     the forward + loss function, as sweeplab compiles it) and, with cuda_graph=true, the same capture of forward,
-    backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it)."""
+    backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it); with
+    cuda_graph_steps=k, the same k whole optimizer steps per replay (MultiStepGraph), so the ratio compares like
+    with like."""
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
 
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
-        from sweeplab.tasks.step_graph import StepGraph, autocast_dtype
+        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype
         from sweeplab.training import plan
 
         p = plan(cfg)
@@ -178,16 +180,23 @@ class RawLoop:
         if p.compile_mode != "off":
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loss_fn = loss_fn
-        self.optimizer = build_optimizer(self.model, p.optim)
+        self.graph_steps = p.graph_steps  # optimizer steps per batch (the datamodule groups k batches' rows)
+        self.optimizer = build_optimizer(self.model, p.optim, capturable=p.graph_steps > 1 and self.device.type == "cuda")
         self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
         self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]
         self.grad_clip = p.optim.grad_clip
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "16-mixed" else None
         self.step_graph = (
             StepGraph(loss_fn, self.params, self.grad_clip, autocast_dtype(self.precision), self.device)
-            if p.cuda_graph
+            if p.cuda_graph and p.graph_steps == 1
             else None
         )
+        self._new_multi_step_graph = lambda: (
+            MultiStepGraph(loss_fn, self.optimizer, p.graph_steps, self.grad_clip, autocast_dtype(self.precision), self.device)
+            if p.graph_steps > 1
+            else None
+        )
+        self.multi_step_graph = self._new_multi_step_graph()
         self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
         self.scheduled_alpha = p.family.name == "pagating_lm" and str(p.model_values.get("alpha")) in ("cosine", "linear")
         self.step_count = 0
@@ -211,6 +220,9 @@ class RawLoop:
         L.seed_everything(self.seed, workers=True, verbose=False)
         self.model.load_state_dict(self._initial["model"])
         self.optimizer.load_state_dict(self._initial["optimizer"])  # also the groups' initial learning rates
+        # a graph of whole steps updates the optimizer state it was captured with, which the load replaced: capture
+        # again in this run's warm-up, as each sweeplab job does
+        self.multi_step_graph = self._new_multi_step_graph()
         self.scheduler.load_state_dict(self._initial["scheduler"])
         self.step_count = 0
         sampler = getattr(self.loader, "batch_sampler", None)
@@ -224,7 +236,16 @@ class RawLoop:
         return moved
 
     def step(self, batch: dict) -> None:
+        """One batch: one optimizer step, or `graph_steps` of them in one graph replay."""
         batch = self._to_device(batch)
+        if self.multi_step_graph is not None:
+            from sweeplab.tasks.step_graph import scheduled_lrs
+
+            self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.graph_steps))
+            for _ in range(self.graph_steps):
+                self.scheduler.step()
+            self.step_count += self.graph_steps
+            return
         if self.scheduled_alpha:
             from sweeplab.models.pagating import set_alpha_step
 
@@ -265,12 +286,12 @@ class RawLoop:
                 batches = iter(self.loader)
                 return next(batches)
 
-        for _ in range(warmup_steps):
+        for _ in range(warmup_steps // self.graph_steps):  # batches of graph_steps optimizer steps each
             self.step(next_batch())
         synchronize(self.device)
         t0, graphs = clock(), compiled_graphs()
         samples = 0
-        for _ in range(steps):
+        for _ in range(steps // self.graph_steps):
             batch = next_batch()
             samples += self.samples_in(batch)
             self.step(batch)
