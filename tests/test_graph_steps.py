@@ -237,3 +237,38 @@ def test_graph_steps_are_refused_for_a_family_without_device_batches(graph_path_
 def test_graph_steps_need_a_cuda_backend(demo_dir):
     with pytest.raises(ConfigError, match="cuda_graph.*backend=cuda"):
         plan(smoke_config(demo_dir, *GRAPH, *COUNTS, "cuda_graph_steps=4"))
+
+
+def test_the_bench_raw_loop_runs_the_same_k_steps(demo_dir, mlflow_uri, graph_path_on_cpu):
+    """The hand-written loop the bench compares with replays the same k-step function: after 8 steps (2 batches of
+    4) its weights are the sweeplab job's, on every run (each starts from the initial state)."""
+    from pathlib import Path
+
+    from sweeplab import bench
+
+    cfg = smoke_config(demo_dir, *GRAPH, "cuda_graph_steps=4", "trainer.max_steps=8", "trainer.val_check_interval=8",
+                       "trainer.log_every_n_steps=4", "checkpoint.every_n_steps=8", "timing.warmup_steps=8",
+                       "timing.window=4", "optim.grad_clip=0.05")
+    train(cfg)
+    (ckpt,) = (Path.cwd() / "outputs" / "checkpoints").glob("best-step*.ckpt")
+    trained = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    raw = bench.RawLoop(cfg)
+    for _ in range(2):
+        result = raw.run(warmup_steps=0, steps=8)
+        assert raw.step_count == 8 and raw.scheduler.last_epoch == 8 and raw.multi_step_graph.eager_calls == 2
+        assert result["samples"] == 8 * 16
+        for name, value in raw.model.state_dict().items():
+            torch.testing.assert_close(value, trained[f"model.{name}"], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_speed_preset_rows_with_graph_steps_plan(tmp_path, graph_path_on_cpu):
+    """bench_h100_speed's multi-step rows pass plan()'s checks under the bench's own step counts."""
+    from sweeplab import bench
+
+    settings, experiment, _ = bench.load_settings(["experiment=bench_h100_speed"])
+    rows = [row for row in settings.rows if "cuda_graph_steps=4" in row.overrides]
+    assert len(rows) == 3
+    for row in rows:
+        cfg = bench.row_config(row, settings, experiment, [f"paths.data_dir={tmp_path}", "backend=cpu", "compile=off",
+                                                           "optim.implementation=auto"], None)
+        assert plan(cfg).graph_steps == 4

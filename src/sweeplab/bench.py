@@ -470,6 +470,7 @@ SWITCHES = {
     "data.num_workers": lambda v: f"{v} workers" if v else "",
     "data.on_device": lambda v: "batches on device" if v else "",
     "cuda_graph": lambda v: "CUDA graph" if v else "",
+    "cuda_graph_steps": lambda v: f"{v} steps per replay" if v and v > 1 else "",
 }
 
 
