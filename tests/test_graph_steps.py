@@ -193,6 +193,29 @@ def test_graph_steps_name_the_first_non_finite_step_inside_a_replay(demo_dir, mo
             train(smoke_config(demo_dir, *GRAPH, *COUNTS, f"cuda_graph_steps={k}", "logger=none"))
 
 
+def test_a_run_of_graph_steps_resumes_to_the_same_steps(demo_dir, monkeypatch, tmp_path, graph_path_on_cpu):
+    """Stopped by a failure at step 20 (last.ckpt of step 16), resumed from that checkpoint: steps 16-39, an epoch's
+    end among them, train on the same batches with the same losses as the uninterrupted run (the sampler's state is
+    saved between batches of 4 steps, and the groups are drawn across epochs as single steps are)."""
+    whole_dir, first_dir, resumed_dir = (tmp_path / n for n in ("whole", "first", "resumed"))
+    for d in (whole_dir, first_dir, resumed_dir):
+        d.mkdir()
+    common = ("cuda_graph_steps=4", "logger=none", "checkpoint.every_n_steps=8")
+    monkeypatch.chdir(whole_dir)
+    whole = _run(demo_dir, monkeypatch, *common)
+    monkeypatch.chdir(first_dir)
+    monkeypatch.setenv("SWEEPLAB_FAULT_RAISE_AT_STEP", "20")
+    with pytest.raises(RuntimeError, match="injected failure at step 20"):
+        _run(demo_dir, monkeypatch, *common)
+    monkeypatch.delenv("SWEEPLAB_FAULT_RAISE_AT_STEP")
+    checkpoint = first_dir / "outputs" / "checkpoints" / "last.ckpt"
+    assert torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"] == 16
+    monkeypatch.chdir(resumed_dir)
+    resumed = _run(demo_dir, monkeypatch, *common, f"resume={checkpoint}")
+    assert resumed.global_steps == list(range(20, 41, 4))
+    torch.testing.assert_close(torch.tensor(resumed.losses), torch.tensor(whole.losses[16:]), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
