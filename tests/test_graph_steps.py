@@ -175,7 +175,10 @@ def test_graph_steps_name_the_first_non_finite_step_inside_a_replay(demo_dir, mo
 
     class Arm(L.Callback):
         def on_train_start(self, trainer, pl_module):  # after the shape warm-up's forward passes
-            calls["armed"], calls["n"] = True, 0
+            calls["armed"], calls["n"], calls["steps"] = True, 0, []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            calls["steps"].append(trainer.global_step)
 
     def poisoned(self, batch):
         loss, metrics = original(self, batch)
@@ -191,6 +194,7 @@ def test_graph_steps_name_the_first_non_finite_step_inside_a_replay(demo_dir, mo
     for k in (1, 4):
         with pytest.raises(NonFiniteError, match=r"at step 13 "):
             train(smoke_config(demo_dir, *GRAPH, *COUNTS, f"cuda_graph_steps={k}", "logger=none"))
+        assert calls["steps"] == list(range(k, 16, k))  # stopped in the batch whose last step ends the interval
 
 
 def test_a_run_of_graph_steps_resumes_to_the_same_steps(demo_dir, monkeypatch, tmp_path, graph_path_on_cpu):
