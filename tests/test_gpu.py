@@ -47,6 +47,31 @@ def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir
     _assert_same_curve(curve, eager_cuda_curve, rtol=1e-4, atol=1e-5)
 
 
+def test_graph_of_several_steps_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+    """cuda_graph_steps=4: 4 whole optimizer steps (update and learning rate inside) per replay, captured for real;
+    the per-step losses stay on the eager curve across the epochs' ends (33 batches an epoch)."""
+    from sweeplab.tasks import base
+
+    graphs = []
+    original = base.SweepTask.on_fit_end
+
+    def keep_graph(self):
+        graphs.append(self.step_graph)
+        original(self)
+
+    monkeypatch.setattr(base.SweepTask, "on_fit_end", keep_graph)
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(
+        demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true", "cuda_graph=true", "cuda_graph_steps=4",
+        "trainer.log_every_n_steps=8", "timing.warmup_steps=8", "timing.window=8", "checkpoint.every_n_steps=100",
+    )
+    (graph,) = graphs
+    assert graph.graph is not None and graph.eager_calls == graph.warmup_calls == 1
+    assert graph.replays == STEPS // 4 - 1
+    assert len(curve.losses) == STEPS
+    torch.testing.assert_close(torch.tensor(curve.losses), torch.tensor(eager_cuda_curve.losses), rtol=1e-4, atol=1e-5)
+
+
 def test_compiled_cuda_graph_step_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     curve = _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "cuda_graph=true", "compile=default")

@@ -121,13 +121,15 @@ class RawLoop:
     model config and init seed, same batches (DataLoader or device-resident, batch size, workers, pinned memory,
     shuffling seed), same optimizer (fused/foreach as configured), schedule, clipping, precision, compile mode (of
     the forward + loss function, as sweeplab compiles it) and, with cuda_graph=true, the same capture of forward,
-    backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it)."""
+    backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it); with
+    cuda_graph_steps=k, the same k whole optimizer steps per replay (MultiStepGraph), so the ratio compares like
+    with like."""
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
 
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
-        from sweeplab.tasks.step_graph import StepGraph, autocast_dtype
+        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype
         from sweeplab.training import plan
 
         p = plan(cfg)
@@ -156,16 +158,23 @@ class RawLoop:
         if p.compile_mode != "off":
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loss_fn = loss_fn
-        self.optimizer = build_optimizer(self.model, p.optim)
+        self.graph_steps = p.graph_steps  # optimizer steps per batch (the datamodule groups k batches' rows)
+        self.optimizer = build_optimizer(self.model, p.optim, capturable=p.graph_steps > 1 and self.device.type == "cuda")
         self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
         self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]
         self.grad_clip = p.optim.grad_clip
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "16-mixed" else None
         self.step_graph = (
             StepGraph(loss_fn, self.params, self.grad_clip, autocast_dtype(self.precision), self.device)
-            if p.cuda_graph
+            if p.cuda_graph and p.graph_steps == 1
             else None
         )
+        self._new_multi_step_graph = lambda: (
+            MultiStepGraph(loss_fn, self.optimizer, p.graph_steps, self.grad_clip, autocast_dtype(self.precision), self.device)
+            if p.graph_steps > 1
+            else None
+        )
+        self.multi_step_graph = self._new_multi_step_graph()
         self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
         self.step_count = 0
         self.loader = self.datamodule.train_dataloader()
@@ -188,6 +197,9 @@ class RawLoop:
         L.seed_everything(self.seed, workers=True, verbose=False)
         self.model.load_state_dict(self._initial["model"])
         self.optimizer.load_state_dict(self._initial["optimizer"])  # also the groups' initial learning rates
+        # a graph of whole steps updates the optimizer state it was captured with, which the load replaced: capture
+        # again in this run's warm-up, as each sweeplab job does
+        self.multi_step_graph = self._new_multi_step_graph()
         self.scheduler.load_state_dict(self._initial["scheduler"])
         self.step_count = 0
         sampler = getattr(self.loader, "batch_sampler", None)
@@ -201,7 +213,16 @@ class RawLoop:
         return moved
 
     def step(self, batch: dict) -> None:
+        """One batch: one optimizer step, or `graph_steps` of them in one graph replay."""
         batch = self._to_device(batch)
+        if self.multi_step_graph is not None:
+            from sweeplab.tasks.step_graph import scheduled_lrs
+
+            self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.graph_steps))
+            for _ in range(self.graph_steps):
+                self.scheduler.step()
+            self.step_count += self.graph_steps
+            return
         self.task.set_training_step(self.step_count)
         if self.step_graph is not None:
             self.step_graph(batch)  # forward, backward, clipping (replayed after its warm-up)
@@ -239,12 +260,12 @@ class RawLoop:
                 batches = iter(self.loader)
                 return next(batches)
 
-        for _ in range(warmup_steps):
+        for _ in range(warmup_steps // self.graph_steps):  # batches of graph_steps optimizer steps each
             self.step(next_batch())
         devices.synchronize(self.device)
         t0, graphs = clock(), compiled_graphs()
         samples = 0
-        for _ in range(steps):
+        for _ in range(steps // self.graph_steps):
             batch = next_batch()
             samples += self.samples_in(batch)
             self.step(batch)
@@ -423,6 +444,7 @@ SWITCHES = {
     "data.num_workers": lambda v: f"{v} workers" if v else "",
     "data.on_device": lambda v: "batches on device" if v else "",
     "cuda_graph": lambda v: "CUDA graph" if v else "",
+    "cuda_graph_steps": lambda v: f"{v} steps per replay" if v and v > 1 else "",
 }
 
 

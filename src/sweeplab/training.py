@@ -113,6 +113,7 @@ class JobPlan:
     guard: dict
     checkpoint: CheckpointConfig
     tune: tuning.TuneConfig
+    graph_steps: int = 1  # cuda_graph_steps: optimizer steps per training batch (one graph replay)
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
@@ -157,6 +158,9 @@ def plan(cfg: DictConfig) -> JobPlan:
     cuda_graph = container.get("cuda_graph", False)
     if not isinstance(cuda_graph, bool):
         raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
+    graph_steps = container.get("cuda_graph_steps", 1)
+    if type(graph_steps) is not int or graph_steps < 1:
+        raise ConfigError("cuda_graph_steps", f"expected an integer >= 1, got {graph_steps!r}")
     backend = backends.resolve_backend(backend_config.name)
     backends.check_combination(
         backend,
@@ -174,10 +178,54 @@ def plan(cfg: DictConfig) -> JobPlan:
     if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
         container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
     datamodule = family.build_datamodule(container["data"], model_config)
+    if graph_steps > 1:
+        check_graph_steps(graph_steps, cuda_graph, container, trainer, checkpoint, guard, timing, tune, datamodule)
+        datamodule.steps_per_batch = graph_steps
     return JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
-        timing, logger, container, datamodule, guard, checkpoint, tune,
+        timing, logger, container, datamodule, guard, checkpoint, tune, graph_steps,
     )
+
+
+def check_graph_steps(
+    k: int, cuda_graph: bool, container: dict, trainer: TrainerConfig, checkpoint: CheckpointConfig, guard: dict,
+    timing: dict, tune: tuning.TuneConfig, datamodule,
+) -> None:
+    """cuda_graph_steps=k > 1 runs k optimizer steps per training batch, and Lightning acts only between batches:
+    every step count that decides something (stop, validate, log, checkpoint, check for non-finite values, the
+    timer's warm-up and windows) must fall on a batch's edge, or the run would do it at another step than it says."""
+    if not cuda_graph:
+        raise ConfigError("cuda_graph_steps", f"{k} steps per replay of a CUDA graph need cuda_graph=true (backend=cuda)")
+    data = container["data"]
+    if not data.get("on_device", False) or not hasattr(datamodule, "steps_per_batch"):
+        raise ConfigError("cuda_graph_steps", f"{k} steps per replay take their batches from data.on_device=true "
+                          f"(model.family={container['model'].get('family')!r} with data.on_device={data.get('on_device')})")
+    if data.get("pad_to") != "max":
+        raise ConfigError("cuda_graph_steps", f"{k} steps per replay need one batch width; set data.pad_to=max")
+    if guard.get("mode") == "skip":
+        raise ConfigError("guard.mode", f"skip cannot drop one step inside a graph of cuda_graph_steps={k}; use stop")
+    if tune.batch_size:
+        raise ConfigError("tune.batch_size", f"the batch-size search steps one batch at a time; unset it with cuda_graph_steps={k}")
+    max_steps = trainer.max_steps
+    intervals = {
+        "trainer.max_steps": max_steps,
+        "trainer.val_check_interval": trainer.val_check_interval,
+        "trainer.log_every_n_steps": trainer.log_every_n_steps,
+        "checkpoint.every_n_steps": checkpoint.every_n_steps,
+        "timing.warmup_steps": timing.get("warmup_steps", 0),
+        "timing.window": timing.get("window", 1),
+        "timing.trace_steps": timing.get("trace_steps", 0),
+    }
+    if guard.get("mode") == "stop":
+        intervals["guard.check_every_n_steps"] = guard.get("check_every_n_steps", 1)
+    for key, steps in intervals.items():
+        # an interval longer than the run never fires inside it (the bench's "no periodic checkpoint")
+        if steps % k and not (key != "trainer.max_steps" and steps > max_steps):
+            raise ConfigError(key, f"{steps} is not a multiple of cuda_graph_steps={k}: a batch of {k} steps cannot stop between them")
+    warmup = timing.get("warmup_steps", 0)
+    if warmup < 2 * k:
+        raise ConfigError("timing.warmup_steps", f"{warmup} < {2 * k}: with cuda_graph_steps={k} the first {k} steps run "
+                          f"eagerly and the next {k} capture the graph; neither may be timed")
 
 
 def _hydra_runtime() -> tuple[Path, str | None]:
@@ -340,7 +388,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             job.log_training_data(data_path, name=data_path.name)
     task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
-    task.configure_training(p.compile_mode, p.cuda_graph)
+    task.configure_training(p.compile_mode, p.cuda_graph, p.graph_steps)
 
     best = BestCheckpoint(output_dir / "checkpoints", monitor=p.family.monitor, mode=p.family.monitor_mode)
     last = LastCheckpoint(output_dir / "checkpoints", every_n_steps=p.checkpoint.every_n_steps)
@@ -437,7 +485,8 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         precision=None if precision_plugins else t.precision,
         max_steps=t.max_steps,
         max_epochs=-1,
-        val_check_interval=t.val_check_interval,
+        # in training batches, which hold p.graph_steps optimizer steps each (plan() checked they divide it)
+        val_check_interval=-(-t.val_check_interval // p.graph_steps),
         check_val_every_n_epoch=None,  # count validation intervals in steps, across epochs
         limit_val_batches=t.limit_val_batches,
         num_sanity_val_steps=t.num_sanity_val_steps,

@@ -3,6 +3,11 @@
 Checked after backward and before the optimizer step, so a bad step never reaches the weights. Each check reads one
 boolean back from the device (a host sync); `check_every_n_steps > 1` trades that cost for a later stop in
 "stop" mode (the first bad step is still named exactly: it is recorded on the device). "skip" checks every step.
+
+With cuda_graph_steps=k > 1 one training batch runs k optimizer steps in a graph replay, Lightning's optimizer hooks
+do not run, and the task leaves the k steps' losses and gradient norms as vectors: the guard reads them at the end
+of the batch and records the first bad one of the k. Their updates already happened, as any step's between two
+checks does with check_every_n_steps > 1; "skip" cannot drop a step inside the graph and is refused at plan time.
 """
 
 from __future__ import annotations
@@ -44,10 +49,27 @@ class NonFiniteGuard(L.Callback):
             return
         loss = getattr(pl_module, "last_loss", None)
         grad_norm = pl_module.step_grad_norm()  # computed once per step: the clipping reuses it
+        self._check(trainer, loss, grad_norm, trainer.global_step, optimizer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        steps = getattr(pl_module, "graph_steps", 1)
+        if self.mode == "off" or steps == 1:
+            return
+        # the k steps of this batch (global_step already counts them): vectors, one entry per step
+        self._check(trainer, pl_module.last_loss, pl_module.last_grad_norm, trainer.global_step - steps, None)
+
+    def _check(self, trainer: L.Trainer, loss, grad_norm: torch.Tensor, step: int, optimizer) -> None:
         finite = torch.isfinite(grad_norm)
         if loss is not None:
             finite = finite & torch.isfinite(loss)
-        step = trainer.global_step
+        if finite.ndim:  # several steps, from `step` on: the first bad one, else -1
+            steps = torch.arange(step, step + finite.numel(), device=finite.device)
+            bad = torch.where(finite, torch.iinfo(torch.long).max, steps).min()
+            step += finite.numel() - 1  # the last of them: where the check interval is counted
+            finite, first_in_group = finite.all(), bad
+            loss, grad_norm = (loss[-1] if loss is not None else None), grad_norm[-1]
+        else:
+            first_in_group = step
         if self.mode == "skip":
             if bool(finite):
                 self._consecutive = 0
@@ -64,7 +86,7 @@ class NonFiniteGuard(L.Callback):
             return
         if self._first_bad is None:
             self._first_bad = torch.full((), -1, dtype=torch.long, device=grad_norm.device)
-        self._first_bad = torch.where((self._first_bad < 0) & ~finite, step, self._first_bad)
+        self._first_bad = torch.where((self._first_bad < 0) & ~finite, first_in_group, self._first_bad)
         if (step + 1) % self.check_every_n_steps == 0:
             first_bad = int(self._first_bad)
             if first_bad >= 0:

@@ -41,8 +41,11 @@ from sweeplab.devices import host_cpus, load_average, peak_flops, peak_memory_mb
 log = logging.getLogger(__name__)
 
 
-def batch_shape(batch) -> tuple:
-    """The shapes of a batch's tensors, as one hashable key (a dict's in key order)."""
+def batch_shape(batch, steps: int = 1) -> tuple:
+    """The shapes of a batch's tensors, as one hashable key (a dict's in key order). A batch of `steps` optimizer
+    steps' rows (cuda_graph_steps) is keyed by the shape each of its steps trains on."""
+    if steps > 1:
+        return batch_shape({k: v[: v.shape[0] // steps] for k, v in batch.items() if torch.is_tensor(v) and v.ndim})
     if torch.is_tensor(batch):
         return tuple(batch.shape)
     if isinstance(batch, dict):
@@ -115,6 +118,7 @@ class ThroughputTimer(L.Callback):
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
         self._accumulate = 1
+        self._steps_per_batch = 1  # cuda_graph_steps: optimizer steps in one training batch
         self._shapes_seen: set[tuple] = set()  # in the shape warm-up and every step so far
         self._timed_shapes: set[tuple] = set()
         self._new_timed_shapes = 0  # shapes a timed step met first
@@ -144,9 +148,16 @@ class ThroughputTimer(L.Callback):
             self.profiler._lightning_module = pl_module
             trainer.profiler = self.profiler
 
+    def _batches(self, steps: int) -> int:
+        """Training batches that make `steps` optimizer steps (plan() refuses step counts a batch would split)."""
+        return steps * self._accumulate // self._steps_per_batch
+
+    def _steps(self, batches: float) -> float:
+        return batches * self._steps_per_batch / self._accumulate
+
     @property
     def _untimed_batches(self) -> int:
-        return (self.warmup_steps + self.trace_steps) * self._accumulate
+        return self._batches(self.warmup_steps + self.trace_steps)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_totals()
@@ -154,6 +165,7 @@ class ThroughputTimer(L.Callback):
         self._load_start = load_average()
         self._device = pl_module.device
         self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        self._steps_per_batch = max(1, int(getattr(pl_module, "graph_steps", 1)))
         self._peak = peak_flops(self._device, str(trainer.precision))
         self._warm_up_shapes(trainer, pl_module)
         reset_peak_memory(self._device)
@@ -181,7 +193,7 @@ class ThroughputTimer(L.Callback):
             self._paused = False
             self._start()
             self._set_profiling(True)
-        if self.trace_steps and self._trace is None and self._batches_seen == self.warmup_steps * self._accumulate:
+        if self.trace_steps and self._trace is None and self._batches_seen == self._batches(self.warmup_steps):
             self._trace = start_trace(self._device)
 
     def _set_profiling(self, on: bool) -> None:
@@ -190,7 +202,7 @@ class ThroughputTimer(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches_seen += 1
-        shape = batch_shape(batch)
+        shape = batch_shape(batch, self._steps_per_batch)
         if self._t0 is not None:
             self._timed_shapes.add(shape)
             self._new_timed_shapes += shape not in self._shapes_seen
@@ -207,7 +219,7 @@ class ThroughputTimer(L.Callback):
         win["samples"] += pl_module.samples_in(batch)
         win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
         win["flops"] += pl_module.flops_in(batch) or 0.0
-        if win["batches"] >= self.window * self._accumulate:
+        if win["batches"] >= self._batches(self.window):
             self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True)
             self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
 
@@ -218,7 +230,7 @@ class ThroughputTimer(L.Callback):
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
         for key in self._total:
             self._total[key] += win[key]
-        steps = win["batches"] / self._accumulate
+        steps = self._steps(win["batches"])
         if log and steps > 0 and elapsed > 0:
             metrics = {
                 "train/step_time_s": elapsed / steps,
@@ -297,7 +309,7 @@ class ThroughputTimer(L.Callback):
         self.files.append(stop_trace(trace, self._out_dir(trainer)))
 
     def _write_profile(self, trainer: L.Trainer) -> None:
-        steps = self._total["batches"] / self._accumulate
+        steps = self._steps(self._total["batches"])
         metrics, table = write_profile(self.profiler, self._total["elapsed"], steps, self._device, self._out_dir(trainer))
         self.summary.update(metrics)
         self.files.insert(0, table)
@@ -318,7 +330,7 @@ class ThroughputTimer(L.Callback):
             "summary/new_shapes_in_timed_steps": float(self._new_timed_shapes),
         }
         total = self._total
-        steps = total["batches"] / self._accumulate
+        steps = self._steps(total["batches"])
         if total["elapsed"] > 0:
             summary["summary/samples_per_sec_overall"] = total["samples"] / total["elapsed"]
             summary["summary/timed_steps"] = float(steps)

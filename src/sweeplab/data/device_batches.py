@@ -7,6 +7,11 @@ host from the known lengths, so nothing is read back from the device: a step nee
 
 The index lists are those of `ResumableShuffleBatchSampler`, so order, epochs, DDP sharding and checkpoint state are
 the DataLoader path's.
+
+`steps_per_batch=k > 1` (cuda_graph_steps): each batch is the rows of the sampler's next k batches, in order, for one
+graph replay of k optimizer steps. The sampler's batches are drawn as one stream across its epochs (a group may hold
+the last batches of one epoch and the first of the next), so the batches, their order and the sampler's resumable
+state are exactly those of k single steps; a pass (Lightning's epoch) is len(sampler) // k groups.
 """
 
 from __future__ import annotations
@@ -155,20 +160,53 @@ class DeviceBatches:
     `state_dict`/`load_state_dict` make it `_Stateful`, and the state is the sampler's.
     """
 
-    def __init__(self, split: ResidentSplit, batch_sampler: ResumableShuffleBatchSampler, padding: Padding | None = None):
+    def __init__(
+        self,
+        split: ResidentSplit,
+        batch_sampler: ResumableShuffleBatchSampler,
+        padding: Padding | None = None,
+        steps_per_batch: int = 1,
+    ):
         if batch_sampler.num_samples != len(split):
             raise ValueError(f"the sampler covers {batch_sampler.num_samples} samples, the split holds {len(split)}")
         self.split = split
         self.batch_sampler = batch_sampler
         self.padding = padding if padding is not None else Padding("batch", split.width)
+        if steps_per_batch < 1:
+            raise ValueError(f"steps_per_batch must be >= 1, got {steps_per_batch}")
+        if steps_per_batch > 1 and self.padding.mode != "max":
+            raise ConfigError("data.pad_to", "cuda_graph_steps > 1 needs one batch width; set data.pad_to=max")
+        self.steps_per_batch = steps_per_batch
 
     def __len__(self) -> int:
-        return len(self.batch_sampler)
+        return max(1, len(self.batch_sampler) // self.steps_per_batch)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         # a generator: Lightning calls iter() once just to check the object is iterable, which must not advance it
+        if self.steps_per_batch > 1:
+            yield from self._groups()
+            return
         for indices in self.batch_sampler:
             yield self.gather(indices)
+
+    def _groups(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless: the caller stops after len(self) groups; the next pass continues from the sampler's state."""
+        batches = iter(self.batch_sampler)
+        while True:
+            rows: list[int] = []
+            for _ in range(self.steps_per_batch):
+                indices = next(batches, None)
+                if indices is None:  # the sampler's epoch ended inside this group: its next epoch goes on
+                    batches = iter(self.batch_sampler)
+                    indices = next(batches)
+                if len(indices) != self.batch_sampler.batch_size:
+                    raise ConfigError(
+                        "cuda_graph_steps",
+                        f"needs full batches of data.batch_size={self.batch_sampler.batch_size}; the training split "
+                        f"has only {self.batch_sampler.num_samples} samples",
+                    )
+                rows += indices
+            yield self.gather(rows)
 
     def gather(self, indices: list[int]) -> dict[str, torch.Tensor]:
         """Rows `indices` of the split, on its device; the width comes from host-side lengths (no device read)."""

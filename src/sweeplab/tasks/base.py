@@ -8,7 +8,10 @@ A task only says how to compute its training loss (`training_loss`: model forwar
   model's last layers (paGating: the fp32 softmax over 16k x 50k logits would otherwise run eagerly on
   materialised fp32 logits, a quarter of the step on an H100);
 - cuda_graph: manual optimization; forward, backward and clipping replay as one CUDA graph (tasks/step_graph.py),
-  then the optimizer and LR schedule step as usual.
+  then the optimizer and LR schedule step as usual;
+- cuda_graph_steps=k > 1: each training batch holds k steps' batches, and one graph replay runs k whole optimizer
+  steps (update and learning rate inside the graph); the task then counts k optimizer steps, so global_step, the
+  logging step and every interval stay in real optimizer steps.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
-from sweeplab.tasks.step_graph import StepGraph, autocast_dtype, total_grad_norm
+from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, scheduled_lrs, total_grad_norm
 
 
 class SweepTask(L.LightningModule):
@@ -41,7 +44,8 @@ class SweepTask(L.LightningModule):
         self.loss_fn = self.training_loss  # what training_step calls: compiled by configure_training(compile=...)
         self.forward_fn = self.model.forward  # what validation calls, likewise
         self.cuda_graph = False
-        self.step_graph: StepGraph | None = None  # built at the first step (the device is known then)
+        self.graph_steps = 1  # optimizer steps per training batch (cuda_graph_steps)
+        self.step_graph: StepGraph | MultiStepGraph | None = None  # built at the first step (the device is known then)
         self.last_grad_norm: torch.Tensor | None = None  # this step's: see step_grad_norm
 
     # --- the training step -----------------------------------------------------------------------------
@@ -50,22 +54,29 @@ class SweepTask(L.LightningModule):
         (no logging, no Lightning calls), so it can be compiled and captured."""
         raise NotImplementedError
 
-    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False) -> None:
+    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False, graph_steps: int = 1) -> None:
         if compile_mode != "off":
             mode = None if compile_mode == "default" else compile_mode
             self.loss_fn = torch.compile(self.training_loss, mode=mode)
             self.forward_fn = torch.compile(self.model.forward, mode=mode)
         self.cuda_graph = cuda_graph
+        self.graph_steps = graph_steps
         self.automatic_optimization = not cuda_graph
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self.graph_steps > 1:
+            return self._multi_step(batch)
+        # asked before the step: a graph step's optimizer step moves global_step and the schedule on, and the
+        # values logged must be this step's (with cuda_graph=true the loss of the step before was logged)
+        log_step = self.should_log_step()
+        lr = self.scheduled_lr() if log_step else None
         if self.cuda_graph:
             loss, metrics = self._graph_step(batch)
         else:
             self.last_grad_norm = None  # a new step: its norm is computed after backward, once (step_grad_norm)
             loss, metrics = self.loss_fn(batch)
         self.last_loss = loss.detach()
-        if self.should_log_step():
+        if log_step:
             if self.cuda_graph:  # the graph's output tensors: the next replay overwrites them
                 loss, metrics = loss.clone(), {k: v.clone() for k, v in metrics.items()}
             # Not prog_bar=True: Lightning converts progress-bar metrics to floats after *every* batch until they
@@ -74,7 +85,7 @@ class SweepTask(L.LightningModule):
             self.log("train/loss", loss, on_step=True, on_epoch=False)
             if metrics:
                 self.log_dict(metrics, on_step=True, on_epoch=False)
-            self.log_lr()
+            self.log_lr(lr)
         return loss
 
     def _graph_step(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -99,6 +110,34 @@ class SweepTask(L.LightningModule):
         if scheduler is not None:
             scheduler.step()
         return result["loss"], result["metrics"]
+
+    def _multi_step(self, batch: dict) -> torch.Tensor:
+        """k optimizer steps (cuda_graph_steps) in one graph replay; `last_loss` and `last_grad_norm` are then the k
+        steps' vectors, which the non-finite guard reads at the end of the batch."""
+        k = self.graph_steps
+        optimizer = self.optimizers().optimizer  # the torch optimizer: its update runs inside the graph
+        scheduler = self.lr_schedulers()
+        if self.step_graph is None:
+            self.step_graph = MultiStepGraph(
+                self.loss_fn, optimizer, k, self.optim_config.grad_clip, autocast_dtype(self.trainer.precision),
+                self.device,
+            )
+        log_step = self.should_log_step()  # asked before the k steps are counted
+        lrs = scheduled_lrs(optimizer, scheduler, k)
+        with self.trainer.profiler.profile(GRAPH_ACTION):
+            losses, metrics, self.last_grad_norm = self.step_graph(batch, lrs)
+        if scheduler is not None:
+            for _ in range(k):
+                scheduler.step()
+        count_optimizer_steps(self.trainer, k)
+        self.last_loss = losses
+        if log_step:  # a logging step is the last of its k (k divides log_every_n_steps): log that step's values
+            loss = losses[-1].clone()
+            self.log("train/loss", loss, on_step=True, on_epoch=False)
+            if metrics:
+                self.log_dict({name: value[-1].clone() for name, value in metrics.items()}, on_step=True, on_epoch=False)
+            self.log_lr(lrs[-1][0])
+        return losses[-1]
 
     # --- before the timed steps ------------------------------------------------------------------------
     def warm_up_shapes(self, batches: list[dict], passes: int = 1) -> None:
@@ -149,7 +188,9 @@ class SweepTask(L.LightningModule):
         self.step_graph = None  # the graph holds this fit's gradients and inputs
 
     def configure_optimizers(self):
-        optimizer = build_optimizer(self.model, self.optim_config)
+        # cuda_graph_steps > 1 captures the update: its step counters must live on the device (CUDA only)
+        capturable = self.graph_steps > 1 and self.device.type == "cuda"
+        optimizer = build_optimizer(self.model, self.optim_config, capturable=capturable)
         max_steps = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1000
         scheduler = build_scheduler(optimizer, self.optim_config, max_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -159,12 +200,18 @@ class SweepTask(L.LightningModule):
         Each self.log costs ~0.2 ms of host time (Lightning moves its result record with apply_to_collection),
         so the steps in between skip it."""
         trainer = self._trainer
-        return trainer is None or (self.global_step + 1) % max(1, trainer.log_every_n_steps) == 0
+        return trainer is None or (self.global_step + self.graph_steps) % max(1, trainer.log_every_n_steps) == 0
 
-    def log_lr(self) -> None:
-        schedulers = self.lr_schedulers()
-        if schedulers is not None:
-            self.log("lr", schedulers.get_last_lr()[0], on_step=True, on_epoch=False)
+    def scheduled_lr(self) -> float | None:
+        """The learning rate the schedule gives the step about to run (its first param group's)."""
+        scheduler = self.lr_schedulers()
+        return scheduler.get_last_lr()[0] if scheduler is not None else None
+
+    def log_lr(self, lr: float | None = None) -> None:
+        """`lr`: the logged step's learning rate; None: the schedule's current one."""
+        lr = self.scheduled_lr() if lr is None else lr
+        if lr is not None:
+            self.log("lr", lr, on_step=True, on_epoch=False)
 
     # --- for the timing callback: host-side answers, no device sync --------------------------------
     def samples_in(self, batch) -> int:
@@ -205,3 +252,17 @@ class SweepTask(L.LightningModule):
         total = sum(p.numel() for p in self.model.parameters())
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"summary/num_parameters": float(total), "summary/trainable_parameters": float(trainable)}
+
+
+def count_optimizer_steps(trainer: L.Trainer, steps: int) -> None:
+    """Tell Lightning that `steps` optimizer steps ran in this training batch (cuda_graph_steps: their updates ran
+    inside a graph replay, not through Lightning's optimizer wrapper). global_step is the manual-optimization step
+    counter, which LightningOptimizer.step() advances by one per call; the logging step (`_batches_that_stepped`,
+    what loggers, log_every_n_steps and the timer's windows count in) advances by one per batch after the batch
+    ends, so it gets the other `steps - 1` here. Lightning has no public call for either."""
+    loop = trainer.fit_loop.epoch_loop
+    progress = loop.manual_optimization.optim_step_progress
+    for _ in range(steps):
+        progress.increment_ready()
+        progress.increment_completed()
+    loop._batches_that_stepped += steps - 1

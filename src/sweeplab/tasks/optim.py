@@ -59,11 +59,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimConfig, capturable: bool = False) -> torch.optim.Optimizer:
+    """`capturable`: step counters on the device, so the update can be captured in a CUDA graph (cuda_graph_steps)."""
     groups = param_groups(model, cfg.weight_decay)
     if not groups:
         raise ValueError("the model has no trainable parameters (check model.freeze)")
     kwargs = {"lr": cfg.lr, "betas": tuple(cfg.betas), "eps": cfg.eps}
+    if capturable:
+        kwargs["capturable"] = True
     if cfg.implementation == "fused":
         kwargs["fused"] = True
     elif cfg.implementation == "foreach":

@@ -122,7 +122,11 @@ class StepGraph:
         )
 
     def _fits(self, batch: dict) -> bool:
-        for key, static in self.static_inputs.items():
+        return self._fits_static(batch, self.static_inputs)
+
+    @staticmethod
+    def _fits_static(batch: dict, static_inputs: dict[str, torch.Tensor]) -> bool:
+        for key, static in static_inputs.items():
             value = batch.get(key)
             if not isinstance(value, torch.Tensor) or value.shape != static.shape or value.dtype != static.dtype:
                 return False
@@ -142,6 +146,147 @@ class StepGraph:
         )
 
 
+class MultiStepGraph:
+    """`cuda_graph_steps=k > 1`: k whole optimizer steps captured once as one CUDA graph and replayed once per k
+    steps, so the host pays Lightning's per-batch Python (~0.5-0.8 ms on the H100's host) once per k steps.
+
+    Each captured step is the single-step graph's arithmetic (`StepGraph._forward_backward`: zeroed gradients,
+    autocast forward + loss, backward, clipping) followed by the optimizer's own `step()` at that step's learning
+    rate. The optimizer must be built with `capturable=True` (its step counters and bias corrections live on the
+    device); during capture each step's `lr` is a 0-dim view into `static_lrs` (k x param groups), which the host
+    fills before every replay with the schedule's values, so the LR schedule is a device tensor the graph reads.
+    Outside capture the param groups keep the plain floats the scheduler writes, so checkpoints and the logged `lr`
+    are unchanged.
+
+    The input is k consecutive batches' rows in one batch (k x batch_size rows, `DeviceBatches` with
+    `steps_per_batch=k`); step j trains on rows [j*B, (j+1)*B). Returns per-step vectors: losses (k,), metrics
+    {name: (k,)}, gradient norms before clipping (k,). The caller steps the scheduler k times and counts k optimizer
+    steps. With `capture=False` (CPU; tests) every call runs the same k steps eagerly.
+    """
+
+    def __init__(
+        self,
+        loss_fn: LossFn,
+        optimizer: torch.optim.Optimizer,
+        steps: int,
+        grad_clip: float | None,
+        autocast_dtype: torch.dtype | None,
+        device: torch.device,
+        warmup_calls: int = 1,  # eager calls before capture: k >= 2 real steps each, enough for lazy set-up
+        capture: bool = True,
+    ):
+        if steps < 2:
+            raise ValueError(f"MultiStepGraph needs steps >= 2 (one step per replay is StepGraph), got {steps}")
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.step = StepGraph(loss_fn, params, grad_clip, autocast_dtype, device, capture=False)
+        self.optimizer = optimizer
+        self.steps = steps
+        self.device = device
+        self.warmup_calls = warmup_calls
+        self.capture = capture and device.type == "cuda"
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_inputs: dict[str, torch.Tensor] = {}
+        self.static_lrs: torch.Tensor | None = None
+        self.static_outputs: tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor] | None = None
+        self.static_grads: list[torch.Tensor | None] = []
+        self.calls = 0
+        self.replays = 0
+        self.eager_calls = 0
+
+    def __call__(
+        self, batch: dict, lrs: list[list[float]]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """k optimizer steps on `batch` (k batches' rows), step j at learning rates `lrs[j]` (one per param group).
+        After a replay the outputs are the graph's own tensors, valid until the next call."""
+        if len(lrs) != self.steps:
+            raise ValueError(f"{len(lrs)} learning-rate rows for {self.steps} steps")
+        self.calls += 1
+        if self.capture and self.graph is None and self.calls > self.warmup_calls:
+            self._capture(batch)
+        if self.graph is not None and self._fits(batch):
+            for key, static in self.static_inputs.items():
+                static.copy_(batch[key], non_blocking=True)
+            self.static_lrs.copy_(torch.tensor(lrs, dtype=self.static_lrs.dtype).pin_memory(), non_blocking=True)
+            self.graph.replay()
+            for p, grad in zip(self.step.params, self.static_grads):
+                p.grad = grad
+            self.replays += 1
+            return self.static_outputs
+        self.eager_calls += 1
+        if self.capture:  # warm-up: on a side stream, as the capture recipe asks
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                out = self._steps(batch, lrs)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            return out
+        return self._steps(batch, lrs)
+
+    def _steps(self, batch: dict, lrs) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """The k steps, in order; `lrs` is a host list (eager) or the device table `static_lrs` (capture)."""
+        rows = self._rows_per_step(batch)
+        losses, norms, metrics = [], [], {}
+        groups = self.optimizer.param_groups
+        for j in range(self.steps):
+            part = {
+                key: value[j * rows : (j + 1) * rows] if isinstance(value, torch.Tensor) else value
+                for key, value in batch.items()
+            }
+            loss, step_metrics, norm = self.step._forward_backward(part)
+            for g, group in enumerate(groups):
+                group["lr"] = lrs[j][g]
+            self.optimizer.step()
+            losses.append(loss)
+            norms.append(norm)
+            for name, value in step_metrics.items():
+                metrics.setdefault(name, []).append(value)
+        return torch.stack(losses), {name: torch.stack(v) for name, v in metrics.items()}, torch.stack(norms)
+
+    def _rows_per_step(self, batch: dict) -> int:
+        sizes = {v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim}
+        if len(sizes) != 1 or next(iter(sizes)) % self.steps:
+            raise ValueError(f"a batch of {self.steps} steps needs one row count divisible by {self.steps}, got {sizes}")
+        return next(iter(sizes)) // self.steps
+
+    def _capture(self, batch: dict) -> None:
+        self.static_inputs = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        groups = self.optimizer.param_groups
+        self.static_lrs = torch.zeros((self.steps, len(groups)), dtype=torch.float32, device=self.device)
+        floats = [group["lr"] for group in groups]
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.static_outputs = self._steps({**batch, **self.static_inputs}, self.static_lrs)
+        finally:  # the scheduler and checkpoints see plain floats; the graph keeps reading static_lrs
+            for group, lr in zip(groups, floats):
+                group["lr"] = lr
+        self.static_grads = [p.grad for p in self.step.params]
+        self.graph = graph
+        log.info(
+            "cuda_graph: captured %d optimizer steps (forward, backward, clipping, update) after %d eager calls "
+            "(inputs %s)",
+            self.steps, self.calls - 1, ", ".join(f"{k} {tuple(v.shape)}" for k, v in self.static_inputs.items()),
+        )
+
+    def _fits(self, batch: dict) -> bool:
+        return self.step._fits_static(batch, self.static_inputs)
+
+
+def scheduled_lrs(optimizer: torch.optim.Optimizer, scheduler, steps: int) -> list[list[float]]:
+    """The learning rate of each param group at each of the next `steps` optimizer steps, as `scheduler.step()`
+    would set them one step at a time (read from its lambdas, so the scheduler itself is stepped once per real step
+    afterwards, by the caller). No scheduler: the current rates throughout."""
+    if scheduler is None:
+        return [[group["lr"] for group in optimizer.param_groups]] * steps
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        raise TypeError(f"cuda_graph_steps > 1 reads the schedule ahead from a LambdaLR, got {type(scheduler).__name__}")
+    start = scheduler.last_epoch
+    return [
+        [base * lam(start + j) for base, lam in zip(scheduler.base_lrs, scheduler.lr_lambdas)] for j in range(steps)
+    ]
+
+
 def total_grad_norm(params, device: torch.device) -> torch.Tensor:
     """The 2-norm over all gradients of `params`, on the device (no host sync); 0 when none has a gradient."""
     grads = [p.grad for p in params if p.grad is not None]
@@ -153,4 +298,4 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-__all__ = ["StepGraph", "autocast_dtype", "total_grad_norm"]
+__all__ = ["MultiStepGraph", "StepGraph", "autocast_dtype", "scheduled_lrs", "total_grad_norm"]

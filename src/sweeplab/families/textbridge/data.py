@@ -141,6 +141,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.on_device = on_device
         # where on_device keeps the training split when no trainer is attached (a hand-written loop sets it)
         self.device = torch.device("cpu")
+        self.steps_per_batch = 1  # on_device: optimizer steps per training batch (cuda_graph_steps; set by plan())
 
         self.source: SampleSource | None = None
         self.tokenizer: TextTokenizer | None = None
@@ -186,7 +187,7 @@ class TextBridgeDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         sampler = self._train_sampler(warn=True)
         if self.on_device:
-            return DeviceBatches(self._resident_train(), sampler, self.padding)
+            return DeviceBatches(self._resident_train(), sampler, self.padding, self.steps_per_batch)
         return self._loader(self.train_dataset, batch_sampler=sampler, collate_fn=self.train_collate)
 
     def _train_sampler(self, warn: bool = False) -> ResumableShuffleBatchSampler:
