@@ -22,7 +22,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source")
     shutil.copytree(CHECKOUT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
+    shutil.copytree(CHECKOUT / "conf", source / "conf")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
     dist = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)],
