@@ -137,6 +137,7 @@ def test_claiming_more_gpus_than_visible_is_a_user_error(monkeypatch, tmp_path):
 
 
 # --- end to end on the CPU (gloo) --------------------------------------------------------------------------
+@pytest.mark.slow  # ~20 s; the unit tests above cover the DDP plumbing
 def test_ddp_multirun_records_one_run_per_job_and_one_sweep(demo_dir, mlflow_uri, tmp_path):
     result = sweep(tmp_path, "-m", "backend=cpu", *smoke(demo_dir, "data.batch_size=8,16", *DDP))
     assert result.returncode == 0, result.stderr[-3000:]

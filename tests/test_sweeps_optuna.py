@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 from test_sweeps_parallel import assert_one_sweep, smoke, sweep
 
 
+@pytest.mark.slow  # ~20 s; test_optuna_trials_that_differ_in_any_param covers the sweeper in the default suite
 def test_optuna_alpha_beta_runs_8_trials_and_the_parent_shows_the_best(demo_dir, mlflow_uri, tmp_path):
     result = sweep(
         tmp_path, "hparams_search=optuna_alpha_beta", "hydra.sweeper.n_trials=8",
