@@ -80,3 +80,18 @@ def smoke_config(demo_dir: Path, *overrides: str) -> DictConfig:
     with open_dict(cfg):
         cfg.trainer.enable_progress_bar = False
     return cfg
+
+
+@pytest.fixture
+def graph_path_on_cpu(monkeypatch):
+    """Let `cuda_graph=true` plan on the CPU: the graph's steps then run eagerly (capture needs CUDA), so the code
+    around them (step counting, logging, the guard, resume) is tested here."""
+    from sweeplab import backends
+
+    original = backends.check_combination
+
+    def allow_cpu(*args, **kwargs):
+        kwargs["cuda_graph"] = False
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backends, "check_combination", allow_cpu)

@@ -28,7 +28,9 @@ def eager_cuda_curve(demo_dir, tmp_path_factory):
         monkeypatch.undo()
 
 
-def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def kept_step_graphs(monkeypatch) -> list:
+    """The step graph of each fit, kept as the fit ends (on_fit_end drops it)."""
     from sweeplab.tasks import base
 
     graphs = []
@@ -39,6 +41,11 @@ def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir
         original(self)
 
     monkeypatch.setattr(base.SweepTask, "on_fit_end", keep_graph)
+    return graphs
+
+
+def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, kept_step_graphs, demo_dir, tmp_path, monkeypatch):
+    graphs = kept_step_graphs
     monkeypatch.chdir(tmp_path)
     curve = _curve(demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "cuda_graph=true")
     (graph,) = graphs
@@ -47,19 +54,10 @@ def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir
     _assert_same_curve(curve, eager_cuda_curve, rtol=1e-4, atol=1e-5)
 
 
-def test_graph_of_several_steps_captures_and_keeps_the_loss_curve(eager_cuda_curve, demo_dir, tmp_path, monkeypatch):
+def test_graph_of_several_steps_captures_and_keeps_the_loss_curve(eager_cuda_curve, kept_step_graphs, demo_dir, tmp_path, monkeypatch):
     """cuda_graph_steps=4: 4 whole optimizer steps (update and learning rate inside) per replay, captured for real;
     the per-step losses stay on the eager curve across the epochs' ends (33 batches an epoch)."""
-    from sweeplab.tasks import base
-
-    graphs = []
-    original = base.SweepTask.on_fit_end
-
-    def keep_graph(self):
-        graphs.append(self.step_graph)
-        original(self)
-
-    monkeypatch.setattr(base.SweepTask, "on_fit_end", keep_graph)
+    graphs = kept_step_graphs
     monkeypatch.chdir(tmp_path)
     curve = _curve(
         demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true", "cuda_graph=true", "cuda_graph_steps=4",

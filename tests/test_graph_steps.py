@@ -11,22 +11,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab import backends
 from sweeplab.errors import ConfigError
 from sweeplab.tasks.optim import OptimConfig, lr_at
 from sweeplab.training import plan, train
-
-
-@pytest.fixture
-def graph_path_on_cpu(monkeypatch):
-    """Let `cuda_graph=true` plan on the CPU; the graph steps then run eagerly (capture needs CUDA)."""
-    original = backends.check_combination
-
-    def allow_cpu(*args, **kwargs):
-        kwargs["cuda_graph"] = False
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(backends, "check_combination", allow_cpu)
 
 
 def test_k_steps_in_one_call_equal_k_single_steps():

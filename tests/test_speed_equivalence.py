@@ -42,18 +42,6 @@ def _curve(demo_dir, monkeypatch, *overrides: str) -> LossRecorder:
     return recorder
 
 
-@pytest.fixture
-def graph_path_on_cpu(monkeypatch):
-    """Let `cuda_graph=true` plan on the CPU: StepGraph then runs every step eagerly (capture needs CUDA)."""
-    original = backends.check_combination
-
-    def allow_cpu(*args, **kwargs):
-        kwargs["cuda_graph"] = False
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(backends, "check_combination", allow_cpu)
-
-
 @pytest.fixture(scope="module")
 def eager_curve(demo_dir, tmp_path_factory):
     monkeypatch = pytest.MonkeyPatch()

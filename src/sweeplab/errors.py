@@ -18,6 +18,10 @@ class UserError(ValueError):
     """An expected mistake in a config, a file or the environment; the message is the whole story."""
 
 
+class DataFormatError(ValueError):
+    """A malformed or missing data file. The message is one line: "<path>:<line N | record N>: <what is wrong>"."""
+
+
 class ConfigError(UserError):
     def __init__(self, key: str, problem: str):
         self.key = key
@@ -44,8 +48,6 @@ def environment_error(exc: BaseException) -> OSError | None:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    from sweeplab.families.textbridge.formats import DataFormatError
-
     return isinstance(exc, (UserError, DataFormatError, FileNotFoundError)) or environment_error(exc) is not None
 
 

@@ -11,8 +11,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class SweeplabFamilies(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from sweeplab import families
+        from sweeplab.families import config_searchpaths
 
-        # getattr: a sweeplab older than this plugin (another checkout on the path) has no registered families
-        for path in getattr(families, "config_searchpaths", list)():
+        for path in config_searchpaths():
             search_path.append(provider="sweeplab-family", path=path)

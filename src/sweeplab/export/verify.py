@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sweeplab.errors import UserError
+from sweeplab.errors import DataFormatError, UserError
 
 NOT_ON_MAC = "needs macOS (the Core ML runtime); this is {platform}"
 ERROR_MEASURES = """\
@@ -79,7 +79,6 @@ def real_cases(
     if not path.exists():
         raise UserError(f"export.real_data={path}: no such file or directory")
     from sweeplab.families import get_family
-    from sweeplab.families.textbridge.formats import DataFormatError
 
     spec = get_family(family).export
     if spec is None or spec.real_rows is None:

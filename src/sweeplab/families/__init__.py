@@ -71,7 +71,7 @@ class ExportSpec:
 
 def _no_loss_settings(values: Mapping[str, Any]) -> None:
     if values:
-        raise ConfigError(f"loss.{next(iter(values))}", "this family's loss takes no settings")
+        raise ConfigError(f"loss.{next(iter(values))}", "this family's loss takes no settings (its `loss` group is empty)")
 
 
 def _model_fits_any_data(model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:

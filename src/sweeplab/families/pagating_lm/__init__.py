@@ -37,11 +37,6 @@ def _fit_model_to_data(model_config, dm, model_values: Mapping[str, Any]):
     return replace(model_config, vocab_size=model_values.get("vocab_size") or dm.vocab_size)
 
 
-def _check_loss(values: Mapping[str, Any]) -> None:
-    if values:
-        raise ConfigError(f"loss.{next(iter(values))}", "the language model's loss (cross-entropy) takes no settings")
-
-
 def _task(model_config, loss_values: Mapping[str, Any], optim):
     from sweeplab.families.pagating_lm.task import LMTask
 
@@ -90,7 +85,6 @@ FAMILY = Family(
     build_model_config=_model_config,
     build_datamodule=_datamodule,
     build_task=_task,
-    check_loss=_check_loss,
     fit_model_to_data=_fit_model_to_data,
     name_parts=_name_parts,
     model_config_from_dict=_model_config_from_dict,

@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from sweeplab.errors import DataFormatError
 from sweeplab.files import atomic_write
 
 EFB1_MAGIC = b"EFB1"
@@ -36,8 +37,6 @@ FORMAT_PREFERENCE = ("tokens_jsonl", "efb1", "text_jsonl")
 DATA_SUFFIXES = (".jsonl", ".efb1")
 
 
-class DataFormatError(ValueError):
-    """A malformed or missing data file. The message is one line: "<path>:<line N | record N>: <what is wrong>"."""
 
 
 @dataclass
