@@ -102,3 +102,27 @@ def test_bf16_compiled_lm_stays_within_bf16_tolerance(tmp_path, monkeypatch):
         curves[compile_mode] = torch.tensor(recorder.losses)
     assert len(curves["default"]) == 100
     torch.testing.assert_close(curves["default"], curves["off"], rtol=2e-2, atol=2e-2)
+
+
+def test_the_device_timeline_times_queued_work_without_waiting_for_it():
+    """A mark is an event in the queue: taking one returns at once with work still queued, and the time between two
+    marks is the device's time for the work between them (a stopwatch with syncs around the same work agrees)."""
+    import time
+
+    from sweeplab import devices
+
+    timeline = devices.timeline(torch.device("cuda"))
+    assert isinstance(timeline, devices.DeviceTimeline)
+    cycles = 200_000_000  # ~0.1 s of device time at H100 clocks
+    torch.cuda.synchronize()
+    start = timeline.mark()
+    torch.cuda._sleep(cycles)
+    host = time.perf_counter()
+    end = timeline.mark()
+    assert time.perf_counter() - host < 0.01 and not end.query()  # no wait: the sleep is still running
+    measured = timeline.seconds(start, end)
+    torch.cuda.synchronize()
+    host = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    assert measured == pytest.approx(time.perf_counter() - host, rel=0.1)

@@ -37,6 +37,41 @@ def test_stop_mode_names_the_first_bad_step_and_marks_the_run_failed(demo_dir, m
     assert run.info.status == "FAILED" and "at step 7" in run.data.tags["error"]
 
 
+def test_a_bad_step_after_the_last_check_interval_stops_the_run_at_its_end(demo_dir, mlflow_uri, monkeypatch):
+    monkeypatch.setenv("SWEEPLAB_FAULT_NAN_GRAD_AT_STEP", "10")  # checks at steps 7 and 15: 10 is after the last
+    with pytest.raises(UserError, match="non-finite loss or gradient norm at step 10"):
+        train(smoke_config(demo_dir, "trainer.max_steps=12", "guard.check_every_n_steps=8"))
+    _, run = _only_run(mlflow_uri)
+    assert run.info.status == "FAILED"
+
+
+def test_between_checks_the_guard_costs_one_device_op_per_step():
+    """On a small batch every launch is host time the step pays: between two checks the guard only keeps a copy of
+    the step's loss and gradient norm (one op), whether a batch holds one step or k."""
+    from types import SimpleNamespace
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from sweeplab.callbacks.guard import NonFiniteGuard
+
+    class CountOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountOps.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    guard = NonFiniteGuard(mode="stop", check_every_n_steps=1000)
+    trainer = SimpleNamespace(global_step=0)
+    for step, loss, norm in ((0, torch.tensor(0.5), torch.tensor(2.0)), (1, torch.rand(4), torch.rand(4))):
+        with CountOps():
+            guard._check(trainer, loss, norm, step, None)
+        assert CountOps.ops <= 2, CountOps.ops  # stack (and a view of its result)
+        CountOps.ops = 0
+    guard._unchecked[-1][1][1, 2] = float("nan")  # a kept copy: the check reads what the step produced
+    assert guard._first_bad()[0] == 3  # the second record's steps are 1..4 (one step, then a batch of four)
+
+
 def test_an_out_of_memory_job_is_recorded_failed_with_the_reason(demo_dir, mlflow_uri, monkeypatch):
     monkeypatch.setenv("SWEEPLAB_FAULT_OOM_AT_STEP", "3")
     with pytest.raises(torch.OutOfMemoryError):

@@ -222,6 +222,7 @@ def test_a_resumed_run_skips_exactly_the_steps_already_stored(mlflow_uri):
                                       already_logged=already)
         for step in range(4):
             logger.log_metrics({"loss": 10.0 + step}, step=step)
+        logger.finalize()  # Lightning's end of fit: the held points are sent
     history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == [(0, 1.0), (1, 11.0), (2, 3.0), (3, 13.0)]
 

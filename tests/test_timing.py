@@ -44,6 +44,22 @@ class FakeAsyncDevice:
         return self.host
 
 
+class FakeDeviceTimeline:
+    """Events on the fake device, as sweeplab.devices.DeviceTimeline records them on CUDA/MPS: a mark costs the host
+    nothing and is stamped when the device reaches it (at once if it is idle); reading the time between two marks
+    makes the host wait until the device reached the later one."""
+
+    def __init__(self, device: FakeAsyncDevice):
+        self.fake = device
+
+    def mark(self) -> float:
+        return max(self.fake.device_free_at, self.fake.host)
+
+    def seconds(self, start: float, end: float) -> float:
+        self.fake.host = max(self.fake.host, end)
+        return end - start
+
+
 def step_work(batch_index: int) -> float:
     """Device seconds of training step `batch_index`: uneven, so a wrong window boundary shows."""
     return 0.010 + 0.004 * (batch_index % 3)
@@ -302,3 +318,45 @@ def test_mps_memory_is_the_driver_allocation(monkeypatch):
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3 * 2**20)
     assert devices.peak_memory_mb(torch.device("mps")) == 3.0
     assert devices.peak_memory_mb(torch.device("cpu")) > 10  # this process's RSS, in MiB
+
+
+def test_device_timeline_marks_never_make_the_device_wait():
+    """Host work between steps nearly as long as the device's: after a sync the device idles until the host has
+    launched the next step, so a timer that syncs at its window edges slows the steps it times. Marks on the device's
+    timeline (read a window later) leave the queue full: every window's time is the device's work in it."""
+    def run(timeline):
+        device = FakeAsyncDevice()
+        task = FakeDeviceTask(device, data_seconds=0.009)  # device work per step: 10-18 ms
+        if timeline:
+            timer = ThroughputTimer(warmup_steps=3, window=4, timeline=lambda d: FakeDeviceTimeline(device))
+        else:
+            timer = ThroughputTimer(warmup_steps=3, window=4, sync=device.sync, clock=device.clock)
+        _fit(timer, task, max_steps=43)
+        truth = _true_window_seconds(task, 3, 4)
+        assert len(timer.windows) == len(truth) == 10
+        return [w["train/step_time_s"] * 4 / seconds for w, seconds in zip(timer.windows, truth)]
+
+    assert run(timeline=True) == pytest.approx([1.0] * 10, rel=0.01)
+    assert min(run(timeline=False)) > 1.1  # each window also holds the idle gap its sync caused
+
+
+def test_device_timeline_reads_a_window_after_the_next_is_queued_and_keeps_validation_out():
+    device = FakeAsyncDevice()
+    task = FakeDeviceTask(device)
+    timer = ThroughputTimer(warmup_steps=2, window=4, timeline=lambda d: FakeDeviceTimeline(device))
+    _fit(timer, task, max_steps=18, val_every=7)  # validations (2 s of device work each) inside windows 2 and 3
+    truth = _true_window_seconds(task, 2, 4)
+    assert len(timer.windows) == 4
+    for window, seconds in zip(timer.windows, truth):
+        assert window["train/samples_per_sec"] * seconds == pytest.approx(window["samples"], rel=0.03)
+    timed_seconds = sum(task.work_log[2:])
+    assert timer.summary["summary/samples_per_sec_overall"] * timed_seconds == pytest.approx(16 * BATCH, rel=0.03)
+
+
+def test_a_device_without_timed_events_times_on_the_host_clock(caplog):
+    """The CPU has no queue to mark; a CUDA or MPS device whose events cannot be timed (here: none at all) falls back
+    to the host clock with one warning instead of failing at the first window (tests/test_gpu.py: CUDA's events)."""
+    assert type(devices.timeline(torch.device("cpu"))) is devices.HostTimeline
+    if not torch.cuda.is_available():
+        assert type(devices.timeline(torch.device("cuda"))) is devices.HostTimeline
+        assert "has no timed events" in caplog.text

@@ -90,6 +90,7 @@ def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlf
                                       synchronous=False)
         for step in range(10):
             logger.log_metrics({"loss": float(step)}, step=step)
+        logger.send_held()  # as training does when fit ends: asynchronous writes, not waited for here
     history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
     assert sorted(m.step for m in history) == list(range(10))
     assert MlflowClient(mlflow_uri).get_run(job.run_id).info.status == "FINISHED"
@@ -123,3 +124,32 @@ def test_make_ui_prints_the_latest_sweeps_runs_in_the_machine_learning_view(demo
     ).stdout
     assert f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs?workflowType=machine_learning" in out
     assert parent.info.run_id in out  # the filter names this sweep's jobs
+
+
+def test_metric_points_wait_in_the_process_until_a_pause_or_their_time_is_up(mlflow_uri):
+    """A write costs the training process host time even from MLflow's thread, so points logged during training are
+    held: nothing reaches the store until the job pauses (send_held) or the oldest point has waited its time; then all
+    of them arrive, each with the step and time it was logged at."""
+    from mlflow.entities import Metric
+
+    from sweeplab.tracking.run_logger import _PendingWritesClient
+
+    now = [0.0]
+    with mlflow_store.JobRun(mlflow_uri, "held", "a job", tags={}, params={}) as job:
+        client = _PendingWritesClient(mlflow_uri, hold_s=30.0, clock=lambda: now[0])
+        stored = lambda: sorted((m.step, m.timestamp) for m in MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss"))  # noqa: E731
+        for step in range(5):
+            now[0] = step * 5.0
+            client.log_batch(job.run_id, metrics=[Metric("loss", float(step), 1000 + step, step)], synchronous=False)
+        client.log_batch(job.run_id, params=[], tags=[], metrics=[])  # not a metric write: straight through
+        for operation in client.pending:
+            operation.wait()
+        assert stored() == []
+        now[0] = 31.0  # the first point has waited 31 s: this write sends all six
+        client.log_batch(job.run_id, metrics=[Metric("loss", 5.0, 1005, 5)], synchronous=False)
+        client.wait_for_writes()
+        assert stored() == [(step, 1000 + step) for step in range(6)]
+        client.log_batch(job.run_id, metrics=[Metric("loss", 6.0, 1006, 6)], synchronous=False)
+        client.send_held()
+        client.wait_for_writes()
+        assert stored()[-1] == (6, 1006)

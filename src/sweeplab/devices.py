@@ -1,5 +1,6 @@
 """Facts about the machine a job runs on: the device's name, its peak FLOP/s and memory, waiting for its queued work,
-and the host's CPUs and load. `backends` decides what runs where; this module describes what is there.
+the timeline a timer reads, and the host's CPUs and load. `backends` decides what runs where; this module describes
+what is there.
 
 Lightning's `ThroughputMonitor` peak-FLOPs table parses "NVIDIA H200" to nothing and lists Hopper figures with 2:4
 sparsity for some boards. We reuse its table (`get_available_flops`) for every other GPU and keep dense Hopper
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import time
 
 import torch
 
@@ -64,6 +66,66 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+class HostTimeline:
+    """Timestamps on the host's clock, each taken after waiting for the device's queued work (`sync`): right on the
+    CPU, where nothing is queued, and on MLX (`mx.synchronize`). On an asynchronous device every mark drains its
+    queue, so the device idles until the host has launched the next work: see DeviceTimeline."""
+
+    def __init__(self, device: torch.device, sync=None, clock=time.perf_counter):
+        self.device = device
+        self._sync = sync or synchronize
+        self._clock = clock
+
+    def mark(self) -> float:
+        self._sync(self.device)
+        return self._clock()
+
+    def seconds(self, start: float, end: float) -> float:
+        return end - start
+
+
+class DeviceTimeline:
+    """Timestamps on the device's own timeline (CUDA, MPS): a mark is an event recorded in the device's queue, which
+    the device stamps when it reaches it; recording costs the host microseconds and waits for nothing. The time
+    between two marks is what the device took to get from one to the other, idle gaps included (a host too slow to
+    keep it fed, data loading), so it is the wall time of that stretch of training, measured without draining the
+    queue. Reading it (`seconds`) waits until the device reached the later mark: read a mark once newer work is
+    queued behind it, and the device never idles for the measurement.
+
+    With a sync at each window edge instead, an H100 replaying TextBridge's bs32 CUDA graph idled after every window
+    until the host had launched the next batch: 16,000 samples/s timed in windows of 20 steps, 20,150 in one window
+    (BENCHMARKS.md)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def mark(self) -> torch.Event:
+        event = torch.Event(device=self.device, enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: torch.Event, end: torch.Event) -> float:
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+
+
+def timeline(device: torch.device) -> HostTimeline | DeviceTimeline:
+    """The device's own timeline where it has timed events (CUDA, MPS), else the host's clock. Tried once before it
+    is used (MPS events with timing are not run here: no Mac), so a device without them times on the host clock,
+    synchronising at each mark, rather than fail mid-run."""
+    if device.type not in ("cuda", "mps"):
+        return HostTimeline(device)
+    events = DeviceTimeline(device)
+    try:
+        events.seconds(events.mark(), events.mark())
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        import logging
+
+        logging.getLogger(__name__).warning("timing on the host clock: %s has no timed events (%s)", device, exc)
+        return HostTimeline(device)
+    return events
 
 
 def load_average() -> float | None:

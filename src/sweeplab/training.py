@@ -324,7 +324,10 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
             already_logged=logged_steps(uri, job.run_id) if continued else None,
             synchronous=not p.logger.async_logging,
         )
-        return _fit(p, output_dir, logger=logger, job=job, resume_ckpt=resume_ckpt)
+        try:
+            return _fit(p, output_dir, logger=logger, job=job, resume_ckpt=resume_ckpt)
+        finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
+            logger.send_held()
 
 
 def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, tracked: bool) -> resume.ResumePoint | None:

@@ -29,9 +29,12 @@ log = logging.getLogger(__name__)
 
 def _plain_state_key(callback: ModelCheckpoint) -> str:
     # the key Lightning gives a plain ModelCheckpoint of these settings: checkpoints written before these
-    # subclasses existed restore into them
-    key = ModelCheckpoint.state_key.fget(callback)
-    return "ModelCheckpoint" + key[len(type(callback).__qualname__) :]
+    # subclasses existed restore into them. Kept once built: Lightning asks for it at every hook call of every
+    # step (it names the hook's profiler action), and building it formats all the settings each time.
+    if "_sweeplab_state_key" not in callback.__dict__:
+        key = ModelCheckpoint.state_key.fget(callback)
+        callback.__dict__["_sweeplab_state_key"] = "ModelCheckpoint" + key[len(type(callback).__qualname__) :]
+    return callback.__dict__["_sweeplab_state_key"]
 
 
 class ValidateAtLastStep(L.Callback):

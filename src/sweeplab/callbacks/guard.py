@@ -2,7 +2,9 @@
 
 Checked after backward and before the optimizer step, so a bad step never reaches the weights. Each check reads one
 boolean back from the device (a host sync); `check_every_n_steps > 1` trades that cost for a later stop in
-"stop" mode (the first bad step is still named exactly: it is recorded on the device). "skip" checks every step.
+"stop" mode (the first bad step is still named exactly: each step's loss and gradient norm are kept on the device
+until the check, one small copy per step and nothing else, since every launch is host time that a small batch on a
+fast GPU pays in full). "skip" checks every step. Steps after the last full interval are checked when training ends.
 
 With cuda_graph_steps=k > 1 one training batch runs k optimizer steps in a graph replay, Lightning's optimizer hooks
 do not run, and the task leaves the k steps' losses and gradient norms as vectors: the guard reads them at the end
@@ -42,7 +44,7 @@ class NonFiniteGuard(L.Callback):
         self.max_consecutive_skips = max_consecutive_skips
         self.skipped_steps: list[int] = []
         self._consecutive = 0
-        self._first_bad: torch.Tensor | None = None  # on the device: -1, or the first bad step
+        self._unchecked: list[tuple[int, torch.Tensor]] = []  # (first step, [loss; grad norm] x its steps), on the device
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         if self.mode == "off":
@@ -59,19 +61,12 @@ class NonFiniteGuard(L.Callback):
         self._check(trainer, pl_module.last_loss, pl_module.last_grad_norm, trainer.global_step - steps, None)
 
     def _check(self, trainer: L.Trainer, loss, grad_norm: torch.Tensor, step: int, optimizer) -> None:
-        finite = torch.isfinite(grad_norm)
-        if loss is not None:
-            finite = finite & torch.isfinite(loss)
-        if finite.ndim:  # several steps, from `step` on: the first bad one, else -1
-            steps = torch.arange(step, step + finite.numel(), device=finite.device)
-            bad = torch.where(finite, torch.iinfo(torch.long).max, steps).min()
-            step += finite.numel() - 1  # the last of them: where the check interval is counted
-            finite, first_in_group = finite.all(), bad
-            loss, grad_norm = (loss[-1] if loss is not None else None), grad_norm[-1]
-        else:
-            first_in_group = step
+        """Keep the values of the steps from `step` on (one, or a vector of k); read them back at the interval."""
+        values = torch.stack([grad_norm, grad_norm if loss is None else loss]).reshape(2, -1)  # a copy: kept safe
+        self._unchecked.append((step, values))  # from the graph's outputs, which the next replay overwrites
+        step += values.shape[1] - 1  # the last of them: where the check interval is counted
         if self.mode == "skip":
-            if bool(finite):
+            if self._first_bad() is None:
                 self._consecutive = 0
                 return
             optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without gradients
@@ -84,14 +79,34 @@ class NonFiniteGuard(L.Callback):
                     "lower optim.lr or check the data"
                 )
             return
-        if self._first_bad is None:
-            self._first_bad = torch.full((), -1, dtype=torch.long, device=grad_norm.device)
-        self._first_bad = torch.where((self._first_bad < 0) & ~finite, first_in_group, self._first_bad)
         if (step + 1) % self.check_every_n_steps == 0:
-            first_bad = int(self._first_bad)
-            if first_bad >= 0:
-                loss_text = f"{float(loss):.4g}" if loss is not None else "?"
-                raise NonFiniteError(
-                    f"non-finite loss or gradient norm at step {first_bad} (loss={loss_text}, "
-                    f"grad_norm={float(grad_norm):.4g}): lower optim.lr, check the data, or set guard.mode=skip"
-                )
+            self._stop_at_first_bad(has_loss=loss is not None)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.mode == "stop" and self._unchecked:  # the steps after the last full check interval
+            self._stop_at_first_bad(has_loss=getattr(pl_module, "last_loss", None) is not None)
+
+    def _first_bad(self) -> tuple[int, float, float] | None:
+        """(step, loss, grad norm) of the first non-finite step kept since the last check, else None; one host
+        sync. Forgets the kept steps."""
+        kept, self._unchecked = self._unchecked, []
+        if not kept:
+            return None
+        values = torch.cat([v for _, v in kept], dim=1)
+        bad = ~torch.isfinite(values).all(dim=0)
+        if not bool(bad.any()):
+            return None
+        index = int(bad.nonzero()[0])
+        steps = [first + j for first, v in kept for j in range(v.shape[1])]
+        grad_norm, loss = values[:, index].tolist()
+        return steps[index], loss, grad_norm
+
+    def _stop_at_first_bad(self, has_loss: bool) -> None:
+        bad = self._first_bad()
+        if bad is not None:
+            step, loss, grad_norm = bad
+            loss_text = f"{loss:.4g}" if has_loss else "?"
+            raise NonFiniteError(
+                f"non-finite loss or gradient norm at step {step} (loss={loss_text}, "
+                f"grad_norm={grad_norm:.4g}): lower optim.lr, check the data, or set guard.mode=skip"
+            )

@@ -1,7 +1,10 @@
 """Honest step time and throughput.
 
-CUDA and MPS run asynchronously: a host clock read without a device sync times kernel launches, not work. This
-callback synchronises only at the edges of each timed window (a sync per step would itself cost throughput),
+CUDA and MPS run asynchronously: a host clock read without a device sync times kernel launches, not work, and a
+sync drains the device's queue, so the device idles until the host launches more: a timer that syncs slows what it
+times. This callback marks the edges of each timed window on the device's own timeline (an event in its queue,
+stamped when the device gets there: sweeplab.devices.DeviceTimeline) and reads a window's time once the next window
+is queued behind it, so no timed step ever waits for the measurement; on the CPU the marks are the host's clock. It
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
 so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
@@ -36,7 +39,16 @@ import torch
 from annotated_types import Ge
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
-from sweeplab.devices import host_cpus, load_average, peak_flops, peak_memory_mb, reset_peak_memory, synchronize
+from sweeplab.devices import (
+    HostTimeline,
+    host_cpus,
+    load_average,
+    peak_flops,
+    peak_memory_mb,
+    reset_peak_memory,
+    synchronize,
+)
+from sweeplab.devices import timeline as device_timeline
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +78,9 @@ class ThroughputTimer(L.Callback):
     """Logs `train/step_time_s`, `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window
     of `window` optimizer steps, after `warmup_steps` untimed steps (and, before them, `warmup_per_shape`
     forward/backward passes of every batch shape the data can give); `summary` holds the run's median, p10 and
-    p90 step time, throughput at the median, stability figures and peak memory. `sync` and `clock` are injectable
-    so tests can stand in for an async device."""
+    p90 step time, throughput at the median, stability figures and peak memory. `timeline` (device -> marks; default
+    sweeplab.devices.timeline), `sync` and `clock` are injectable so tests can stand in for an async device; an
+    injected `sync` or `clock` alone times on the host clock with that sync at every mark."""
 
     def __init__(
         self,
@@ -79,6 +92,7 @@ class ThroughputTimer(L.Callback):
         profile_dir: str | None = None,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
+        timeline: Callable[[torch.device], object] | None = None,
     ):
         """warmup_per_shape: forward/backward passes of each batch shape before the first step (0: none);
         profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
@@ -101,6 +115,10 @@ class ThroughputTimer(L.Callback):
         self._trace = None
         self._sync = sync
         self._clock = clock
+        if timeline is None and (sync is not synchronize or clock is not time.perf_counter):
+            timeline = lambda device: HostTimeline(device, sync, clock)  # noqa: E731
+        self._new_timeline = timeline or device_timeline
+        self._timeline = None  # built for the fit's device (on_train_start)
         self.summary: dict[str, float] = {}
         self.windows: list[dict[str, float]] = []  # one entry per full window: what was logged
         self._device = torch.device("cpu")
@@ -109,9 +127,9 @@ class ThroughputTimer(L.Callback):
 
     def _reset_totals(self) -> None:
         self._batches_seen = 0
-        self._t0: float | None = None
+        self._t0 = None  # the mark where the running stretch of timed steps started; None: the clock is stopped
         self._paused = False
-        self._paused_elapsed = 0.0
+        self._pending: list[tuple[dict, int, bool]] = []  # closed windows not read yet: (window, its step, log it)
         self._graphs_at_start = 0
         self._compiles_timed = 0
         self._win = self._empty_window()
@@ -126,20 +144,22 @@ class ThroughputTimer(L.Callback):
 
     @staticmethod
     def _empty_window() -> dict:
-        return {"batches": 0, "samples": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0}
+        # stretches: (start mark, end mark) of each timed stretch in the window (a validation splits one in two)
+        return {"batches": 0, "samples": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "stretches": []}
 
     # --- window edges ------------------------------------------------------------------------------
     def _start(self) -> None:
-        self._sync(self._device)
-        self._t0 = self._clock()
+        self._t0 = self._timeline.mark()
         self._graphs_at_start = compiled_graphs()
 
     def _count_compiles(self) -> None:  # at the end of a timed stretch (a pause or the end of training)
         self._compiles_timed += compiled_graphs() - self._graphs_at_start
 
-    def _elapsed_since_start(self) -> float:
-        self._sync(self._device)
-        return self._clock() - self._t0
+    def _end_stretch(self):
+        """Close the running stretch at a new mark (no wait for the device); the mark is returned."""
+        end = self._timeline.mark()
+        self._win["stretches"].append((self._t0, end))
+        return end
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.profile and stage == "fit":
@@ -164,6 +184,7 @@ class ThroughputTimer(L.Callback):
         self.windows = []
         self._load_start = load_average()
         self._device = pl_module.device
+        self._timeline = self._new_timeline(self._device)
         self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
         self._steps_per_batch = max(1, int(getattr(pl_module, "graph_steps", 1)))
         self._peak = peak_flops(self._device, str(trainer.precision))
@@ -220,14 +241,27 @@ class ThroughputTimer(L.Callback):
         win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
         win["flops"] += pl_module.flops_in(batch) or 0.0
         if win["batches"] >= self._batches(self.window):
-            self._close_window(trainer, self._paused_elapsed + self._elapsed_since_start(), log=True)
-            self._t0 = self._clock()  # the next window starts where this one ended (sync already done)
+            self._t0 = self._end_stretch()  # the next window starts where this one ended
+            self._close_window(trainer, log=True)
+            self._read_windows(trainer, keep=1)  # the one before: the device is past it, this one is queued behind
 
-    def _close_window(self, trainer: L.Trainer, elapsed: float, log: bool) -> None:
-        win = self._win
-        win["elapsed"] = elapsed
-        win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
+    def _close_window(self, trainer: L.Trainer, log: bool) -> None:
+        """Queue the current window to be read once the device is past its end (`_read_windows`)."""
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
+        # logged at this batch's step (Lightning's own step for this batch, as train/loss gets), whenever it is read
+        self._pending.append((self._win, trainer.fit_loop.epoch_loop._batches_that_stepped, log))
+        self._win = self._empty_window()
+
+    def _read_windows(self, trainer: L.Trainer, keep: int = 0) -> None:
+        """Read the closed windows' times, all but the newest `keep`: reading waits for the device to reach a
+        window's end, so the newest one is left until the next is queued behind it."""
+        while len(self._pending) > keep:
+            win, step, log = self._pending.pop(0)
+            self._read_window(trainer, win, step, log)
+
+    def _read_window(self, trainer: L.Trainer, win: dict, step: int, log: bool) -> None:
+        elapsed = win["elapsed"] = sum(self._timeline.seconds(start, end) for start, end in win["stretches"])
+        win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
         for key in self._total:
             self._total[key] += win[key]
         steps = self._steps(win["batches"])
@@ -241,34 +275,33 @@ class ThroughputTimer(L.Callback):
             if self._peak and win["flops"]:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
-            # Straight to the loggers, once, at this step (Lightning's own step for this batch, as train/loss gets).
-            # Through pl_module.log the value stayed in Lightning's results and was written again at the next
-            # `log_every_n_steps` step. MLflow writes asynchronously (logger.async_logging): no step waits for it.
-            step = trainer.fit_loop.epoch_loop._batches_that_stepped
+            # Straight to the loggers, once, at the window's step. Through pl_module.log the value stayed in
+            # Lightning's results and was written again at the next `log_every_n_steps` step. MLflow writes
+            # asynchronously (logger.async_logging): no step waits for it.
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
-        self._win = self._empty_window()
-        self._paused_elapsed = 0.0
 
     # --- validation and checkpoint saving are not training time -----------------------------------
-    def _pause(self) -> None:
-        """Stop the clock; it runs again at the next training batch (on_train_batch_start)."""
+    def _pause(self, trainer: L.Trainer) -> None:
+        """Stop the clock; it runs again at the next training batch (on_train_batch_start). The windows closed so far
+        are read now, while nothing is timed: a checkpoint written here covers their logged numbers."""
         if self._t0 is None:
             return
-        self._paused_elapsed += self._elapsed_since_start()
+        self._end_stretch()
+        self._read_windows(trainer)
         self._count_compiles()
         self._t0 = None
         self._paused = True
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking and self._t0 is not None:
-            self._pause()
+            self._pause(trainer)
             self._set_profiling(False)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         # a periodic checkpoint (checkpoint.every_n_steps) is written between two training batches: I/O, not a step
         if self._t0 is not None:
-            self._pause()
+            self._pause(trainer)
             self._set_profiling(False)  # `make profile` leaves it out too: its shares are of the timed steps
 
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -277,8 +310,10 @@ class ThroughputTimer(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self._win["batches"] > 0:  # a partial window counts in the totals, not as a logged sample
-            elapsed = self._paused_elapsed + (self._elapsed_since_start() if self._t0 is not None else 0.0)
-            self._close_window(trainer, elapsed, log=False)
+            if self._t0 is not None:
+                self._end_stretch()
+            self._close_window(trainer, log=False)
+        self._read_windows(trainer)
         if self._t0 is not None:
             self._count_compiles()
         if self._compiles_timed:

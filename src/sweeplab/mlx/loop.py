@@ -211,6 +211,9 @@ def fit(p, output_dir: Path, logger, job, resume_ckpt) -> float | None:
                 validate(step, batch_index)
             if step >= max_steps:
                 break
+    if first_bad is not None and first_bad.item() >= 0:  # a bad step after the last full check interval
+        raise NonFiniteError(f"non-finite loss or gradient norm at step {first_bad.item()}: lower optim.lr, check the "
+                             "data, or set guard.mode=skip")
     timer.on_train_end(trainer, timer_module)
 
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures

@@ -119,6 +119,7 @@ class TextBridgeTask(SweepTask):
         return self.model(input_ids, attention_mask)
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()
         model, dm = self.model, self.trainer.datamodule
         if not model.config.cache_frozen or model.first_trainable_block == 0 or dm is None:
             return
