@@ -69,8 +69,9 @@ def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri,
 
 
 def test_a_run_holds_its_checkpoint_dataset_and_system_metrics(demo_dir, mlflow_uri, monkeypatch):
-    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # MLflow's own knob: samples within seconds
-    train(smoke_config(demo_dir, "logger.system_metrics_after_s=0"))
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.1")  # MLflow's own knob: samples within seconds
+    # long enough for the sampler's first point on a loaded machine (its first store read can take a second or two)
+    train(smoke_config(demo_dir, "logger.system_metrics_after_s=0", "trainer.max_steps=60"))
     client, run = _only_run(mlflow_uri)
     checkpoints = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
     assert len(checkpoints) == 1 and checkpoints[0].endswith(".ckpt"), checkpoints

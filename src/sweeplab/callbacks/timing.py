@@ -56,8 +56,10 @@ log = logging.getLogger(__name__)
 def batch_shape(batch, steps: int = 1) -> tuple:
     """The shapes of a batch's tensors, as one hashable key (a dict's in key order). A batch of `steps` optimizer
     steps' rows (cuda_graph_steps) is keyed by the shape each of its steps trains on."""
-    if steps > 1:
-        return batch_shape({k: v[: v.shape[0] // steps] for k, v in batch.items() if torch.is_tensor(v) and v.ndim})
+    if steps > 1:  # shape arithmetic, not slices: a slice is a device op, paid in host time every batch
+        return tuple(
+            (k, (v.shape[0] // steps, *v.shape[1:])) for k, v in batch.items() if torch.is_tensor(v) and v.ndim
+        )
     if torch.is_tensor(batch):
         return tuple(batch.shape)
     if isinstance(batch, dict):
