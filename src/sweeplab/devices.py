@@ -101,12 +101,16 @@ class DeviceTimeline:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def mark(self) -> torch.Event:
-        event = torch.Event(device=self.device, enable_timing=True)
-        event.record()
+    def mark(self):
+        if self.device.type == "cuda":  # on the stream training launches to (the device's current one)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+        else:  # MPS: its own event class (torch >= 2.1), recorded in the default stream
+            event = torch.mps.event.Event(enable_timing=True)
+            event.record()
         return event
 
-    def seconds(self, start: torch.Event, end: torch.Event) -> float:
+    def seconds(self, start, end) -> float:
         end.synchronize()
         return start.elapsed_time(end) / 1000.0
 
