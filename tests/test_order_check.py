@@ -55,12 +55,15 @@ def _rows(markdown: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
-def _assert_both_orders(done, markdown: str, configs: list[str]) -> None:
+def _assert_both_orders(done, markdown: str, configs: list[str], repeat: bool = False) -> None:
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: a ratio outside ±5 %, likely on a shared CPU
     rows = _rows(markdown)
     assert [r[0] for r in rows] == configs
     n = len(configs)
     for position, row in enumerate(rows, start=1):
+        if repeat:  # the forward order's second run, and its ratio to the first
+            again_rate, again_ratio = row.pop(6), row.pop(6)
+            assert float(again_ratio) == pytest.approx(float(again_rate) / float(row[2]), rel=0.01)
         _, fwd_job, fwd_rate, rev_job, rev_rate, ratio, verdict, _ = row
         assert (int(fwd_job), int(rev_job)) == (position, n + 1 - position)
         assert float(ratio) == pytest.approx(float(rev_rate) / float(fwd_rate), rel=0.01)
@@ -69,10 +72,28 @@ def _assert_both_orders(done, markdown: str, configs: list[str]) -> None:
     assert done.returncode == (0 if "every configuration within" in markdown else 1)
 
 
-@pytest.mark.slow  # two `train -m` processes: ~60 s on a busy 2-core machine
+@pytest.mark.slow  # three `train -m` processes: ~90 s on a busy 2-core machine
 def test_the_order_check_runs_a_textbridge_sweep_end_to_end(demo_dir, mlflow_uri, tmp_path):
-    done, markdown = _check(tmp_path, f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=8,16")
-    _assert_both_orders(done, markdown, ["batch_size=8", "batch_size=16"])
+    done, markdown = _check(tmp_path, f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=8,16", "--repeat")
+    _assert_both_orders(done, markdown, ["batch_size=8", "batch_size=16"], repeat=True)
+    assert (tmp_path / "check" / "forward_again").is_dir()
+
+
+def test_repeat_adds_the_run_to_run_ratio_and_keeps_the_order_verdict(tmp_path):
+    """The forward order's second run says how far a job moves with nothing changed; the verdict is still the
+    order ratio's (here 0.90: outside ±5 %, though the run-to-run ratio is 0.88)."""
+    config = ("16",)
+    by_order = {
+        "forward": {config: {"position": 1, "rate": 100.0, "problems": [], "status": "FINISHED"}},
+        "reversed": {config: {"position": 1, "rate": 90.0, "problems": [], "status": "FINISHED"}},
+        order_check.REPEAT: {config: {"position": 1, "rate": 88.0, "problems": [], "status": "FINISHED"}},
+    }
+    rows, bad = order_check.table(["data.batch_size"], by_order)
+    assert bad == 1 and rows[0]["again / forward"] == "0.880" and rows[0]["forward again samples/s"] == "88"
+    assert rows[0]["verdict"].startswith("differs by more than ±5%")
+    swept, fixed = order_check.swept_values(["debug=smoke", "data.batch_size=8,16"])
+    again = order_check.pass_overrides(swept, fixed, order_check.REPEAT, tmp_path)
+    assert "data.batch_size=8,16" in again  # the forward order again
 
 
 @pytest.mark.slow

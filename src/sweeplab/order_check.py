@@ -12,6 +12,10 @@ values in order; reversing every value list reverses the job order. Prints and w
 configuration, its place and samples/s in each order, the ratio, and whether the two agree within
 `stability.ORDER_TOLERANCE` (±5 %). Exit status 0 when every configuration agrees, 1 when one does not or a job
 failed, 2 for bad arguments.
+
+`--repeat` runs the forward order a second time (a third process) and adds each configuration's ratio between its
+two forward runs: how much a job moves from run to run with nothing changed, the noise an order ratio is to be read
+against (a host-bound job on a shared VM moved ±10-15 %, BENCHMARKS.md). The verdict stays the order ratio's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from sweeplab import channels, stability
 from sweeplab.files import write_text_atomic
 
 ORDERS = ("forward", "reversed")
+REPEAT = "forward again"  # --repeat: the forward order once more
 _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
 
 
@@ -65,7 +70,7 @@ def swept_values(overrides: list[str]) -> tuple[OrderedDict[str, list[str]], lis
 
 def pass_overrides(swept: OrderedDict[str, list[str]], fixed: list[str], order: str, sweep_dir: Path) -> list[str]:
     """The `train -m` arguments of one order: one sequential process, every swept list in that order."""
-    lists = [f"{key}={','.join(values if order == 'forward' else values[::-1])}" for key, values in swept.items()]
+    lists = [f"{key}={','.join(values[::-1] if order == 'reversed' else values)}" for key, values in swept.items()]
     return [*fixed, *lists, "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}"]
 
 
@@ -108,6 +113,10 @@ def table(keys: list[str], by_order: dict[str, dict[tuple, dict]]) -> tuple[list
             row[f"{name} samples/s"] = f"{r['rate']:.4g}" if r.get("rate") else r.get("status", "missing")
         notes = [f"{name}: {'; '.join(r['problems'])}" for name, r in (("forward", a), ("reversed", b)) if r.get("problems")]
         row["stability"] = " / ".join(notes) or "ok"
+        if REPEAT in by_order:
+            again = by_order[REPEAT].get(config, {})
+            row[f"{REPEAT} samples/s"] = f"{again['rate']:.4g}" if again.get("rate") else again.get("status", "missing")
+            row["again / forward"] = f"{again['rate'] / a['rate']:.3f}" if a.get("rate") and again.get("rate") else ""
         if a.get("rate") and b.get("rate"):
             ratio = b["rate"] / a["rate"]
             agree = abs(ratio - 1) <= stability.ORDER_TOLERANCE
@@ -125,12 +134,14 @@ def table(keys: list[str], by_order: dict[str, dict[tuple, dict]]) -> tuple[list
 
 COLUMNS = ["configuration", "forward job", "forward samples/s", "reversed job", "reversed samples/s",
            "reversed / forward", "verdict", "stability"]
+REPEAT_COLUMNS = [f"{REPEAT} samples/s", "again / forward"]  # --repeat: before "verdict"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeplab.order_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="what `python -m sweeplab.train -m` takes: sweep=..., a,b values")
     parser.add_argument("--out", default=None, help="output directory (default: multirun/order_check/<time>)")
+    parser.add_argument("--repeat", action="store_true", help="run the forward order again: the run-to-run noise")
     args = parser.parse_args(argv)
     from sweeplab.report import to_markdown
     from sweeplab.tracking import mlflow_store
@@ -149,24 +160,28 @@ def main(argv: list[str] | None = None) -> int:
     for values in swept.values():
         n_jobs *= len(values)
     by_order, failed_passes = {}, []
-    for order in ORDERS:
-        sweep_dir = out / order
+    for order in (*ORDERS, REPEAT) if args.repeat else ORDERS:
+        sweep_dir = out / order.replace(" ", "_")
         overrides = pass_overrides(swept, fixed, order, sweep_dir)
         print(f"order check: {order} order, {n_jobs} jobs in one process: python -m sweeplab.train -m "
               f"{' '.join(overrides)}", flush=True)
-        if run_order(overrides, out / f"{order}.log") != 0:
+        log_path = out / f"{order.replace(' ', '_')}.log"
+        if run_order(overrides, log_path) != 0:
             failed_passes.append(order)
-            print(f"order check: the {order} sweep exited non-zero; its log: {out / f'{order}.log'}", file=sys.stderr)
+            print(f"order check: the {order} sweep exited non-zero; its log: {log_path}", file=sys.stderr)
         by_order[order] = results(uri, sweep_dir, keys)
     rows, bad = table(keys, by_order)
-    command = "python -m sweeplab.order_check " + " ".join(args.overrides)
+    command = "python -m sweeplab.order_check " + " ".join(args.overrides) + (" --repeat" if args.repeat else "")
     verdict = (
         f"every configuration within ±{stability.ORDER_TOLERANCE:.0%} in both orders" if not bad
         else f"{bad} of {len(rows)} configurations differ by more than ±{stability.ORDER_TOLERANCE:.0%} or failed"
     )
+    columns = COLUMNS if not args.repeat else [*COLUMNS[:6], *REPEAT_COLUMNS, *COLUMNS[6:]]
     markdown = (
         f"## order check\n\n`{command}`\n\nsamples/s (at the median window step time) of each configuration, run in "
-        f"the sweep's order and reversed, each order one process.\n\n{to_markdown(rows, COLUMNS)}\n\n{verdict}\n"
+        f"the sweep's order and reversed, each order one process"
+        f"{' (and the forward order again: run-to-run noise)' if args.repeat else ''}.\n\n{to_markdown(rows, columns)}"
+        f"\n\n{verdict}\n"
     )
     write_text_atomic(out / "order_check.md", markdown)
     print(markdown)
