@@ -123,3 +123,42 @@ def test_a_parallel_sweeps_console_shows_progress_and_results_not_worker_noise(d
     lines = _assert_clean(result)
     assert len([line for line in lines if "done: " in line]) == 2
     assert any("sweep: job 1 of 2" in line for line in lines) and any("sweep: job 2 of 2" in line for line in lines)
+
+
+def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlflow_uri, monkeypatch):
+    """A write costs the training process host time, so the job's metric points wait in the process while its steps
+    are timed and reach the store at the next pause: here, with no validation or checkpoint before the last step,
+    none is written between the first timed step and the validation at the last step, and afterwards every logged step
+    is stored."""
+    import time
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from sweeplab.callbacks.timing import ThroughputTimer
+
+    writes, timed = [], {}
+    real_log_batch, real_start, real_pause = SqlAlchemyStore.log_batch, ThroughputTimer._start, ThroughputTimer._pause
+
+    def observed_log_batch(self, run_id, metrics=(), *args, **kwargs):  # only watches: the store still writes
+        if metrics:
+            writes.append(time.monotonic())
+        return real_log_batch(self, run_id, metrics, *args, **kwargs)
+
+    def observed_start(self):
+        timed.setdefault("start", time.monotonic())
+        return real_start(self)
+
+    def observed_pause(self, trainer):  # the validation at the last step: the timed steps are over
+        timed.setdefault("end", time.monotonic())
+        return real_pause(self, trainer)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", observed_log_batch)
+    monkeypatch.setattr(ThroughputTimer, "_start", observed_start)
+    monkeypatch.setattr(ThroughputTimer, "_pause", observed_pause)
+    train(smoke_config(demo_dir, "trainer.max_steps=30", "trainer.val_check_interval=30", "trainer.log_every_n_steps=1",
+                       "timing.window=5", "checkpoint.every_n_steps=1000"))
+    assert timed["start"] < timed["end"]
+    assert [t for t in writes if timed["start"] <= t <= timed["end"]] == []
+    client, run = _only_run(mlflow_uri)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(30))
+    assert len(client.get_metric_history(run.info.run_id, "train/samples_per_sec")) == 5  # 28 timed steps: 5 windows
