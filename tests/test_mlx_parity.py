@@ -61,22 +61,21 @@ def gpt_config(**overrides) -> GPTConfig:
     )
 
 
-def textbridge_pair(**overrides) -> tuple[TextBridgeEncoder, mlx_textbridge.TextBridgeEncoder]:
+def _pair(model_class, port_module, config):
+    """The PyTorch model (seeded) and its MLX port holding the same weights."""
     torch.manual_seed(0)
-    config = textbridge_config(**overrides)
-    model = TextBridgeEncoder(config)
-    port = mlx_textbridge.build_mlx_model(config)
+    model = model_class(config)
+    port = port_module.build_mlx_model(config)
     convert.load_state_dict(port, model.state_dict())
     return model, port
+
+
+def textbridge_pair(**overrides) -> tuple[TextBridgeEncoder, mlx_textbridge.TextBridgeEncoder]:
+    return _pair(TextBridgeEncoder, mlx_textbridge, textbridge_config(**overrides))
 
 
 def gpt_pair(**overrides) -> tuple[GPT, mlx_gpt.GPT]:
-    torch.manual_seed(0)
-    config = gpt_config(**overrides)
-    model = GPT(config)
-    port = mlx_gpt.build_mlx_model(config)
-    convert.load_state_dict(port, model.state_dict())
-    return model, port
+    return _pair(GPT, mlx_gpt, gpt_config(**overrides))
 
 
 def textbridge_batches(n: int = 3, batch_size: int = 4, length: int = 12) -> list[dict[str, torch.Tensor]]:

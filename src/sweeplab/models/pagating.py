@@ -45,6 +45,31 @@ def check_alpha(alpha: float | int | str) -> float | str:
     return float(alpha)
 
 
+def alpha_logit(alpha_init: float) -> float:
+    """θ with sigmoid(θ) = alpha_init, the learnable α's starting parameter (alpha_init strictly inside (0, 1))."""
+    if not 0.0 < alpha_init < 1.0:
+        raise ValueError(f"alpha_init={alpha_init!r} must be strictly inside (0, 1) for alpha='learnable'")
+    return math.log(alpha_init / (1.0 - alpha_init))
+
+
+def check_schedule(schedule_steps: int, alpha_min: float, alpha_max: float) -> None:
+    """A scheduled α's settings: a positive step count, 0 <= alpha_min <= alpha_max <= 1."""
+    if not (isinstance(schedule_steps, int) and schedule_steps > 0):
+        raise ValueError(f"schedule_steps={schedule_steps!r} must be a positive integer")
+    if not 0.0 <= alpha_min <= alpha_max <= 1.0:
+        raise ValueError(f"alpha_min={alpha_min!r}, alpha_max={alpha_max!r}: need 0 <= alpha_min <= alpha_max <= 1")
+
+
+def check_unit(name: str, approximate: str, activation) -> None:
+    """A unit's name and the options that must agree with it; one check for every backend's units."""
+    if name not in UNIT_NAMES:
+        raise ValueError(f"unknown paGating unit {name!r}; valid: {', '.join(UNIT_NAMES)}")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate={approximate!r} is not one of ('none', 'tanh')")
+    if activation is not None and name != "paUnit":
+        raise ValueError(f"activation= is only for paUnit; {name} has a fixed activation")
+
+
 def scheduled_alpha(
     mode: str, step: int, schedule_steps: int, reverse: bool, alpha_min: float, alpha_max: float
 ) -> float:
@@ -83,16 +108,9 @@ class AlphaGate(nn.Module):
         if self.mode == "fixed":
             self.register_buffer("value", torch.tensor(alpha))
         elif self.mode == "learnable":
-            if not 0.0 < alpha_init < 1.0:
-                raise ValueError(f"alpha_init={alpha_init!r} must be strictly inside (0, 1) for alpha='learnable'")
-            self.theta = nn.Parameter(torch.tensor(math.log(alpha_init / (1.0 - alpha_init))))
+            self.theta = nn.Parameter(torch.tensor(alpha_logit(alpha_init)))
         else:
-            if not (isinstance(schedule_steps, int) and schedule_steps > 0):
-                raise ValueError(f"schedule_steps={schedule_steps!r} must be a positive integer")
-            if not 0.0 <= alpha_min <= alpha_max <= 1.0:
-                raise ValueError(
-                    f"alpha_min={alpha_min!r}, alpha_max={alpha_max!r}: need 0 <= alpha_min <= alpha_max <= 1"
-                )
+            check_schedule(schedule_steps, alpha_min, alpha_max)
             self.register_buffer("value", torch.tensor(self.alpha_at(0)))
 
     @property
@@ -246,12 +264,7 @@ def make_unit(
     names): `approximate` ("none" | "tanh") is paGELU's, `beta`/`learnable_beta` are paSwishU's. `activation` is
     paUnit's and an error anywhere else, since it would contradict the name.
     """
-    if name not in UNIT_NAMES:
-        raise ValueError(f"unknown paGating unit {name!r}; valid: {', '.join(UNIT_NAMES)}")
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"approximate={approximate!r} is not one of ('none', 'tanh')")
-    if activation is not None and name != "paUnit":
-        raise ValueError(f"activation= is only for paUnit; {name} has a fixed activation")
+    check_unit(name, approximate, activation)
     if name == "paUnit":
         g = _resolve_activation(activation)
     elif name == "paSwishU":

@@ -183,15 +183,9 @@ class TextBridgeEncoder(nn.Module):
 
     # --- what trains -------------------------------------------------------------------------
     def apply_freeze(self, mode: str) -> None:
-        if mode not in FREEZE_MODES:
-            raise ValueError(f"model.freeze={mode!r} is not one of {FREEZE_MODES}")
+        frozen = frozen_parts(self, mode)
         for p in self.parameters():
             p.requires_grad_(True)
-        if mode == "none":
-            return
-        frozen = [self.embedding, *self.blocks]
-        if mode == "trunk_except_last":
-            frozen = frozen[:-1]
         for module in frozen:
             for p in module.parameters():
                 p.requires_grad_(False)
@@ -244,10 +238,22 @@ class TextBridgeEncoder(nn.Module):
                 nn.init.zeros_(module.bias)
 
 
+def frozen_parts(model, mode: str) -> list:
+    """The parts of an encoder (this one, or a port with the same `embedding` and `blocks`) that `model.freeze=mode`
+    keeps fixed: none, the trunk (embedding and every block), or the trunk but its last block."""
+    if mode not in FREEZE_MODES:
+        raise ValueError(f"model.freeze={mode!r} is not one of {FREEZE_MODES}")
+    if mode == "none":
+        return []
+    trunk = [model.embedding, *model.blocks]
+    return trunk[:-1] if mode == "trunk_except_last" else trunk
+
+
 def receptive_field(config: TextBridgeConfig) -> int:
     return 1 + sum((config.kernel_size - 1) * config.dilation(i) for i in range(config.n_blocks))
 
 
 __all__ = [
-    "SIZES", "TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "masked_mean", "receptive_field", "FREEZE_MODES", "INIT_MODES",
+    "SIZES", "TextBridgeConfig", "TextBridgeEncoder", "TCNBlock", "masked_mean", "receptive_field", "frozen_parts",
+    "FREEZE_MODES", "INIT_MODES",
 ]

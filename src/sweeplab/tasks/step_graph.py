@@ -69,23 +69,14 @@ class StepGraph:
         if self.capture and self.graph is None and self.calls > self.warmup_steps:
             self._capture(batch)
         if self.graph is not None and self._fits(batch):
-            for key, static in self.static_inputs.items():
-                static.copy_(batch[key], non_blocking=True)
-            self.graph.replay()
-            for p, grad in zip(self.params, self.static_grads):
-                p.grad = grad
+            replay(self.graph, self.static_inputs, batch, self.params, self.static_grads)
             self.replays += 1
             return self.static_outputs
         self.eager_steps += 1
         if self.graph is not None:
             self._warn_shape(batch)
-        if self.capture:  # warm-up: on a side stream, as the capture recipe asks
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                out = self._forward_backward(batch)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            return out
+        if self.capture:
+            return on_side_stream(self.device, lambda: self._forward_backward(batch))
         return self._forward_backward(batch)
 
     def _forward_backward(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
@@ -204,22 +195,13 @@ class MultiStepGraph:
         if self.capture and self.graph is None and self.calls > self.warmup_calls:
             self._capture(batch)
         if self.graph is not None and self._fits(batch):
-            for key, static in self.static_inputs.items():
-                static.copy_(batch[key], non_blocking=True)
             self.static_lrs.copy_(torch.tensor(lrs, dtype=self.static_lrs.dtype).pin_memory(), non_blocking=True)
-            self.graph.replay()
-            for p, grad in zip(self.step.params, self.static_grads):
-                p.grad = grad
+            replay(self.graph, self.static_inputs, batch, self.step.params, self.static_grads)
             self.replays += 1
             return self.static_outputs
         self.eager_calls += 1
-        if self.capture:  # warm-up: on a side stream, as the capture recipe asks
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                out = self._steps(batch, lrs)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            return out
+        if self.capture:
+            return on_side_stream(self.device, lambda: self._steps(batch, lrs))
         return self._steps(batch, lrs)
 
     def _steps(self, batch: dict, lrs) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
@@ -271,6 +253,27 @@ class MultiStepGraph:
 
     def _fits(self, batch: dict) -> bool:
         return self.step._fits_static(batch, self.static_inputs)
+
+
+def replay(graph: torch.cuda.CUDAGraph, static_inputs: dict, batch: dict, params: list, static_grads: list) -> None:
+    """Copy the batch into the graph's input tensors, replay it, and point each `param.grad` back at the gradient
+    tensor the graph writes (an eager step or `zero_grad(set_to_none=True)` in between replaces them)."""
+    for key, static in static_inputs.items():
+        static.copy_(batch[key], non_blocking=True)
+    graph.replay()
+    for p, grad in zip(params, static_grads):
+        p.grad = grad
+
+
+def on_side_stream(device: torch.device, step: Callable[[], tuple]) -> tuple:
+    """An eager warm-up step before capture, on a side stream as the capture recipe asks (lazy library set-up and
+    autotuning happen there); the current stream waits for it."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        out = step()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    return out
 
 
 def scheduled_lrs(optimizer: torch.optim.Optimizer, scheduler, steps: int) -> list[list[float]]:

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from sweeplab.models.gpt import MASK_VALUE, GPTConfig
-from sweeplab.models.pagating import UNIT_NAMES, check_alpha, scheduled_alpha
+from sweeplab.models.pagating import alpha_logit, check_alpha, check_schedule, check_unit, scheduled_alpha
 
 # PyTorch state dict key -> the key it is tied to (the same tensor there, one array here)
 TIED_WEIGHTS = {"lm_head.weight": "wte.weight"}
@@ -45,10 +45,9 @@ class AlphaGate(nn.Module):
         if self.mode == "fixed":
             self.value = mx.array(alpha, dtype=mx.float32)
         elif self.mode == "learnable":
-            if not 0.0 < alpha_init < 1.0:
-                raise ValueError(f"alpha_init={alpha_init!r} must be strictly inside (0, 1) for alpha='learnable'")
-            self.theta = mx.array(math.log(alpha_init / (1.0 - alpha_init)), dtype=mx.float32)
+            self.theta = mx.array(alpha_logit(alpha_init), dtype=mx.float32)
         else:
+            check_schedule(schedule_steps, alpha_min, alpha_max)
             self.value = mx.array(self.alpha_at(0), dtype=mx.float32)
         self.freeze(keys=["value"], strict=False)  # a buffer in PyTorch
 
@@ -125,12 +124,7 @@ class PaGatingUnit(nn.Module):
         alpha_max: float = 1.0,
     ):
         super().__init__()
-        if name not in UNIT_NAMES:
-            raise ValueError(f"unknown paGating unit {name!r}; valid: {', '.join(UNIT_NAMES)}")
-        if approximate not in ("none", "tanh"):
-            raise ValueError(f"approximate={approximate!r} is not one of ('none', 'tanh')")
-        if activation is not None and name != "paUnit":
-            raise ValueError(f"activation= is only for paUnit; {name} has a fixed activation")
+        check_unit(name, approximate, activation)
         self.name = name
         self.value_tanh = name == "paGTU"
         self.value_proj = nn.Linear(d_in, d_out, bias=bias)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from sweeplab.models.textbridge import FREEZE_MODES, TextBridgeConfig
+from sweeplab.models.textbridge import TextBridgeConfig, frozen_parts
 
 
 class CausalConv1d(nn.Module):
@@ -93,14 +93,8 @@ class TextBridgeEncoder(nn.Module):
     def apply_freeze(self, mode: str) -> None:
         """What trains, as in the PyTorch model: frozen parameters are left out of `trainable_parameters()`, so
         they get no gradient and no optimizer state."""
-        if mode not in FREEZE_MODES:
-            raise ValueError(f"model.freeze={mode!r} is not one of {FREEZE_MODES}")
+        frozen = frozen_parts(self, mode)
         self.unfreeze()
-        if mode == "none":
-            return
-        frozen = [self.embedding, *self.blocks]
-        if mode == "trunk_except_last":
-            frozen = frozen[:-1]
         for module in frozen:
             module.freeze()
 
