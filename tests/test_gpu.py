@@ -55,17 +55,31 @@ def test_cuda_graph_captures_and_keeps_the_loss_curve(eager_cuda_curve, kept_ste
 
 
 def test_graph_of_several_steps_captures_and_keeps_the_loss_curve(eager_cuda_curve, kept_step_graphs, demo_dir, tmp_path, monkeypatch):
-    """cuda_graph_steps=4: 4 whole optimizer steps (update and learning rate inside) per replay, captured for real;
+    """cuda_graph with steps_per_batch=4: 4 whole optimizer steps (update and learning rate inside) per replay, captured for real;
     the per-step losses stay on the eager curve across the epochs' ends (33 batches an epoch)."""
     graphs = kept_step_graphs
     monkeypatch.chdir(tmp_path)
     curve = _curve(
-        demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true", "cuda_graph=true", "cuda_graph_steps=4",
+        demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true", "cuda_graph=true", "steps_per_batch=4",
         "trainer.log_every_n_steps=8", "timing.warmup_steps=8", "timing.window=8", "checkpoint.every_n_steps=100",
     )
     (graph,) = graphs
     assert graph.graph is not None and graph.eager_calls == graph.warmup_calls == 1
     assert graph.replays == STEPS // 4 - 1
+    assert len(curve.losses) == STEPS
+    torch.testing.assert_close(torch.tensor(curve.losses), torch.tensor(eager_cuda_curve.losses), rtol=1e-4, atol=1e-5)
+
+
+def test_several_steps_per_batch_without_a_graph_keep_the_loss_curve(eager_cuda_curve, kept_step_graphs, demo_dir, tmp_path, monkeypatch):
+    """steps_per_batch=4 without cuda_graph: the same 4 steps per batch run eagerly on the GPU (no capture)."""
+    graphs = kept_step_graphs
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(
+        demo_dir, monkeypatch, *CUDA, "data.pad_to=max", "data.on_device=true", "steps_per_batch=4",
+        "trainer.log_every_n_steps=8", "timing.warmup_steps=8", "timing.window=8", "checkpoint.every_n_steps=100",
+    )
+    (graph,) = graphs
+    assert graph.graph is None and graph.replays == 0 and graph.eager_calls == STEPS // 4
     assert len(curve.losses) == STEPS
     torch.testing.assert_close(torch.tensor(curve.losses), torch.tensor(eager_cuda_curve.losses), rtol=1e-4, atol=1e-5)
 

@@ -24,7 +24,7 @@ class LossRecorder(L.Callback):
         self.graph_steps = 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses += [float(x) for x in pl_module.last_loss.reshape(-1)]  # cuda_graph_steps: k steps' losses
+        self.losses += [float(x) for x in pl_module.last_loss.reshape(-1)]  # steps_per_batch: k steps' losses
         self.lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))
         self.graph_steps += pl_module.step_graph is not None and not pl_module.automatic_optimization
 

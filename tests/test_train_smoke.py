@@ -162,3 +162,47 @@ def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlfl
     client, run = _only_run(mlflow_uri)
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(30))
     assert len(client.get_metric_history(run.info.run_id, "train/samples_per_sec")) == 5  # 28 timed steps: 5 windows
+
+
+def test_store_writes_around_periodic_checkpoints_stay_out_of_the_timed_stretches(demo_dir, mlflow_uri, monkeypatch):
+    """A periodic checkpoint pauses the clock; the metric points it makes durable, and those Lightning logs for its
+    step just after it, are written while the clock stands. Left to MLflow's thread, the second kind was still being
+    written when the clock ran again (the next CPU batch took a quarter longer)."""
+    import threading
+    import time
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from sweeplab.callbacks.timing import ThroughputTimer
+
+    writes, stretches, lock = [], [], threading.Lock()
+    real_log_batch, real_start, real_end = SqlAlchemyStore.log_batch, ThroughputTimer._start, ThroughputTimer._end_stretch
+
+    def observed_log_batch(self, run_id, metrics=(), *args, **kwargs):  # only watches: the store still writes
+        begin = time.monotonic()
+        try:
+            return real_log_batch(self, run_id, metrics, *args, **kwargs)
+        finally:
+            if metrics:
+                with lock:
+                    writes.append((begin, time.monotonic()))
+
+    def observed_start(self):
+        stretches.append([time.monotonic(), None])
+        return real_start(self)
+
+    def observed_end(self):
+        stretches[-1][1] = time.monotonic()
+        return real_end(self)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", observed_log_batch)
+    monkeypatch.setattr(ThroughputTimer, "_start", observed_start)
+    monkeypatch.setattr(ThroughputTimer, "_end_stretch", observed_end)
+    train(smoke_config(demo_dir, "trainer.max_steps=40", "trainer.val_check_interval=40", "trainer.log_every_n_steps=5",
+                       "timing.window=5", "checkpoint.every_n_steps=10"))
+    assert len(stretches) >= 4 and all(end is not None for _, end in stretches)  # paused at steps 10, 20, 30
+    assert len(writes) >= 4
+    overlaps = [(w, s) for w in writes for s in stretches if w[0] < s[1] and s[0] < w[1]]
+    assert overlaps == []
+    client, run = _only_run(mlflow_uri)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(4, 40, 5))

@@ -102,6 +102,7 @@ def check_combination(
     gradient_checkpointing: bool = False,
     grad_clip: float | None = None,
     cuda_graph: bool = False,
+    steps_per_batch: int = 1,
     devices: int = 1,
     accumulate_grad_batches: int = 1,
 ) -> list[str]:
@@ -126,8 +127,8 @@ def check_combination(
     if optim_implementation not in OPTIMIZER_IMPLEMENTATIONS:
         raise ConfigError("optim.implementation", f"{optim_implementation!r} is not one of {OPTIMIZER_IMPLEMENTATIONS}")
     if backend == "mlx":
-        _check_mlx(precision, compile_mode, optim_implementation, gradient_checkpointing, cuda_graph, devices,
-                   accumulate_grad_batches)
+        _check_mlx(precision, compile_mode, optim_implementation, gradient_checkpointing, cuda_graph, steps_per_batch,
+                   devices, accumulate_grad_batches)
         return warnings
 
     # --- precision --------------------------------------------------------------------------------
@@ -184,20 +185,25 @@ def check_combination(
                 "cuda_graph",
                 f"compile={compile_mode} makes its own CUDA graphs, which cannot nest in the step's; use compile=default",
             )
-        if precision == "16-mixed":
-            raise ConfigError("cuda_graph", "16-mixed scales the loss on the host each step; use bf16-mixed or 32-true")
-        if devices != 1:
-            raise ConfigError("cuda_graph", "the captured step has no DDP gradient all-reduce; use trainer.devices=1")
-        if accumulate_grad_batches != 1:
-            raise ConfigError("cuda_graph", "the captured step holds one batch; use trainer.accumulate_grad_batches=1")
         if gradient_checkpointing:
             warn("model.gradient_checkpointing with cuda_graph=true: recomputation inside a CUDA graph is fragile")
+    # a captured step and a batch of several optimizer steps (tasks/step_graph.py) both run backward and the update
+    # themselves, outside Lightning's precision plugin, DDP reducer and gradient accumulation
+    if cuda_graph or steps_per_batch > 1:
+        key, what = ("cuda_graph", "the captured step") if cuda_graph else (
+            "steps_per_batch", f"a batch of {steps_per_batch} optimizer steps")
+        if precision == "16-mixed":
+            raise ConfigError(key, f"16-mixed scales the loss on the host at each step, which {what} bypasses; use bf16-mixed or 32-true")
+        if devices != 1:
+            raise ConfigError(key, f"{what} has no DDP gradient all-reduce; use trainer.devices=1")
+        if accumulate_grad_batches != 1:
+            raise ConfigError(key, f"{what} takes one batch per optimizer step; use trainer.accumulate_grad_batches=1")
     return warnings
 
 
 def _check_mlx(
     precision: str, compile_mode: str, optim_implementation: str, gradient_checkpointing: bool, cuda_graph: bool,
-    devices: int, accumulate_grad_batches: int,
+    steps_per_batch: int, devices: int, accumulate_grad_batches: int,
 ) -> None:
     """What sweeplab's MLX loop (sweeplab.mlx.loop) does not do: PyTorch's own switches, and what it has no port of.
     Its training step is always compiled with mx.compile."""
@@ -205,6 +211,8 @@ def _check_mlx(
         raise ConfigError("compile", f"{compile_mode} is torch.compile; backend=mlx compiles its step with mx.compile itself: use compile=off")
     if cuda_graph:
         raise ConfigError("cuda_graph", "CUDA graphs are PyTorch's; backend=mlx compiles its step with mx.compile: use cuda_graph=false")
+    if steps_per_batch != 1:
+        raise ConfigError("steps_per_batch", f"{steps_per_batch}: backend=mlx runs one optimizer step per batch; use steps_per_batch=1")
     if precision != "32-true":
         raise ConfigError("trainer.precision", f"{precision}: backend=mlx trains in 32-true only (no mixed precision or fp16 loss scaler)")
     if optim_implementation not in ("auto", "for_loop"):

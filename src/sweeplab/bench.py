@@ -122,8 +122,8 @@ class RawLoop:
     shuffling seed), same optimizer (fused/foreach as configured), schedule, clipping, precision, compile mode (of
     the forward + loss function, as sweeplab compiles it) and, with cuda_graph=true, the same capture of forward,
     backward and clipping (tasks/step_graph.py: plain torch.cuda.graph, no Lightning in it); with
-    cuda_graph_steps=k, the same k whole optimizer steps per replay (MultiStepGraph), so the ratio compares like
-    with like."""
+    steps_per_batch=k, the same k whole optimizer steps per batch (MultiStepGraph, one replay under cuda_graph), so
+    the ratio compares like with like."""
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
@@ -158,20 +158,22 @@ class RawLoop:
         if p.compile_mode != "off":
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loss_fn = loss_fn
-        self.graph_steps = p.graph_steps  # optimizer steps per batch (the datamodule groups k batches' rows)
-        self.optimizer = build_optimizer(self.model, p.optim, capturable=p.graph_steps > 1 and self.device.type == "cuda")
+        self.steps_per_batch = p.steps_per_batch  # optimizer steps per batch (the datamodule groups k batches' rows)
+        capturable = p.cuda_graph and p.steps_per_batch > 1 and self.device.type == "cuda"
+        self.optimizer = build_optimizer(self.model, p.optim, capturable=capturable)
         self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
         self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]
         self.grad_clip = p.optim.grad_clip
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "16-mixed" else None
         self.step_graph = (
             StepGraph(loss_fn, self.params, self.grad_clip, autocast_dtype(self.precision), self.device)
-            if p.cuda_graph and p.graph_steps == 1
+            if p.cuda_graph and p.steps_per_batch == 1
             else None
         )
         self._new_multi_step_graph = lambda: (
-            MultiStepGraph(loss_fn, self.optimizer, p.graph_steps, self.grad_clip, autocast_dtype(self.precision), self.device)
-            if p.graph_steps > 1
+            MultiStepGraph(loss_fn, self.optimizer, p.steps_per_batch, self.grad_clip, autocast_dtype(self.precision),
+                           self.device, capture=p.cuda_graph)
+            if p.steps_per_batch > 1
             else None
         )
         self.multi_step_graph = self._new_multi_step_graph()
@@ -213,15 +215,15 @@ class RawLoop:
         return moved
 
     def step(self, batch: dict) -> None:
-        """One batch: one optimizer step, or `graph_steps` of them in one graph replay."""
+        """One batch: one optimizer step, or `steps_per_batch` of them (one graph replay under cuda_graph)."""
         batch = self._to_device(batch)
         if self.multi_step_graph is not None:
             from sweeplab.tasks.step_graph import scheduled_lrs
 
-            self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.graph_steps))
-            for _ in range(self.graph_steps):
+            self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.steps_per_batch))
+            for _ in range(self.steps_per_batch):
                 self.scheduler.step()
-            self.step_count += self.graph_steps
+            self.step_count += self.steps_per_batch
             return
         self.task.set_training_step(self.step_count)
         if self.step_graph is not None:
@@ -260,12 +262,12 @@ class RawLoop:
                 batches = iter(self.loader)
                 return next(batches)
 
-        for _ in range(warmup_steps // self.graph_steps):  # batches of graph_steps optimizer steps each
+        for _ in range(warmup_steps // self.steps_per_batch):  # batches of steps_per_batch optimizer steps each
             self.step(next_batch())
         devices.synchronize(self.device)
         t0, graphs = clock(), compiled_graphs()
         samples = 0
-        for _ in range(steps // self.graph_steps):
+        for _ in range(steps // self.steps_per_batch):
             batch = next_batch()
             samples += self.samples_in(batch)
             self.step(batch)
@@ -444,7 +446,7 @@ SWITCHES = {
     "data.num_workers": lambda v: f"{v} workers" if v else "",
     "data.on_device": lambda v: "batches on device" if v else "",
     "cuda_graph": lambda v: "CUDA graph" if v else "",
-    "cuda_graph_steps": lambda v: f"{v} steps per replay" if v and v > 1 else "",
+    "steps_per_batch": lambda v: f"{v} steps per batch" if v and v > 1 else "",
 }
 
 

@@ -33,7 +33,7 @@ from sweeplab.tasks.optim import OptimConfig
 from sweeplab.tracking import mlflow_store, naming, resume
 
 log = logging.getLogger(__name__)
-# cuda_graph=true trains with manual optimization, and Lightning then warns that checkpoints hold the weights after
+# cuda_graph=true and steps_per_batch > 1 train with manual optimization, and Lightning then warns that checkpoints hold the weights after
 # the optimizer step: true of every run here, automatic optimization included
 warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
@@ -113,7 +113,7 @@ class JobPlan:
     guard: dict
     checkpoint: CheckpointConfig
     tune: tuning.TuneConfig
-    graph_steps: int = 1  # cuda_graph_steps: optimizer steps per training batch (one graph replay)
+    steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
@@ -158,9 +158,9 @@ def plan(cfg: DictConfig) -> JobPlan:
     cuda_graph = container.get("cuda_graph", False)
     if not isinstance(cuda_graph, bool):
         raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
-    graph_steps = container.get("cuda_graph_steps", 1)
-    if type(graph_steps) is not int or graph_steps < 1:
-        raise ConfigError("cuda_graph_steps", f"expected an integer >= 1, got {graph_steps!r}")
+    steps_per_batch = container.get("steps_per_batch", 1)
+    if type(steps_per_batch) is not int or steps_per_batch < 1:
+        raise ConfigError("steps_per_batch", f"expected an integer >= 1, got {steps_per_batch!r}")
     backend = backends.resolve_backend(backend_config.name)
     backends.check_combination(
         backend,
@@ -171,6 +171,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         gradient_checkpointing=bool(container["model"].get("gradient_checkpointing", False)),
         grad_clip=optim.grad_clip,
         cuda_graph=cuda_graph,
+        steps_per_batch=steps_per_batch,
         devices=trainer.devices,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
     )
@@ -178,34 +179,32 @@ def plan(cfg: DictConfig) -> JobPlan:
     if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
         container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
     datamodule = family.build_datamodule(container["data"], model_config)
-    if graph_steps > 1:
-        check_graph_steps(graph_steps, cuda_graph, container, trainer, checkpoint, guard, timing, tune, datamodule)
-        datamodule.steps_per_batch = graph_steps
+    if steps_per_batch > 1:
+        check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune, datamodule)
+        datamodule.steps_per_batch = steps_per_batch
     return JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
-        timing, logger, container, datamodule, guard, checkpoint, tune, graph_steps,
+        timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch,
     )
 
 
-def check_graph_steps(
+def check_steps_per_batch(
     k: int, cuda_graph: bool, container: dict, trainer: TrainerConfig, checkpoint: CheckpointConfig, guard: dict,
     timing: dict, tune: tuning.TuneConfig, datamodule,
 ) -> None:
-    """cuda_graph_steps=k > 1 runs k optimizer steps per training batch, and Lightning acts only between batches:
+    """steps_per_batch=k > 1 runs k optimizer steps per training batch, and Lightning acts only between batches:
     every step count that decides something (stop, validate, log, checkpoint, check for non-finite values, the
     timer's warm-up and windows) must fall on a batch's edge, or the run would do it at another step than it says."""
-    if not cuda_graph:
-        raise ConfigError("cuda_graph_steps", f"{k} steps per replay of a CUDA graph need cuda_graph=true (backend=cuda)")
     data = container["data"]
     if not data.get("on_device", False) or not hasattr(datamodule, "steps_per_batch"):
-        raise ConfigError("cuda_graph_steps", f"{k} steps per replay take their batches from data.on_device=true "
+        raise ConfigError("steps_per_batch", f"a batch of {k} optimizer steps takes its rows from data.on_device=true "
                           f"(model.family={container['model'].get('family')!r} with data.on_device={data.get('on_device')})")
     if data.get("pad_to") != "max":
-        raise ConfigError("cuda_graph_steps", f"{k} steps per replay need one batch width; set data.pad_to=max")
+        raise ConfigError("steps_per_batch", f"a batch of {k} optimizer steps needs one batch width; set data.pad_to=max")
     if guard.get("mode") == "skip":
-        raise ConfigError("guard.mode", f"skip cannot drop one step inside a graph of cuda_graph_steps={k}; use stop")
+        raise ConfigError("guard.mode", f"skip cannot drop one step inside a batch of steps_per_batch={k}; use stop")
     if tune.batch_size:
-        raise ConfigError("tune.batch_size", f"the batch-size search steps one batch at a time; unset it with cuda_graph_steps={k}")
+        raise ConfigError("tune.batch_size", f"the batch-size search steps one batch at a time; unset it with steps_per_batch={k}")
     max_steps = trainer.max_steps
     intervals = {
         "trainer.max_steps": max_steps,
@@ -221,11 +220,11 @@ def check_graph_steps(
     for key, steps in intervals.items():
         # an interval longer than the run never fires inside it (the bench's "no periodic checkpoint")
         if steps % k and not (key != "trainer.max_steps" and steps > max_steps):
-            raise ConfigError(key, f"{steps} is not a multiple of cuda_graph_steps={k}: a batch of {k} steps cannot stop between them")
+            raise ConfigError(key, f"{steps} is not a multiple of steps_per_batch={k}: a batch of {k} steps cannot stop between them")
     warmup = timing.get("warmup_steps", 0)
-    if warmup < 2 * k:
-        raise ConfigError("timing.warmup_steps", f"{warmup} < {2 * k}: with cuda_graph_steps={k} the first {k} steps run "
-                          f"eagerly and the next {k} capture the graph; neither may be timed")
+    if cuda_graph and warmup < 2 * k:
+        raise ConfigError("timing.warmup_steps", f"{warmup} < {2 * k}: with cuda_graph and steps_per_batch={k} the first "
+                          f"{k} steps run eagerly and the next {k} capture the graph; neither may be timed")
 
 
 def _hydra_runtime() -> tuple[Path, str | None]:
@@ -391,7 +390,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             job.log_training_data(data_path, name=data_path.name)
     task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
-    task.configure_training(p.compile_mode, p.cuda_graph, p.graph_steps)
+    task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
 
     best = BestCheckpoint(output_dir / "checkpoints", monitor=p.family.monitor, mode=p.family.monitor_mode)
     last = LastCheckpoint(output_dir / "checkpoints", every_n_steps=p.checkpoint.every_n_steps)
@@ -488,15 +487,16 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         precision=None if precision_plugins else t.precision,
         max_steps=t.max_steps,
         max_epochs=-1,
-        # in training batches, which hold p.graph_steps optimizer steps each (plan() checked they divide it)
-        val_check_interval=-(-t.val_check_interval // p.graph_steps),
+        # in training batches, which hold p.steps_per_batch optimizer steps each (plan() checked they divide it)
+        val_check_interval=-(-t.val_check_interval // p.steps_per_batch),
         check_val_every_n_epoch=None,  # count validation intervals in steps, across epochs
         limit_val_batches=t.limit_val_batches,
         num_sanity_val_steps=t.num_sanity_val_steps,
         log_every_n_steps=t.log_every_n_steps,
         accumulate_grad_batches=t.accumulate_grad_batches,
-        # with cuda_graph the captured step clips (Lightning clips only under automatic optimization)
-        gradient_clip_val=None if p.cuda_graph else p.optim.grad_clip or None,
+        # with cuda_graph or several steps per batch the task's step clips (Lightning clips only under automatic
+        # optimization)
+        gradient_clip_val=None if p.cuda_graph or p.steps_per_batch > 1 else p.optim.grad_clip or None,
         gradient_clip_algorithm="norm",
         plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,

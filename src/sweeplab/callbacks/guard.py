@@ -6,10 +6,11 @@ boolean back from the device (a host sync); `check_every_n_steps > 1` trades tha
 until the check, one small copy per step and nothing else, since every launch is host time that a small batch on a
 fast GPU pays in full). "skip" checks every step. Steps after the last full interval are checked when training ends.
 
-With cuda_graph_steps=k > 1 one training batch runs k optimizer steps in a graph replay, Lightning's optimizer hooks
-do not run, and the task leaves the k steps' losses and gradient norms as vectors: the guard reads them at the end
-of the batch and records the first bad one of the k. Their updates already happened, as any step's between two
-checks does with check_every_n_steps > 1; "skip" cannot drop a step inside the graph and is refused at plan time.
+With steps_per_batch=k > 1 one training batch runs k optimizer steps (one graph replay under cuda_graph), Lightning's
+optimizer hooks do not run, and the task leaves the k steps' losses and gradient norms as vectors: the guard reads
+them at the end of the batch and records the first bad one of the k. Their updates already happened, as any step's
+between two checks does with check_every_n_steps > 1; "skip" cannot drop a step inside the batch and is refused at
+plan time.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class NonFiniteGuard(L.Callback):
         self._check(trainer, loss, grad_norm, trainer.global_step, optimizer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        steps = getattr(pl_module, "graph_steps", 1)
+        steps = getattr(pl_module, "steps_per_batch", 1)
         if self.mode == "off" or steps == 1:
             return
         # the k steps of this batch (global_step already counts them): vectors, one entry per step

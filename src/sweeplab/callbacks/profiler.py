@@ -21,8 +21,12 @@ from lightning.pytorch.profilers import Profiler
 # task profiles it as its own action (GRAPH_ACTION), a phase of its own that only such runs show.
 GRAPH_ACTION = "[StepGraph]forward_backward_clip"
 GRAPH_PHASE = "graph step (forward, backward, clipping in one CUDA graph)"
+# steps_per_batch=k > 1 without a graph: the task runs the k whole steps itself (forward to update), one action
+STEPS_ACTION = "[SweepTask]steps_of_one_batch"
+STEPS_PHASE = "steps of one batch (forward, backward, clipping, update; steps_per_batch)"
 PHASES = (
     (GRAPH_PHASE, (GRAPH_ACTION,)),
+    (STEPS_PHASE, (STEPS_ACTION,)),
     ("data loading", ("train_dataloader_next", "batch_to_device")),
     ("forward", ("Strategy].training_step", ".training_step")),
     ("backward", (".backward",)),
@@ -81,8 +85,9 @@ class PhaseProfiler(Profiler):
             else:
                 shares[phase_of(action)] += seconds
         shares[FRAMEWORK] += max(0.0, total_seconds - sum(shares.values()))
-        if not shares[GRAPH_PHASE]:
-            del shares[GRAPH_PHASE]  # not a CUDA-graph run
+        for phase in (GRAPH_PHASE, STEPS_PHASE):  # phases of their own that only such runs show
+            if not shares[phase]:
+                del shares[phase]
         return shares
 
     def summary(self) -> str:

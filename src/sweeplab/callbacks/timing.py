@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 def batch_shape(batch, steps: int = 1) -> tuple:
     """The shapes of a batch's tensors, as one hashable key (a dict's in key order). A batch of `steps` optimizer
-    steps' rows (cuda_graph_steps) is keyed by the shape each of its steps trains on."""
+    steps' rows (steps_per_batch) is keyed by the shape each of its steps trains on."""
     if steps > 1:  # shape arithmetic, not slices: a slice is a device op, paid in host time every batch
         return tuple(
             (k, (v.shape[0] // steps, *v.shape[1:])) for k, v in batch.items() if torch.is_tensor(v) and v.ndim
@@ -138,7 +138,7 @@ class ThroughputTimer(L.Callback):
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
         self._accumulate = 1
-        self._steps_per_batch = 1  # cuda_graph_steps: optimizer steps in one training batch
+        self._steps_per_batch = 1  # optimizer steps in one training batch (steps_per_batch)
         self._shapes_seen: set[tuple] = set()  # in the shape warm-up and every step so far
         self._timed_shapes: set[tuple] = set()
         self._new_timed_shapes = 0  # shapes a timed step met first
@@ -188,7 +188,7 @@ class ThroughputTimer(L.Callback):
         self._device = pl_module.device
         self._timeline = self._new_timeline(self._device)
         self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
-        self._steps_per_batch = max(1, int(getattr(pl_module, "graph_steps", 1)))
+        self._steps_per_batch = max(1, int(getattr(pl_module, "steps_per_batch", 1)))
         self._peak = peak_flops(self._device, str(trainer.precision))
         self._warm_up_shapes(trainer, pl_module)
         reset_peak_memory(self._device)

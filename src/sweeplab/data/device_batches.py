@@ -8,8 +8,8 @@ host from the known lengths, so nothing is read back from the device: a step nee
 The index lists are those of `ResumableShuffleBatchSampler`, so order, epochs, DDP sharding and checkpoint state are
 the DataLoader path's.
 
-`steps_per_batch=k > 1` (cuda_graph_steps): each batch is the rows of the sampler's next k batches, in order, for one
-graph replay of k optimizer steps. The sampler's batches are drawn as one stream across its epochs (a group may hold
+`steps_per_batch=k > 1`: each batch is the rows of the sampler's next k batches, in order, for k optimizer steps (one
+graph replay under cuda_graph). The sampler's batches are drawn as one stream across its epochs (a group may hold
 the last batches of one epoch and the first of the next), so the batches, their order and the sampler's resumable
 state are exactly those of k single steps; a pass (Lightning's epoch) is len(sampler) // k groups.
 """
@@ -175,7 +175,7 @@ class DeviceBatches:
         if steps_per_batch < 1:
             raise ValueError(f"steps_per_batch must be >= 1, got {steps_per_batch}")
         if steps_per_batch > 1 and self.padding.mode != "max":
-            raise ConfigError("data.pad_to", "cuda_graph_steps > 1 needs one batch width; set data.pad_to=max")
+            raise ConfigError("data.pad_to", "steps_per_batch > 1 needs one batch width; set data.pad_to=max")
         self.steps_per_batch = steps_per_batch
 
     def __len__(self) -> int:
@@ -201,7 +201,7 @@ class DeviceBatches:
                     indices = next(batches)
                 if len(indices) != self.batch_sampler.batch_size:
                     raise ConfigError(
-                        "cuda_graph_steps",
+                        "steps_per_batch",
                         f"needs full batches of data.batch_size={self.batch_sampler.batch_size}; the training split "
                         f"has only {self.batch_sampler.num_samples} samples",
                     )

@@ -9,9 +9,10 @@ A task only says how to compute its training loss (`training_loss`: model forwar
   materialised fp32 logits, a quarter of the step on an H100);
 - cuda_graph: manual optimization; forward, backward and clipping replay as one CUDA graph (tasks/step_graph.py),
   then the optimizer and LR schedule step as usual;
-- cuda_graph_steps=k > 1: each training batch holds k steps' batches, and one graph replay runs k whole optimizer
-  steps (update and learning rate inside the graph); the task then counts k optimizer steps, so global_step, the
-  logging step and every interval stay in real optimizer steps.
+- steps_per_batch=k > 1: each training batch holds k steps' batches and the task runs k whole optimizer steps on it
+  (forward, backward, clipping, update), so Lightning's per-batch Python is paid once per k steps; under cuda_graph
+  the k steps are one graph replay (update and learning rate inside the graph). The task then counts k optimizer
+  steps, so global_step, the logging step and every interval stay in real optimizer steps.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from sweeplab.callbacks.profiler import GRAPH_ACTION
+from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, scheduled_lrs, total_grad_norm
 
@@ -44,7 +45,7 @@ class SweepTask(L.LightningModule):
         self.loss_fn = self.training_loss  # what training_step calls: compiled by configure_training(compile=...)
         self.forward_fn = self.model.forward  # what validation calls, likewise
         self.cuda_graph = False
-        self.graph_steps = 1  # optimizer steps per training batch (cuda_graph_steps)
+        self.steps_per_batch = 1  # optimizer steps per training batch
         self.step_graph: StepGraph | MultiStepGraph | None = None  # built at the first step (the device is known then)
         self.last_grad_norm: torch.Tensor | None = None  # this step's: see step_grad_norm
         self._params: list[nn.Parameter] | None = None  # see trained_params
@@ -55,17 +56,17 @@ class SweepTask(L.LightningModule):
         (no logging, no Lightning calls), so it can be compiled and captured."""
         raise NotImplementedError
 
-    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False, graph_steps: int = 1) -> None:
+    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False, steps_per_batch: int = 1) -> None:
         if compile_mode != "off":
             mode = None if compile_mode == "default" else compile_mode
             self.loss_fn = torch.compile(self.training_loss, mode=mode)
             self.forward_fn = torch.compile(self.model.forward, mode=mode)
         self.cuda_graph = cuda_graph
-        self.graph_steps = graph_steps
-        self.automatic_optimization = not cuda_graph
+        self.steps_per_batch = steps_per_batch
+        self.automatic_optimization = not cuda_graph and steps_per_batch == 1
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        if self.graph_steps > 1:
+        if self.steps_per_batch > 1:
             return self._multi_step(batch)
         # asked before the step: a graph step's optimizer step moves global_step and the schedule on, and the
         # values logged must be this step's (with cuda_graph=true the loss of the step before was logged)
@@ -113,19 +114,19 @@ class SweepTask(L.LightningModule):
         return result["loss"], result["metrics"]
 
     def _multi_step(self, batch: dict) -> torch.Tensor:
-        """k optimizer steps (cuda_graph_steps) in one graph replay; `last_loss` and `last_grad_norm` are then the k
-        steps' vectors, which the non-finite guard reads at the end of the batch."""
-        k = self.graph_steps
-        optimizer = self.optimizers().optimizer  # the torch optimizer: its update runs inside the graph
+        """k optimizer steps (steps_per_batch) on one batch, one graph replay under cuda_graph; `last_loss` and
+        `last_grad_norm` are then the k steps' vectors, which the non-finite guard reads at the end of the batch."""
+        k = self.steps_per_batch
+        optimizer = self.optimizers().optimizer  # the torch optimizer, stepped by the k steps (inside the graph)
         scheduler = self.lr_schedulers()
         if self.step_graph is None:
             self.step_graph = MultiStepGraph(
                 self.loss_fn, optimizer, k, self.optim_config.grad_clip, autocast_dtype(self.trainer.precision),
-                self.device,
+                self.device, capture=self.cuda_graph,
             )
         log_step = self.should_log_step()  # asked before the k steps are counted
         lrs = scheduled_lrs(optimizer, scheduler, k)
-        with self.trainer.profiler.profile(GRAPH_ACTION):
+        with self.trainer.profiler.profile(GRAPH_ACTION if self.cuda_graph else STEPS_ACTION):
             losses, metrics, self.last_grad_norm = self.step_graph(batch, lrs)
         if scheduler is not None:
             for _ in range(k):
@@ -199,8 +200,8 @@ class SweepTask(L.LightningModule):
         self.step_graph = None  # the graph holds this fit's gradients and inputs
 
     def configure_optimizers(self):
-        # cuda_graph_steps > 1 captures the update: its step counters must live on the device (CUDA only)
-        capturable = self.graph_steps > 1 and self.device.type == "cuda"
+        # a graph of several steps captures the update: its step counters must live on the device (CUDA only)
+        capturable = self.cuda_graph and self.steps_per_batch > 1 and self.device.type == "cuda"
         optimizer = build_optimizer(self.model, self.optim_config, capturable=capturable)
         max_steps = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1000
         scheduler = build_scheduler(optimizer, self.optim_config, max_steps)
@@ -211,7 +212,7 @@ class SweepTask(L.LightningModule):
         Each self.log costs ~0.2 ms of host time (Lightning moves its result record with apply_to_collection),
         so the steps in between skip it."""
         trainer = self._trainer
-        return trainer is None or (self.global_step + self.graph_steps) % max(1, trainer.log_every_n_steps) == 0
+        return trainer is None or (self.global_step + self.steps_per_batch) % max(1, trainer.log_every_n_steps) == 0
 
     def scheduled_lr(self) -> float | None:
         """The learning rate the schedule gives the step about to run (its first param group's)."""
@@ -266,8 +267,8 @@ class SweepTask(L.LightningModule):
 
 
 def count_optimizer_steps(trainer: L.Trainer, steps: int) -> None:
-    """Tell Lightning that `steps` optimizer steps ran in this training batch (cuda_graph_steps: their updates ran
-    inside a graph replay, not through Lightning's optimizer wrapper). global_step is the manual-optimization step
+    """Tell Lightning that `steps` optimizer steps ran in this training batch (steps_per_batch: the task stepped the
+    torch optimizer itself, or a graph replay did, not Lightning's optimizer wrapper). global_step is the manual-optimization step
     counter, which LightningOptimizer.step() advances by one per call; the logging step (`_batches_that_stepped`,
     what loggers, log_every_n_steps and the timer's windows count in) advances by one per batch after the batch
     ends, so it gets the other `steps - 1` here. Lightning has no public call for either."""

@@ -60,7 +60,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, capturable: bool = False) -> torch.optim.Optimizer:
-    """`capturable`: step counters on the device, so the update can be captured in a CUDA graph (cuda_graph_steps)."""
+    """`capturable`: step counters on the device, so the update can be captured in a CUDA graph (cuda_graph with steps_per_batch > 1)."""
     groups = param_groups(model, cfg.weight_decay)
     if not groups:
         raise ValueError("the model has no trainable parameters (check model.freeze)")

@@ -138,8 +138,9 @@ class StepGraph:
 
 
 class MultiStepGraph:
-    """`cuda_graph_steps=k > 1`: k whole optimizer steps captured once as one CUDA graph and replayed once per k
-    steps, so the host pays Lightning's per-batch Python (~0.5-0.8 ms on the H100's host) once per k steps.
+    """`steps_per_batch=k > 1`: k whole optimizer steps on one batch of k batches' rows, so the host pays Lightning's
+    per-batch Python (~0.5-0.8 ms on the H100's host) once per k steps; under cuda_graph the k steps are captured
+    once as one CUDA graph and replayed once per k steps.
 
     Each captured step is the single-step graph's arithmetic (`StepGraph._forward_backward`: zeroed gradients,
     autocast forward + loss, backward, clipping) followed by the optimizer's own `step()` at that step's learning
@@ -152,7 +153,8 @@ class MultiStepGraph:
     The input is k consecutive batches' rows in one batch (k x batch_size rows, `DeviceBatches` with
     `steps_per_batch=k`); step j trains on rows [j*B, (j+1)*B). Returns per-step vectors: losses (k,), metrics
     {name: (k,)}, gradient norms before clipping (k,). The caller steps the scheduler k times and counts k optimizer
-    steps. With `capture=False` (CPU; tests) every call runs the same k steps eagerly.
+    steps. With `capture=False` (steps_per_batch without cuda_graph; every backend) every call runs the same k steps
+    eagerly (or through the compiled loss).
     """
 
     def __init__(
@@ -283,7 +285,7 @@ def scheduled_lrs(optimizer: torch.optim.Optimizer, scheduler, steps: int) -> li
     if scheduler is None:
         return [[group["lr"] for group in optimizer.param_groups]] * steps
     if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
-        raise TypeError(f"cuda_graph_steps > 1 reads the schedule ahead from a LambdaLR, got {type(scheduler).__name__}")
+        raise TypeError(f"steps_per_batch > 1 reads the schedule ahead from a LambdaLR, got {type(scheduler).__name__}")
     start = scheduler.last_epoch
     return [
         [base * lam(start + j) for base, lam in zip(scheduler.base_lrs, scheduler.lr_lambdas)] for j in range(steps)

@@ -18,7 +18,7 @@ from sweeplab import CONF_DIR
 from sweeplab.channels import SWEPT_KEYS_ENV
 
 _NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
-_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "model"}
+_NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"
 
 
@@ -98,6 +98,8 @@ def run_name(p, cfg: DictConfig) -> str:
         parts.append(f"compile={p.compile_mode}")
     if p.cuda_graph:
         parts.append("cuda_graph")
+    if p.steps_per_batch > 1:
+        parts.append(f"steps_per_batch={p.steps_per_batch}")
     return " ".join(parts)
 
 

@@ -120,8 +120,11 @@ class ResumingMLFlowLogger(MLFlowLogger):
         super().log_metrics(metrics, step)
         if step is not None and step <= self.checkpointed_step:
             # a step the last checkpoint covers (Lightning logs a batch's metrics after the checkpoint that batch
-            # wrote): a run killed now resumes after it and would never log it again
-            self.send_held()
+            # wrote): a run killed now resumes after it and would never log it again. Stored now, and waited for:
+            # the checkpoint paused the timer until the next batch, so neither this process's share of the write
+            # nor MLflow's thread doing the rest runs inside a timed step (sent and left to that thread, the
+            # write slowed the next batch of a CPU job by a quarter)
+            self.wait_for_writes()
 
     def wait_for_writes(self) -> None:
         self._mlflow_client.wait_for_writes()

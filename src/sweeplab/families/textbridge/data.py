@@ -141,7 +141,7 @@ class TextBridgeDataModule(L.LightningDataModule):
         self.on_device = on_device
         # where on_device keeps the training split when no trainer is attached (a hand-written loop sets it)
         self.device = torch.device("cpu")
-        self.steps_per_batch = 1  # on_device: optimizer steps per training batch (cuda_graph_steps; set by plan())
+        self.steps_per_batch = 1  # on_device: optimizer steps per training batch (steps_per_batch; set by plan())
 
         self.source: SampleSource | None = None
         self.tokenizer: TextTokenizer | None = None

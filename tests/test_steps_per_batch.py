@@ -1,7 +1,8 @@
-"""`cuda_graph_steps=k`: one CUDA-graph replay runs k whole optimizer steps (issue 12, framework overhead at small
-batches). On the CPU the graph cannot be captured, so these tests run the very same k-step code eagerly and hold it
-to k single steps: the same weights, the same loss curve, and every count (global_step, logging steps, validation,
-checkpoints, the timer's windows, the non-finite guard's step) in real optimizer steps. tests/test_gpu.py captures."""
+"""`steps_per_batch=k`: one training batch runs k whole optimizer steps (issue 12, framework overhead at small
+batches), eagerly or compiled on every backend and as one CUDA-graph replay under cuda_graph. On the CPU these tests
+run the k-step code as jobs do there (eagerly) and hold it to k single steps of the plain Lightning path: the same
+weights, the same loss curve, and every count (global_step, logging steps, validation, checkpoints, the timer's
+windows, the non-finite guard's step) in real optimizer steps. tests/test_gpu.py captures the graph."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ class StepRecorder(L.Callback):
         self.val_steps.append(trainer.global_step)
 
 
-GRAPH = ("cuda_graph=true", "data.on_device=true", "data.pad_to=max")
+STEPS = ("data.on_device=true", "data.pad_to=max")
 # batch 8 of 270 training samples: 33 batches an epoch, so a batch of 4 steps spans an epoch's end
 COUNTS = ("trainer.max_steps=40", "trainer.val_check_interval=12", "trainer.log_every_n_steps=8",
           "checkpoint.every_n_steps=16", "timing.warmup_steps=8", "timing.window=8", "data.batch_size=8",
@@ -102,14 +103,14 @@ def _run(demo_dir, monkeypatch, *overrides):
 
     recorder = StepRecorder()
     monkeypatch.setattr(TextBridgeTask, "extra_callbacks", lambda self: [recorder])
-    train(smoke_config(demo_dir, *GRAPH, *COUNTS, *overrides))
+    train(smoke_config(demo_dir, *STEPS, *COUNTS, *overrides))
     return recorder
 
 
-def _history(uri: str, run_name_part: str) -> dict[str, list[int]]:
+def _history(uri: str, steps_per_batch: str) -> dict[str, list[int]]:
     client = MlflowClient(uri)
     (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
-              if r.data.tags.get("cuda_graph") == "true" and r.data.params.get("cuda_graph_steps") == run_name_part]
+              if r.data.params.get("steps_per_batch") == steps_per_batch]
     steps = {}
     for key in ("train/loss", "lr", "val/cos", "train/step_time_s"):
         steps[key] = sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
@@ -120,16 +121,16 @@ def _history(uri: str, run_name_part: str) -> dict[str, list[int]]:
     return steps
 
 
-def test_graph_steps_keep_the_loss_curve_and_count_real_steps(demo_dir, mlflow_uri, monkeypatch, graph_path_on_cpu, tmp_path):
-    """k=4 against k=1 through train(): the same per-step losses across an epoch boundary, and the same steps for
-    validation, logged metrics, the timer's windows and checkpoints. (With k=1 the graph path logged the loss of
-    the step before each logging step, and the next step's learning rate: now each logging step's own.)"""
+def test_steps_per_batch_keep_the_loss_curve_and_count_real_steps(demo_dir, mlflow_uri, monkeypatch, tmp_path):
+    """k=4 against k=1 (Lightning's automatic optimization) through train(): the same per-step losses across an
+    epoch boundary, and the same steps for validation, logged metrics, the timer's windows and checkpoints; each
+    logging step logs its own loss and the learning rate it trained at."""
     for name in ("one", "four"):
         (tmp_path / name).mkdir()
     monkeypatch.chdir(tmp_path / "one")
-    single = _run(demo_dir, monkeypatch, "cuda_graph_steps=1")
+    single = _run(demo_dir, monkeypatch, "steps_per_batch=1")
     monkeypatch.chdir(tmp_path / "four")
-    grouped = _run(demo_dir, monkeypatch, "cuda_graph_steps=4")
+    grouped = _run(demo_dir, monkeypatch, "steps_per_batch=4")
     assert len(single.losses) == len(grouped.losses) == 40
     assert single.losses[0] > single.losses[-1]
     torch.testing.assert_close(torch.tensor(grouped.losses), torch.tensor(single.losses), rtol=1e-5, atol=1e-6)
@@ -151,7 +152,7 @@ def test_graph_steps_keep_the_loss_curve_and_count_real_steps(demo_dir, mlflow_u
     assert checkpoint["lr_schedulers"][0]["last_epoch"] == 40
 
 
-def test_graph_steps_name_the_first_non_finite_step_inside_a_replay(demo_dir, monkeypatch, tmp_path, graph_path_on_cpu):
+def test_steps_per_batch_name_the_first_non_finite_step_inside_a_batch(demo_dir, monkeypatch, tmp_path):
     """A loss that turns NaN at step 13 (the 2nd of the 4 steps 12-15): the guard, checking every 8 steps, names
     step 13, as with one step per batch."""
     from sweeplab.callbacks.guard import NonFiniteError
@@ -180,18 +181,18 @@ def test_graph_steps_name_the_first_non_finite_step_inside_a_replay(demo_dir, mo
     monkeypatch.chdir(tmp_path)
     for k in (1, 4):
         with pytest.raises(NonFiniteError, match=r"at step 13 "):
-            train(smoke_config(demo_dir, *GRAPH, *COUNTS, f"cuda_graph_steps={k}", "logger=none"))
+            train(smoke_config(demo_dir, *STEPS, *COUNTS, f"steps_per_batch={k}", "logger=none"))
         assert calls["steps"] == list(range(k, 16, k))  # stopped in the batch whose last step ends the interval
 
 
-def test_a_run_of_graph_steps_resumes_to_the_same_steps(demo_dir, monkeypatch, tmp_path, graph_path_on_cpu):
+def test_a_run_of_several_steps_per_batch_resumes_to_the_same_steps(demo_dir, monkeypatch, tmp_path):
     """Stopped by a failure at step 20 (last.ckpt of step 16), resumed from that checkpoint: steps 16-39, an epoch's
     end among them, train on the same batches with the same losses as the uninterrupted run (the sampler's state is
     saved between batches of 4 steps, and the groups are drawn across epochs as single steps are)."""
     whole_dir, first_dir, resumed_dir = (tmp_path / n for n in ("whole", "first", "resumed"))
     for d in (whole_dir, first_dir, resumed_dir):
         d.mkdir()
-    common = ("cuda_graph_steps=4", "logger=none", "checkpoint.every_n_steps=8")
+    common = ("steps_per_batch=4", "logger=none", "checkpoint.every_n_steps=8")
     monkeypatch.chdir(whole_dir)
     whole = _run(demo_dir, monkeypatch, *common)
     monkeypatch.chdir(first_dir)
@@ -210,57 +211,63 @@ def test_a_run_of_graph_steps_resumes_to_the_same_steps(demo_dir, monkeypatch, t
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["cuda_graph=false"], "cuda_graph_steps: 4 steps per replay of a CUDA graph need cuda_graph=true"),
-        (["data.on_device=false"], "cuda_graph_steps: .*data.on_device=true"),
-        (["data.pad_to=bucket"], "cuda_graph_steps: .*data.pad_to=max"),
-        (["trainer.max_steps=42"], "trainer.max_steps: 42 is not a multiple of cuda_graph_steps=4"),
+        (["data.on_device=false"], "steps_per_batch: .*data.on_device=true"),
+        (["data.pad_to=bucket"], "steps_per_batch: .*data.pad_to=max"),
+        (["trainer.max_steps=42"], "trainer.max_steps: 42 is not a multiple of steps_per_batch=4"),
         (["trainer.val_check_interval=10"], "trainer.val_check_interval: 10 is not a multiple"),
         (["trainer.log_every_n_steps=10"], "trainer.log_every_n_steps: 10 is not a multiple"),
         (["trainer.log_every_n_steps=8", "guard.check_every_n_steps=6"], "guard.check_every_n_steps: 6 is not a multiple"),
         (["checkpoint.every_n_steps=18"], "checkpoint.every_n_steps: 18 is not a multiple"),
         (["timing.window=10"], "timing.window: 10 is not a multiple"),
-        (["timing.warmup_steps=4"], "timing.warmup_steps: 4 < 8"),
         (["timing.warmup_steps=6"], "timing.warmup_steps: 6 is not a multiple"),
         (["guard.mode=skip"], "guard.mode: skip cannot drop one step"),
         (["tune.batch_size=power"], "tune.batch_size: .*one batch at a time"),
-        (["cuda_graph_steps=0"], "cuda_graph_steps: expected an integer >= 1"),
+        (["steps_per_batch=0"], "steps_per_batch: expected an integer >= 1"),
+        (["trainer.devices=2"], "steps_per_batch: a batch of 4 optimizer steps has no DDP gradient all-reduce"),
+        (["trainer.accumulate_grad_batches=2"], "steps_per_batch: .*one batch per optimizer step"),
     ],
 )
-def test_graph_steps_are_refused_at_plan_time_where_steps_would_not_count(overrides, message, demo_dir, graph_path_on_cpu):
-    cfg = smoke_config(demo_dir, *GRAPH, *COUNTS, "cuda_graph_steps=4", *overrides)
+def test_steps_per_batch_are_refused_at_plan_time_where_steps_would_not_count(overrides, message, demo_dir):
+    cfg = smoke_config(demo_dir, *STEPS, *COUNTS, "steps_per_batch=4", *overrides)
     with pytest.raises(ConfigError, match=message):
         plan(cfg)
 
 
-def test_graph_steps_allow_intervals_longer_than_the_run(demo_dir, graph_path_on_cpu):
+def test_a_graph_of_several_steps_keeps_its_eager_and_capture_batches_out_of_the_timed_steps(demo_dir, graph_path_on_cpu):
+    """Under cuda_graph the first batch runs eagerly and the second captures: the timer's warm-up must cover both."""
+    with pytest.raises(ConfigError, match="timing.warmup_steps: 4 < 8"):
+        plan(smoke_config(demo_dir, *STEPS, *COUNTS, "cuda_graph=true", "steps_per_batch=4", "timing.warmup_steps=4"))
+    assert plan(smoke_config(demo_dir, *STEPS, *COUNTS, "steps_per_batch=4", "timing.warmup_steps=4")).steps_per_batch == 4
+
+
+def test_steps_per_batch_allow_intervals_longer_than_the_run(demo_dir):
     """An interval past max_steps never fires (the bench's 'no periodic checkpoint' is max_steps + 1)."""
-    p = plan(smoke_config(demo_dir, *GRAPH, *COUNTS, "cuda_graph_steps=4", "checkpoint.every_n_steps=41",
+    p = plan(smoke_config(demo_dir, *STEPS, *COUNTS, "steps_per_batch=4", "checkpoint.every_n_steps=41",
                           "trainer.val_check_interval=41"))
-    assert p.graph_steps == 4 and p.datamodule.steps_per_batch == 4
+    assert p.steps_per_batch == 4 and p.datamodule.steps_per_batch == 4
 
 
-def test_graph_steps_are_refused_for_a_family_without_device_batches(graph_path_on_cpu, tmp_path):
+def test_steps_per_batch_are_refused_for_a_family_without_device_batches(tmp_path):
     from conftest import compose_train
 
-    cfg = compose_train(["model=pagating_lm", "debug=smoke", "cuda_graph=true", "cuda_graph_steps=4",
-                         f"data.cache_dir={tmp_path}", *COUNTS])
-    with pytest.raises(ConfigError, match="cuda_graph_steps: .*data.on_device=true.*'pagating_lm'"):
+    cfg = compose_train(["model=pagating_lm", "debug=smoke", "steps_per_batch=4", f"data.cache_dir={tmp_path}", *COUNTS])
+    with pytest.raises(ConfigError, match="steps_per_batch: .*data.on_device=true.*'pagating_lm'"):
         plan(cfg)
 
 
-def test_graph_steps_need_a_cuda_backend(demo_dir):
+def test_a_graph_of_several_steps_needs_a_cuda_backend(demo_dir):
     with pytest.raises(ConfigError, match="cuda_graph.*backend=cuda"):
-        plan(smoke_config(demo_dir, *GRAPH, *COUNTS, "cuda_graph_steps=4"))
+        plan(smoke_config(demo_dir, *STEPS, *COUNTS, "cuda_graph=true", "steps_per_batch=4"))
 
 
-def test_the_bench_raw_loop_runs_the_same_k_steps(demo_dir, mlflow_uri, graph_path_on_cpu):
-    """The hand-written loop the bench compares with replays the same k-step function: after 8 steps (2 batches of
-    4) its weights are the sweeplab job's, on every run (each starts from the initial state)."""
+def test_the_bench_raw_loop_runs_the_same_k_steps(demo_dir, mlflow_uri):
+    """The hand-written loop the bench compares with runs the same k-step function: after 8 steps (2 batches of 4)
+    its weights are the sweeplab job's, on every run (each starts from the initial state)."""
     from pathlib import Path
 
     from sweeplab import bench
 
-    cfg = smoke_config(demo_dir, *GRAPH, "cuda_graph_steps=4", "trainer.max_steps=8", "trainer.val_check_interval=8",
+    cfg = smoke_config(demo_dir, *STEPS, "steps_per_batch=4", "trainer.max_steps=8", "trainer.val_check_interval=8",
                        "trainer.log_every_n_steps=4", "checkpoint.every_n_steps=8", "timing.warmup_steps=8",
                        "timing.window=4", "optim.grad_clip=0.05")
     train(cfg)
@@ -275,14 +282,17 @@ def test_the_bench_raw_loop_runs_the_same_k_steps(demo_dir, mlflow_uri, graph_pa
             torch.testing.assert_close(value, trained[f"model.{name}"], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_the_speed_preset_rows_with_graph_steps_plan(tmp_path, graph_path_on_cpu):
-    """bench_h100_speed's multi-step rows pass plan()'s checks under the bench's own step counts."""
+def test_the_speed_preset_rows_with_several_steps_per_batch_plan(tmp_path, graph_path_on_cpu):
+    """bench_h100_speed's TextBridge rows (4 steps per batch, 3 of them as a graph) pass plan()'s checks under the
+    bench's own step counts, and so do they with 8 steps per batch as the preset's comment gives them."""
     from sweeplab import bench
 
-    settings, experiment, _ = bench.load_settings(["experiment=bench_h100_speed"])
-    rows = [row for row in settings.rows if "cuda_graph_steps=4" in row.overrides]
-    assert len(rows) == 3
-    for row in rows:
-        cfg = bench.row_config(row, settings, experiment, [f"paths.data_dir={tmp_path}", "backend=cpu", "compile=off",
-                                                           "optim.implementation=auto"], None)
-        assert plan(cfg).graph_steps == 4
+    for extra, k in (([], 4), (["steps_per_batch=8", "bench.warmup_steps=16", "timing.window=16",
+                                "trainer.log_every_n_steps=96"], 8)):
+        settings, experiment, rest = bench.load_settings(["experiment=bench_h100_speed", *extra])
+        rows = [row for row in settings.rows if "steps_per_batch=4" in row.overrides]
+        assert len(rows) == 6 and sum("cuda_graph=true" in row.overrides for row in rows) == 3
+        for row in rows:
+            cfg = bench.row_config(row, settings, experiment, [f"paths.data_dir={tmp_path}", "backend=cpu", "compile=off",
+                                                               "optim.implementation=auto", *rest], None)
+            assert plan(cfg).steps_per_batch == k, row.name
