@@ -86,6 +86,15 @@ def test_presets_compose_and_every_row_plans(tmp_path):
             assert cfg.trainer.val_check_interval == cfg.trainer.max_steps
 
 
+def test_the_host_preset_runs_one_and_four_steps_per_batch(tmp_path):
+    from sweeplab.training import plan
+
+    settings, exp, _ = bench.load_settings(["experiment=bench_host"])
+    plans = [plan(bench.row_config(row, settings, exp, [f"paths.data_dir={tmp_path}"], None)) for row in settings.rows]
+    assert [p.steps_per_batch for p in plans] == [1, 4]
+    assert all(p.backend == "cpu" and p.datamodule.steps_per_batch == p.steps_per_batch for p in plans)
+
+
 def test_tiled_textbridge_data(demo_dir, tmp_path):
     from sweeplab.families.textbridge.formats import open_dataset
 
