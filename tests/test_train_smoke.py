@@ -164,6 +164,28 @@ def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlfl
     assert len(client.get_metric_history(run.info.run_id, "train/samples_per_sec")) == 5  # 28 timed steps: 5 windows
 
 
+def test_the_first_batch_logs_in_warm_up_and_no_logger_receives_it(demo_dir, mlflow_uri, monkeypatch):
+    """Lightning's first self.log in a process pays a one-off set-up (~10 ms on the CPU); logged at a fit's first
+    batch, which is warm-up, it stays out of the first job's timed steps. Those values reach no logger: the store
+    holds the logging steps only."""
+    import lightning as L
+
+    from sweeplab.families.textbridge.task import TextBridgeTask
+
+    seen = {}
+
+    class FirstBatch(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.setdefault(trainer.global_step, "train/loss" in trainer.callback_metrics)
+
+    monkeypatch.setattr(TextBridgeTask, "extra_callbacks", lambda self: [FirstBatch()])
+    train(smoke_config(demo_dir, "trainer.max_steps=30", "trainer.val_check_interval=30", "trainer.log_every_n_steps=10",
+                       "timing.warmup_steps=5", "checkpoint.every_n_steps=1000"))
+    assert seen[1] is True and seen[2] is True  # logged at the first batch, kept (not written) until step 10
+    client, run = _only_run(mlflow_uri)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == [9, 19, 29]
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "lr")) == [9, 19, 29]
+
 def test_store_writes_around_periodic_checkpoints_stay_out_of_the_timed_stretches(demo_dir, mlflow_uri, monkeypatch):
     """A periodic checkpoint pauses the clock; the metric points it makes durable, and those Lightning logs for its
     step just after it, are written while the clock stands. Left to MLflow's thread, the second kind was still being

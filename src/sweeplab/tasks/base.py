@@ -49,6 +49,7 @@ class SweepTask(L.LightningModule):
         self.step_graph: StepGraph | MultiStepGraph | None = None  # built at the first step (the device is known then)
         self.last_grad_norm: torch.Tensor | None = None  # this step's: see step_grad_norm
         self._params: list[nn.Parameter] | None = None  # see trained_params
+        self._first_step = 0  # global_step at the first training batch of this fit (see should_log_step)
 
     # --- the training step -----------------------------------------------------------------------------
     def training_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -208,11 +209,21 @@ class SweepTask(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def should_log_step(self) -> bool:
-        """Whether this step's training metrics reach the loggers (Lightning writes every log_every_n_steps).
-        Each self.log costs ~0.2 ms of host time (Lightning moves its result record with apply_to_collection),
-        so the steps in between skip it."""
+        """Whether this step's training metrics are logged: at the steps Lightning writes to the loggers (every
+        log_every_n_steps), and at the first batch of a fit. Each self.log costs ~0.2 ms of host time (Lightning
+        moves its result record with apply_to_collection), so the steps in between skip it.
+
+        The first batch (warm-up, never timed unless timing.warmup_steps=0) logs values no logger receives (the next
+        logging step's replace them) so that Lightning's one-off set-up of its logging is paid there: the first
+        self.log of a process costs ~10 ms more than later ones (torch._dynamo's first pass through the functions
+        Lightning marks as not compilable), and fell inside the first job's timed steps only, not later jobs'."""
         trainer = self._trainer
-        return trainer is None or (self.global_step + self.steps_per_batch) % max(1, trainer.log_every_n_steps) == 0
+        if trainer is None or self.global_step == self._first_step:
+            return True
+        return (self.global_step + self.steps_per_batch) % max(1, trainer.log_every_n_steps) == 0
+
+    def on_train_start(self) -> None:
+        self._first_step = self.global_step  # 0, or the step a resumed fit starts from
 
     def scheduled_lr(self) -> float | None:
         """The learning rate the schedule gives the step about to run (its first param group's)."""
