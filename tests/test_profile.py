@@ -96,3 +96,22 @@ def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflo
             rows[cells[0]] = float(cells[1])
     # forward, backward and clipping run inside the graph step; the optimizer phase is the optimizer's own work
     assert rows[GRAPH_PHASE] > rows["optimizer"] and rows["forward"] < rows[GRAPH_PHASE]
+
+
+def test_several_steps_per_batch_get_their_own_phase(demo_dir, mlflow_uri, tmp_path):
+    """steps_per_batch=4: forward, backward, clipping and update of the 4 steps are one action of the task."""
+    from sweeplab.callbacks.profiler import GRAPH_PHASE, STEPS_PHASE
+
+    out = tmp_path / "prof"
+    code = profile.main(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "data.on_device=true",
+                         "data.pad_to=max", "steps_per_batch=4", "trainer.log_every_n_steps=4",
+                         "trainer.enable_progress_bar=false", "--warmup-steps", "4", "--trace-steps", "4",
+                         "--steps", "8", "--out", str(out)])
+    assert code == 0
+    rows = {}
+    for line in (out / "profile.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[1].replace(".", "").isdigit():
+            rows[cells[0]] = float(cells[1])
+    assert GRAPH_PHASE not in rows
+    assert rows[STEPS_PHASE] > rows["forward"] and rows[STEPS_PHASE] > rows["optimizer"]
