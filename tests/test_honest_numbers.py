@@ -110,3 +110,46 @@ def test_each_window_metric_is_stored_once_at_its_step(demo_dir, mlflow_uri):
     assert metrics["summary/cpu_threads"] == torch.get_num_threads()
     assert metrics["summary/samples_per_sec"] == pytest.approx(16 / metrics["summary/step_time_s_median"])
     assert run.data.params["data.pad_to"] == "bucket"
+
+
+def test_a_compiled_job_compiles_as_a_process_first_job_whatever_ran_before(demo_dir, tmp_path, monkeypatch):
+    """torch.compile remembers the sizes a function met; the second time a size changes it compiles dynamic-shape
+    kernels. The same compiled job twice in one process: the second makes the same static/dynamic decisions as the
+    first (a job meets more than one shape of its own: its validation batches), none inherited from the job before
+    it (on an H100 the bench's paGating loop, compiled after the TextBridge rows, ran 12 % slower for it)."""
+    import logging
+
+    from sweeplab import backends
+
+    if not backends._has_cxx_compiler():
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    messages: list[str] = []
+    per_job: list[list[str]] = []
+    compiled = False
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = Collect(level=logging.INFO)
+    loggers = [logging.getLogger(name) for name in ("torch._dynamo.pgo", "torch.fx.experimental.symbolic_shapes")]
+    torch._logging.set_logs(dynamic=logging.INFO)  # both say what dynamo decides about shapes, at each compile
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        for job in ("first", "second"):
+            job_dir = tmp_path / job
+            job_dir.mkdir()
+            monkeypatch.chdir(job_dir)
+            train(smoke_config(demo_dir, "compile=default", "data.batch_size=8", "data.pad_to=max",
+                               "trainer.max_steps=4", "trainer.val_check_interval=4", "timing.warmup_steps=2",
+                               "timing.window=2", "logger=none"))
+            per_job.append([m for m in messages if "as dynamic" in m])
+            compiled = compiled or any("create_env" in m for m in messages)
+            messages.clear()
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        torch._logging.set_logs()
+    assert compiled, "no compile was logged: the test would pass whatever ran"
+    assert per_job[1] == per_job[0]

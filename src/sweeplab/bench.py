@@ -130,7 +130,7 @@ class RawLoop:
 
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
         from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype
-        from sweeplab.training import plan
+        from sweeplab.training import fresh_compiler, plan
 
         p = plan(cfg)
         backends.apply_backend_settings(p.backend_config, p.backend)
@@ -156,6 +156,7 @@ class RawLoop:
             return task.training_loss(batch)[0], {}
 
         if p.compile_mode != "off":
+            fresh_compiler()  # as each sweeplab job does: no shapes remembered from earlier rows
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loss_fn = loss_fn
         self.steps_per_batch = p.steps_per_batch  # optimizer steps per batch (the datamodule groups k batches' rows)

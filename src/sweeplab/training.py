@@ -227,6 +227,15 @@ def check_steps_per_batch(
                           f"{k} steps run eagerly and the next {k} capture the graph; neither may be timed")
 
 
+def fresh_compiler() -> None:
+    """Forget what torch.compile learnt from this process's earlier jobs. Dynamo remembers the sizes a function was
+    compiled for, and the second time a size changes it compiles dynamic-shape kernels (automatic dynamic): in a sweep
+    over batch size the first job got kernels specialised to its shapes and every later one dynamic kernels, and in
+    the bench the hand-written loop of the paGating row, compiled after four TextBridge rows, ran 12 % slower than
+    the sweeplab job beside it (overhead 1.13 on an H100). Each compiled job now starts as a process's first."""
+    torch._dynamo.reset()
+
+
 def _hydra_runtime() -> tuple[Path, str | None]:
     """(this job's output dir, the sweep dir when in a multirun)."""
     try:
@@ -390,6 +399,8 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
             job.log_training_data(data_path, name=data_path.name)
     task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
     task.mlflow_run_id = job.run_id if job is not None else None
+    if p.compile_mode != "off":
+        fresh_compiler()
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
 
     best = BestCheckpoint(output_dir / "checkpoints", monitor=p.family.monitor, mode=p.family.monitor_mode)
