@@ -79,6 +79,16 @@ def test_profile_command_writes_table_trace_and_artifacts(demo_dir, mlflow_uri, 
     assert {a.path for a in client.list_artifacts(run.info.run_id, "profile")} == {"profile/profile.md", "profile/trace.json.gz"}
 
 
+def _ms_per_step(table) -> dict[str, float]:
+    """{phase: ms per step} of a profile.md table."""
+    rows = {}
+    for line in table.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[1].replace(".", "").isdigit():
+            rows[cells[0]] = float(cells[1])
+    return rows
+
+
 def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflow_uri, tmp_path, monkeypatch):
     from sweeplab import backends
     from sweeplab.callbacks.profiler import GRAPH_PHASE
@@ -89,11 +99,7 @@ def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflo
     code = profile.main(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
                          "trainer.enable_progress_bar=false", "cuda_graph=true", "--steps", "6", "--out", str(out)])
     assert code == 0
-    rows = {}
-    for line in (out / "profile.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 3 and cells[1].replace(".", "").isdigit():
-            rows[cells[0]] = float(cells[1])
+    rows = _ms_per_step(out / "profile.md")
     # forward, backward and clipping run inside the graph step; the optimizer phase is the optimizer's own work
     assert rows[GRAPH_PHASE] > rows["optimizer"] and rows["forward"] < rows[GRAPH_PHASE]
 
@@ -108,10 +114,6 @@ def test_several_steps_per_batch_get_their_own_phase(demo_dir, mlflow_uri, tmp_p
                          "trainer.enable_progress_bar=false", "--warmup-steps", "4", "--trace-steps", "4",
                          "--steps", "8", "--out", str(out)])
     assert code == 0
-    rows = {}
-    for line in (out / "profile.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 3 and cells[1].replace(".", "").isdigit():
-            rows[cells[0]] = float(cells[1])
+    rows = _ms_per_step(out / "profile.md")
     assert GRAPH_PHASE not in rows
     assert rows[STEPS_PHASE] > rows["forward"] and rows[STEPS_PHASE] > rows["optimizer"]
