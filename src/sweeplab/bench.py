@@ -129,7 +129,7 @@ class RawLoop:
         import lightning as L
 
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
-        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype
+        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update
         from sweeplab.training import fresh_compiler, plan
 
         p = plan(cfg)
@@ -160,7 +160,7 @@ class RawLoop:
             loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
         self.loss_fn = loss_fn
         self.steps_per_batch = p.steps_per_batch  # optimizer steps per batch (the datamodule groups k batches' rows)
-        capturable = p.cuda_graph and p.steps_per_batch > 1 and self.device.type == "cuda"
+        capturable = capturable_update(p.cuda_graph, p.steps_per_batch, self.device)
         self.optimizer = build_optimizer(self.model, p.optim, capturable=capturable)
         self.scheduler = build_scheduler(self.optimizer, p.optim, p.trainer.max_steps)
         self.params = [p_ for group in self.optimizer.param_groups for p_ in group["params"]]

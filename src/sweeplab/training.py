@@ -417,7 +417,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
 
     if p.trainer.enable_progress_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
-    trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir)
+    trainer = _trainer(p, callbacks, logger=logger, output_dir=output_dir, clips=task.automatic_optimization)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job is not None:
         job.set_tag("tuned.batch_size", str(tuned))
@@ -489,7 +489,9 @@ def _job_log_file() -> Path | None:
     return path if path.exists() else None
 
 
-def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer:
+def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path, clips: bool = True) -> L.Trainer:
+    """`clips`: Lightning clips the gradients (automatic optimization); otherwise the task's own step does
+    (cuda_graph, several steps per batch), and Lightning refuses a clip value under manual optimization."""
     t = p.trainer
     precision_plugins = backends.precision_plugins(t.precision, p.backend)
     return L.Trainer(
@@ -505,9 +507,7 @@ def _trainer(p: JobPlan, callbacks: list, logger, output_dir: Path) -> L.Trainer
         num_sanity_val_steps=t.num_sanity_val_steps,
         log_every_n_steps=t.log_every_n_steps,
         accumulate_grad_batches=t.accumulate_grad_batches,
-        # with cuda_graph or several steps per batch the task's step clips (Lightning clips only under automatic
-        # optimization)
-        gradient_clip_val=None if p.cuda_graph or p.steps_per_batch > 1 else p.optim.grad_clip or None,
+        gradient_clip_val=(p.optim.grad_clip or None) if clips else None,
         gradient_clip_algorithm="norm",
         plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,

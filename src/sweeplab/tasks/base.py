@@ -23,7 +23,14 @@ from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
-from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, scheduled_lrs, total_grad_norm
+from sweeplab.tasks.step_graph import (
+    MultiStepGraph,
+    StepGraph,
+    autocast_dtype,
+    capturable_update,
+    scheduled_lrs,
+    total_grad_norm,
+)
 
 
 class SweepTask(L.LightningModule):
@@ -201,8 +208,7 @@ class SweepTask(L.LightningModule):
         self.step_graph = None  # the graph holds this fit's gradients and inputs
 
     def configure_optimizers(self):
-        # a graph of several steps captures the update: its step counters must live on the device (CUDA only)
-        capturable = self.cuda_graph and self.steps_per_batch > 1 and self.device.type == "cuda"
+        capturable = capturable_update(self.cuda_graph, self.steps_per_batch, self.device)
         optimizer = build_optimizer(self.model, self.optim_config, capturable=capturable)
         max_steps = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1000
         scheduler = build_scheduler(optimizer, self.optim_config, max_steps)

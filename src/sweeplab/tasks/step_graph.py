@@ -292,6 +292,12 @@ def scheduled_lrs(optimizer: torch.optim.Optimizer, scheduler, steps: int) -> li
     ]
 
 
+def capturable_update(cuda_graph: bool, steps_per_batch: int, device: torch.device) -> bool:
+    """Whether the optimizer needs `capturable=True`: a graph of several steps captures the update, whose step
+    counters must then live on the device (CUDA only)."""
+    return cuda_graph and steps_per_batch > 1 and device.type == "cuda"
+
+
 def total_grad_norm(params, device: torch.device) -> torch.Tensor:
     """The 2-norm over all gradients of `params`, on the device (no host sync); 0 when none has a gradient."""
     grads = [p.grad for p in params if p.grad is not None]
@@ -303,4 +309,4 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-__all__ = ["MultiStepGraph", "StepGraph", "autocast_dtype", "scheduled_lrs", "total_grad_norm"]
+__all__ = ["MultiStepGraph", "StepGraph", "autocast_dtype", "capturable_update", "scheduled_lrs", "total_grad_norm"]
