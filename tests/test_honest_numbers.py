@@ -105,8 +105,10 @@ def test_each_window_metric_is_stored_once_at_its_step(demo_dir, mlflow_uri):
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == [4, 9, 14, 19]
     metrics = run.data.metrics
     for key in ("summary/step_time_spread", "summary/batch_shapes", "summary/new_shapes_in_timed_steps",
-                "summary/load_avg_start", "summary/load_avg_end", "summary/cpu_threads", "summary/host_cpus"):
+                "summary/load_avg_start", "summary/load_avg_end", "summary/cpu_threads", "summary/host_cpus",
+                "summary/host_speed_spread"):
         assert key in metrics, key
+    assert 0 <= metrics["summary/host_speed_spread"] < 10
     assert metrics["summary/cpu_threads"] == torch.get_num_threads()
     assert metrics["summary/samples_per_sec"] == pytest.approx(16 / metrics["summary/step_time_s_median"])
     assert run.data.params["data.pad_to"] == "bucket"

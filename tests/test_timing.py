@@ -3,6 +3,11 @@ asynchronous device where a clock read without a sync would time only the kernel
 
 from __future__ import annotations
 
+import os
+import statistics
+import subprocess
+import sys
+
 import lightning as L
 import pytest
 import torch
@@ -360,3 +365,39 @@ def test_a_device_without_timed_events_times_on_the_host_clock(caplog):
     if not torch.cuda.is_available():
         assert type(devices.timeline(torch.device("cuda"))) is devices.HostTimeline
         assert "has no timed events" in caplog.text
+
+
+BURSTY = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+print("busy", flush=True)
+while True:  # busy 30 ms in every 60
+    end = time.perf_counter() + 0.03
+    while time.perf_counter() < end:
+        pass
+    time.sleep(0.03)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_the_host_probe_sees_a_process_that_takes_the_cpu_in_bursts():
+    """A real process sharing this process's CPU in bursts, as a noisy neighbour on a VM does, makes the host's own
+    speed waver: the probe says so; without it the same CPU reads steady. (Load average reads the same in both:
+    one busy process on a host of several CPUs.)"""
+    from sweeplab.stability import UNSTEADY_HOST
+
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        quiet = statistics.median(devices.host_speed_spread(0.25) for _ in range(3))
+        neighbour = subprocess.Popen([sys.executable, "-c", BURSTY, str(cpu)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert neighbour.stdout.readline().strip() == "busy"
+            shared = statistics.median(devices.host_speed_spread(0.25) for _ in range(3))
+        finally:
+            neighbour.kill()
+            neighbour.wait()
+    finally:
+        os.sched_setaffinity(0, before)
+    assert quiet < UNSTEADY_HOST < shared, (quiet, shared)

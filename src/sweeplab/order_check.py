@@ -13,15 +13,18 @@ configuration, its place and samples/s in each order, the ratio, and whether the
 `stability.ORDER_TOLERANCE` (±5 %). Exit status 0 when every configuration agrees, 1 when one does not or a job
 failed, 2 for bad arguments.
 
-`--repeat` runs the forward order a second time (a third process) and adds each configuration's ratio between its
-two forward runs: how much a job moves from run to run with nothing changed, the noise an order ratio is to be read
-against (a host-bound job on a shared VM moved ±10-15 %, BENCHMARKS.md). The verdict stays the order ratio's.
+`--rounds N` runs each order N times, counterbalanced (forward, reversed, reversed, forward, ...: a drift of the
+machine over the check's minutes weighs on both orders alike), compares each configuration's median samples/s over
+its runs in each order, and adds the run-to-run spread: how far the same configuration moved between runs of the
+same order, the noise the order ratio is to be read against (a host-bound job on a shared VM moved ±10-15 % from
+one process to the next, BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import statistics
 import subprocess
 import sys
 from collections import OrderedDict
@@ -31,7 +34,6 @@ from sweeplab import channels, stability
 from sweeplab.files import write_text_atomic
 
 ORDERS = ("forward", "reversed")
-REPEAT = "forward again"  # --repeat: the forward order once more
 _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
 
 
@@ -74,6 +76,14 @@ def pass_overrides(swept: OrderedDict[str, list[str]], fixed: list[str], order: 
     return [*fixed, *lists, "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}"]
 
 
+def passes(rounds: int) -> list[tuple[str, int]]:
+    """(order, round) of each process, counterbalanced: F R, then R F, then F R, ... (ABBA)."""
+    out = []
+    for r in range(1, rounds + 1):
+        out += [(order, r) for order in (ORDERS if r % 2 else ORDERS[::-1])]
+    return out
+
+
 def run_order(overrides: list[str], log_path: Path) -> int:
     with open(log_path, "w", encoding="utf-8") as log:
         return subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *overrides], stdout=log,
@@ -100,24 +110,47 @@ def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     return out
 
 
-def table(keys: list[str], by_order: dict[str, dict[tuple, dict]]) -> tuple[list[dict[str, str]], int]:
-    """Rows in the forward order's job order, and how many configurations disagree between the orders or failed."""
-    forward, backward = by_order["forward"], by_order["reversed"]
-    configs = sorted(set(forward) | set(backward), key=lambda c: forward.get(c, {}).get("position", 10**9))
+def _merge(runs: list[dict]) -> dict:
+    """One configuration's runs in one order -> its position, median rate, run-to-run spread, problems, status."""
+    rates = [r["rate"] for r in runs if r.get("rate")]
+    merged = {
+        "position": runs[0].get("position", "") if runs else "",
+        "rate": statistics.median(rates) if rates and len(rates) == len(runs) else None,
+        "rates": rates,
+        "spread": max(rates) / min(rates) - 1 if len(rates) > 1 else None,
+        "problems": sorted({p for r in runs for p in r.get("problems", [])}),
+        "status": next((r["status"] for r in runs if not r.get("rate")), "missing") if runs else "missing",
+    }
+    return merged
+
+
+def table(keys: list[str], by_pass: dict[tuple[str, int], dict[tuple, dict]]) -> tuple[list[dict[str, str]], int]:
+    """Rows in the forward order's job order, and how many configurations disagree between the orders or failed.
+    `by_pass`: (order, round) -> configuration -> that run's result; an order's rounds are merged by the median."""
+    rounds = max(r for _, r in by_pass)
+    merged = {
+        order: {
+            config: _merge([by_pass[(order, r)].get(config, {}) for r in range(1, rounds + 1) if (order, r) in by_pass])
+            for config in set().union(*by_pass.values())
+        }
+        for order in ORDERS
+    }
+    forward, backward = merged["forward"], merged["reversed"]
+    configs = sorted(forward, key=lambda c: forward[c]["position"] or 10**9)
     rows, bad = [], 0
     for config in configs:
-        a, b = forward.get(config, {}), backward.get(config, {})
+        a, b = forward[config], backward[config]
         row = {"configuration": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, config))}
         for name, r in (("forward", a), ("reversed", b)):
-            row[f"{name} job"] = str(r.get("position", ""))
-            row[f"{name} samples/s"] = f"{r['rate']:.4g}" if r.get("rate") else r.get("status", "missing")
-        notes = [f"{name}: {'; '.join(r['problems'])}" for name, r in (("forward", a), ("reversed", b)) if r.get("problems")]
+            row[f"{name} job"] = str(r["position"])
+            row[f"{name} samples/s"] = f"{r['rate']:.4g}" if r["rate"] else r["status"]
+        notes = [f"{name}: {'; '.join(r['problems'])}" for name, r in (("forward", a), ("reversed", b)) if r["problems"]]
         row["stability"] = " / ".join(notes) or "ok"
-        if REPEAT in by_order:
-            again = by_order[REPEAT].get(config, {})
-            row[f"{REPEAT} samples/s"] = f"{again['rate']:.4g}" if again.get("rate") else again.get("status", "missing")
-            row["again / forward"] = f"{again['rate'] / a['rate']:.3f}" if a.get("rate") and again.get("rate") else ""
-        if a.get("rate") and b.get("rate"):
+        spreads = [r["spread"] for r in (a, b) if r["spread"] is not None]
+        if rounds > 1:
+            row["runs (forward; reversed)"] = "; ".join(" ".join(f"{x:.4g}" for x in r["rates"]) for r in (a, b))
+            row["run to run"] = f"{max(spreads):.1%}" if spreads else ""
+        if a["rate"] and b["rate"]:
             ratio = b["rate"] / a["rate"]
             agree = abs(ratio - 1) <= stability.ORDER_TOLERANCE
             row["reversed / forward"] = f"{ratio:.3f}"
@@ -134,15 +167,19 @@ def table(keys: list[str], by_order: dict[str, dict[tuple, dict]]) -> tuple[list
 
 COLUMNS = ["configuration", "forward job", "forward samples/s", "reversed job", "reversed samples/s",
            "reversed / forward", "verdict", "stability"]
-REPEAT_COLUMNS = [f"{REPEAT} samples/s", "again / forward"]  # --repeat: before "verdict"
+ROUNDS_COLUMNS = ["runs (forward; reversed)", "run to run"]  # --rounds N > 1: before "verdict"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeplab.order_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="what `python -m sweeplab.train -m` takes: sweep=..., a,b values")
     parser.add_argument("--out", default=None, help="output directory (default: multirun/order_check/<time>)")
-    parser.add_argument("--repeat", action="store_true", help="run the forward order again: the run-to-run noise")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each order this many times, counterbalanced (F R R F ...); medians are compared")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        print(f"error: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
+        return 2
     from sweeplab.report import to_markdown
     from sweeplab.tracking import mlflow_store
 
@@ -159,28 +196,29 @@ def main(argv: list[str] | None = None) -> int:
     n_jobs = 1
     for values in swept.values():
         n_jobs *= len(values)
-    by_order, failed_passes = {}, []
-    for order in (*ORDERS, REPEAT) if args.repeat else ORDERS:
-        sweep_dir = out / order.replace(" ", "_")
+    by_pass, failed_passes = {}, []
+    for order, round_ in passes(args.rounds):
+        name = f"{order}_{round_}" if args.rounds > 1 else order
+        sweep_dir = out / name
         overrides = pass_overrides(swept, fixed, order, sweep_dir)
-        print(f"order check: {order} order, {n_jobs} jobs in one process: python -m sweeplab.train -m "
-              f"{' '.join(overrides)}", flush=True)
-        log_path = out / f"{order.replace(' ', '_')}.log"
+        print(f"order check: {order} order{f' (round {round_} of {args.rounds})' if args.rounds > 1 else ''}, "
+              f"{n_jobs} jobs in one process: python -m sweeplab.train -m {' '.join(overrides)}", flush=True)
+        log_path = out / f"{name}.log"
         if run_order(overrides, log_path) != 0:
-            failed_passes.append(order)
-            print(f"order check: the {order} sweep exited non-zero; its log: {log_path}", file=sys.stderr)
-        by_order[order] = results(uri, sweep_dir, keys)
-    rows, bad = table(keys, by_order)
-    command = "python -m sweeplab.order_check " + " ".join(args.overrides) + (" --repeat" if args.repeat else "")
+            failed_passes.append(name)
+            print(f"order check: the {name} sweep exited non-zero; its log: {log_path}", file=sys.stderr)
+        by_pass[(order, round_)] = results(uri, sweep_dir, keys)
+    rows, bad = table(keys, by_pass)
+    command = "python -m sweeplab.order_check " + " ".join(args.overrides) + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
     verdict = (
         f"every configuration within ±{stability.ORDER_TOLERANCE:.0%} in both orders" if not bad
         else f"{bad} of {len(rows)} configurations differ by more than ±{stability.ORDER_TOLERANCE:.0%} or failed"
     )
-    columns = COLUMNS if not args.repeat else [*COLUMNS[:6], *REPEAT_COLUMNS, *COLUMNS[6:]]
+    columns = COLUMNS if args.rounds == 1 else [*COLUMNS[:6], *ROUNDS_COLUMNS, *COLUMNS[6:]]
     markdown = (
         f"## order check\n\n`{command}`\n\nsamples/s (at the median window step time) of each configuration, run in "
         f"the sweep's order and reversed, each order one process"
-        f"{' (and the forward order again: run-to-run noise)' if args.repeat else ''}.\n\n{to_markdown(rows, columns)}"
+        f"{f'; each order {args.rounds} times (F R R F ...), samples/s is the median of its runs, run to run the largest spread between runs of one order' if args.rounds > 1 else ''}.\n\n{to_markdown(rows, columns)}"
         f"\n\n{verdict}\n"
     )
     write_text_atomic(out / "order_check.md", markdown)

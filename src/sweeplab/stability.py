@@ -1,8 +1,10 @@
 """How far a run's speed can be trusted, judged in one place for the report, the bench and the order check.
 
 Every job records (callbacks/timing.py) the spread of its window step times, the batch shapes its timed steps saw and
-how many of them were new there, graphs compiled there, the host's load average at start and end and its CPUs.
-A run is unreliable when its own speed moved a lot, when other work competed for the host, or when one-off costs
+how many of them were new there, graphs compiled there, the host's load average at start and end, its CPUs, and how
+steady the host's own single-thread speed was at start and end (a short pure-Python probe).
+A run is unreliable when its own speed moved a lot, when other work competed for the host or the host's speed
+itself wavered, or when one-off costs
 (a compilation, a new batch shape) fell inside its timed steps. Two runs are only called different when their
 throughputs differ by more than the noise of both.
 """
@@ -18,6 +20,11 @@ NOISY_SPREAD = 0.10
 # 1-minute load average per usable CPU, at start or end, above this: other work competed for the CPUs. The run's own
 # threads count in the load, so a CPU run with as many threads as CPUs sits near 1.0 by itself.
 LOADED_HOST = 1.0
+# Host-steadiness probe (devices.host_speed_spread: (p90 - p10) / median of a pure-Python loop's speed over 10 ms
+# slices) above this, at start or end: the host's own speed moved, so a host-bound run's numbers move with it.
+# The 2-core development VM gives 2-6 % idle (now and then ~30 %), 35-110 % with two busy processes on its 2 CPUs,
+# 60-100 % sharing its CPU with a process busy 30 ms in every 60; the H100 VM of issue 12 gave 75 % (50 ms slices).
+UNSTEADY_HOST = 0.50
 # Throughputs closer than this are never called different, however small the spreads: run-to-run and order effects
 # of a few percent remain on a quiet machine (issue 12 asks for ±5 % between the two orders of a sweep).
 NOISE_FLOOR = 0.05
@@ -35,6 +42,9 @@ def problems(metrics: Mapping[str, float]) -> list[str]:
     loads = [metrics[k] for k in ("summary/load_avg_start", "summary/load_avg_end") if metrics.get(k) is not None]
     if cpus and loads and max(loads) / cpus > LOADED_HOST:
         found.append(f"loaded host (load {max(loads):.1f} on {cpus:g} CPUs)")
+    host = metrics.get("summary/host_speed_spread")
+    if host is not None and host > UNSTEADY_HOST:
+        found.append(f"unsteady host (Python speed spread {host:.0%} > {UNSTEADY_HOST:.0%})")
     if compiles := metrics.get("summary/compiles_in_timed_steps"):
         found.append(f"{compiles:g} compilation(s) in timed steps")
     if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):

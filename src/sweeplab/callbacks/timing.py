@@ -42,6 +42,7 @@ from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trac
 from sweeplab.devices import (
     HostTimeline,
     host_cpus,
+    host_speed_spread,
     load_average,
     peak_flops,
     peak_memory_mb,
@@ -92,6 +93,7 @@ class ThroughputTimer(L.Callback):
         profile: bool = False,
         trace_steps: Annotated[int, Ge(0)] = 0,
         profile_dir: str | None = None,
+        host_probe_s: Annotated[float, Ge(0)] = 0.25,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
         timeline: Callable[[torch.device], object] | None = None,
@@ -100,12 +102,14 @@ class ThroughputTimer(L.Callback):
         profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
         device sync at every phase edge, logged as `profile/*` and written to profile.md; trace_steps: record that
         many steps right after warm-up with torch.profiler (trace.json.gz, untimed); profile_dir: where those
-        files go (default: <trainer.default_root_dir>/profile)."""
-        if warmup_steps < 0 or window < 1 or trace_steps < 0 or warmup_per_shape < 0:
+        files go (default: <trainer.default_root_dir>/profile); host_probe_s: seconds of a pure-Python probe of
+        the host's steadiness (devices.host_speed_spread) when training starts and when it ends, untimed (0: off)."""
+        if warmup_steps < 0 or window < 1 or trace_steps < 0 or warmup_per_shape < 0 or host_probe_s < 0:
             raise ValueError(
-                f"timing: warmup_steps, warmup_per_shape and trace_steps must be >= 0 and window >= 1, got "
-                f"{warmup_steps}, {warmup_per_shape}, {trace_steps}, {window}"
+                f"timing: warmup_steps, warmup_per_shape, trace_steps and host_probe_s must be >= 0 and window >= 1, "
+                f"got {warmup_steps}, {warmup_per_shape}, {trace_steps}, {host_probe_s}, {window}"
             )
+        self.host_probe_s = host_probe_s
         self.warmup_steps = warmup_steps
         self.window = window
         self.warmup_per_shape = warmup_per_shape
@@ -185,6 +189,7 @@ class ThroughputTimer(L.Callback):
         self._reset_totals()
         self.windows = []
         self._load_start = load_average()
+        self._host_spreads = [host_speed_spread(self.host_probe_s)] if self.host_probe_s else []
         self._device = pl_module.device
         self._timeline = self._new_timeline(self._device)
         self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
@@ -331,7 +336,9 @@ class ThroughputTimer(L.Callback):
             self._stop_trace(trainer)
         self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
         self.summary = self.summarize()
-        self.summary.update(self.host_summary(self._load_start, load_average()))
+        if self.host_probe_s:
+            self._host_spreads.append(host_speed_spread(self.host_probe_s))
+        self.summary.update(self.host_summary(self._load_start, load_average(), self._host_spreads))
         if self.profiler is not None:
             self._write_profile(trainer)
 
@@ -396,13 +403,18 @@ class ThroughputTimer(L.Callback):
         return summary
 
     @staticmethod
-    def host_summary(load_start: float | None, load_end: float | None) -> dict[str, float]:
+    def host_summary(
+        load_start: float | None, load_end: float | None, host_spreads: list[float | None] = ()
+    ) -> dict[str, float]:
         """What else ran on the host: its 1-minute load average when training started and ended (this run's threads
-        included), the CPUs this process may use, and torch's intra-op threads."""
+        included), the CPUs this process may use, torch's intra-op threads, and the larger of the host-steadiness
+        probes at start and end (`summary/host_speed_spread`)."""
         summary = {"summary/cpu_threads": float(torch.get_num_threads()), "summary/host_cpus": float(host_cpus())}
         if load_start is not None:
             summary["summary/load_avg_start"] = load_start
         if load_end is not None:
             summary["summary/load_avg_end"] = load_end
+        if spreads := [x for x in host_spreads if x is not None]:
+            summary["summary/host_speed_spread"] = max(spreads)
         return summary
 
