@@ -75,6 +75,11 @@ def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, t
     noisy = bench.RowResult(row, cfg, sweeplab=[{"summary/samples_per_sec": v} for v in (9.0, 12.0, 10.0)],
                             raw=[{"samples_per_sec": 10.0}] * 3)
     assert bench.table_rows([noisy])[0]["status"] == "noisy: pairs 0.90-1.20, raise bench.repeats"
+    for m, spread in zip(noisy.sweeplab, (0.1, 0.8, None)):
+        m["summary/host_speed_spread"] = spread
+    assert bench.table_rows([noisy])[0]["status"] == (
+        "noisy: pairs 0.90-1.20, raise bench.repeats; unsteady host (Python speed spread up to 80%)"
+    )
 
 
 def test_presets_compose_and_every_row_plans(tmp_path):

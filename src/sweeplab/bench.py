@@ -470,6 +470,14 @@ def _noise_note(pairs: list[float], spread: float = stability.NOISY_SPREAD) -> s
     return f"noisy: pairs {min(pairs):.2f}-{max(pairs):.2f}, raise bench.repeats" if width > spread else ""
 
 
+def _host_note(r: RowResult) -> str:
+    """A host whose own speed wavered (stability.UNSTEADY_HOST) during the row's sweeplab jobs moves a host-bound
+    row's pairs whatever either side does."""
+    spreads = [m["summary/host_speed_spread"] for m in r.sweeplab if m.get("summary/host_speed_spread") is not None]
+    worst = max(spreads, default=0.0)
+    return f"unsteady host (Python speed spread up to {worst:.0%})" if worst > stability.UNSTEADY_HOST else ""
+
+
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
     baselines: dict[str, float] = {}
     for r in results:
@@ -507,7 +515,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
                 "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
-                "status": r.skipped or r.failed or "; ".join(n for n in (_compile_note(r), _noise_note(pairs)) if n) or "ok",
+                "status": r.skipped or r.failed or "; ".join(n for n in (_compile_note(r), _noise_note(pairs), _host_note(r)) if n) or "ok",
             }
         )
         rows.append(row)
