@@ -56,6 +56,10 @@ def _rows(markdown: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
+def _number(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
 def _assert_both_orders(done, markdown: str, configs: list[str], rounds: int = 1) -> None:
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: a ratio outside ±5 %, likely on a shared CPU
     rows = _rows(markdown)
@@ -64,15 +68,15 @@ def _assert_both_orders(done, markdown: str, configs: list[str], rounds: int = 1
     for position, row in enumerate(rows, start=1):
         if rounds > 1:  # every run of each order, and the largest spread between runs of one order
             runs, run_to_run = row.pop(6), row.pop(6)
-            forward_runs, reversed_runs = ([float(x) for x in side.split()] for side in runs.split(";"))
+            forward_runs, reversed_runs = ([_number(x) for x in side.split()] for side in runs.split(";"))
             assert len(forward_runs) == len(reversed_runs) == rounds
-            assert float(row[2]) == pytest.approx(statistics.median(forward_runs), rel=0.01)
-            assert float(row[4]) == pytest.approx(statistics.median(reversed_runs), rel=0.01)
+            assert _number(row[2]) == pytest.approx(statistics.median(forward_runs), rel=0.01)
+            assert _number(row[4]) == pytest.approx(statistics.median(reversed_runs), rel=0.01)
             worst = max(max(r) / min(r) - 1 for r in (forward_runs, reversed_runs))
             assert float(run_to_run.rstrip("%")) / 100 == pytest.approx(worst, abs=0.002)
         _, fwd_job, fwd_rate, rev_job, rev_rate, ratio, verdict, _ = row
         assert (int(fwd_job), int(rev_job)) == (position, n + 1 - position)
-        assert float(ratio) == pytest.approx(float(rev_rate) / float(fwd_rate), rel=0.01)
+        assert float(ratio) == pytest.approx(_number(rev_rate) / _number(fwd_rate), rel=0.01)
         assert verdict == "ok" or verdict.startswith("differs by more than ±5%")
     assert "every configuration within ±5%" in markdown or f"of {n} configurations differ" in markdown
     assert done.returncode == (0 if "every configuration within" in markdown else 1)

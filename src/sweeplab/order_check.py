@@ -32,6 +32,7 @@ from pathlib import Path
 
 from sweeplab import channels, stability
 from sweeplab.files import write_text_atomic
+from sweeplab.report import format_number, to_markdown
 
 ORDERS = ("forward", "reversed")
 _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
@@ -143,12 +144,12 @@ def table(keys: list[str], by_pass: dict[tuple[str, int], dict[tuple, dict]]) ->
         row = {"configuration": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, config))}
         for name, r in (("forward", a), ("reversed", b)):
             row[f"{name} job"] = str(r["position"])
-            row[f"{name} samples/s"] = f"{r['rate']:.4g}" if r["rate"] else r["status"]
+            row[f"{name} samples/s"] = format_number(r["rate"]) if r["rate"] else r["status"]
         notes = [f"{name}: {'; '.join(r['problems'])}" for name, r in (("forward", a), ("reversed", b)) if r["problems"]]
         row["stability"] = " / ".join(notes) or "ok"
         spreads = [r["spread"] for r in (a, b) if r["spread"] is not None]
         if rounds > 1:
-            row["runs (forward; reversed)"] = "; ".join(" ".join(f"{x:.4g}" for x in r["rates"]) for r in (a, b))
+            row["runs (forward; reversed)"] = "; ".join(" ".join(format_number(x) for x in r["rates"]) for r in (a, b))
             row["run to run"] = f"{max(spreads):.1%}" if spreads else ""
         if a["rate"] and b["rate"]:
             ratio = b["rate"] / a["rate"]
@@ -180,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         print(f"error: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
         return 2
-    from sweeplab.report import to_markdown
     from sweeplab.tracking import mlflow_store
 
     swept, fixed = swept_values(args.overrides)
