@@ -39,6 +39,8 @@ def test_nothing_swept_is_one_line(capsys):
     assert order_check.main(["debug=smoke"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: nothing is swept") and err.count("\n") == 1
+    assert order_check.main(["data.batch_size=8,16", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err == "error: --rounds must be at least 1, got 0\n"
 
 
 def _check(tmp_path, *overrides: str) -> tuple[subprocess.CompletedProcess, str]:
