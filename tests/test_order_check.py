@@ -110,6 +110,10 @@ def test_rounds_are_counterbalanced_and_compared_by_their_medians():
     assert rows[0]["forward samples/s"] == "101" and rows[0]["reversed samples/s"] == "97"
     assert rows[0]["reversed / forward"] == "0.960" and rows[0]["verdict"] == "ok" and bad == 0
     assert rows[0]["run to run"] == "10.0%" and rows[0]["runs (forward; reversed)"] == "100 104 101; 90 97 99"
+    by_pass[("reversed", 1)], by_pass[("reversed", 3)] = run(80.0), run(86.0)  # 0.851: outside ±5 %, yet the
+    rows, bad = order_check.table(["data.batch_size"], by_pass)  # reversed runs alone spread 21 %: the verdict says so
+    assert bad == 1 and rows[0]["reversed / forward"] == "0.851"
+    assert rows[0]["verdict"] == "differs by more than ±5% (inside the run-to-run spread of 21%)"
     by_pass[("reversed", 2)] = {config: {"position": 1, "rate": None, "problems": [], "status": "FAILED"}}
     rows, bad = order_check.table(["data.batch_size"], by_pass)  # a failed run is not hidden by the others
     assert bad == 1 and rows[0]["reversed samples/s"] == "FAILED"

@@ -16,8 +16,9 @@ failed, 2 for bad arguments.
 `--rounds N` runs each order N times, counterbalanced (forward, reversed, reversed, forward, ...: a drift of the
 machine over the check's minutes weighs on both orders alike), compares each configuration's median samples/s over
 its runs in each order, and adds the run-to-run spread: how far the same configuration moved between runs of the
-same order, the noise the order ratio is to be read against (a host-bound job on a shared VM moved ±10-15 % from
-one process to the next, BENCHMARKS.md).
+same order, the noise the order ratio is to be read against (a host-bound job on a shared VM moved 12-20 % from
+one process to the next, BENCHMARKS.md). A ratio outside ±5 % yet inside that spread still fails the check, and its
+verdict says it is inside the spread.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ def table(keys: list[str], by_pass: dict[tuple[str, int], dict[tuple, dict]]) ->
             row["verdict"] = "ok" if agree else f"differs by more than ±{stability.ORDER_TOLERANCE:.0%}"
             if not agree and notes:  # a loaded or noisy run can differ without any order effect: say so
                 row["verdict"] += " (unreliable runs: see stability)"
+            if not agree and spreads and abs(ratio - 1) <= max(spreads):  # as far apart as two runs of one order
+                row["verdict"] += f" (inside the run-to-run spread of {max(spreads):.0%})"
         else:
             agree = False
             row["verdict"] = "no throughput: job failed or missing"
