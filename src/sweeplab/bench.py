@@ -473,9 +473,8 @@ def _noise_note(pairs: list[float], spread: float = stability.NOISY_SPREAD) -> s
 def _host_note(r: RowResult) -> str:
     """A host whose own speed wavered (stability.UNSTEADY_HOST) during the row's sweeplab jobs moves a host-bound
     row's pairs whatever either side does."""
-    spreads = [m["summary/host_speed_spread"] for m in r.sweeplab if m.get("summary/host_speed_spread") is not None]
-    worst = max(spreads, default=0.0)
-    return f"unsteady host (Python speed spread up to {worst:.0%})" if worst > stability.UNSTEADY_HOST else ""
+    spreads = [spread for m in r.sweeplab if (spread := stability.unsteady_host(m)) is not None]
+    return f"unsteady host (Python speed spread up to {max(spreads):.0%})" if spreads else ""
 
 
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:

@@ -147,8 +147,6 @@ def host_speed_spread(seconds: float, slice_s: float = 0.01) -> float | None:
     sweeplab does. Load average and steal time can both read idle while it is large: on the H100 VM the load was
     0.8 of 16 CPUs and steal 0.01 %, yet 50 ms slices ran at 0.67-1.42 times the median speed (p10-p90; the 2-core
     development VM: 0.98-1.10). None when `seconds` leaves fewer than 5 slices."""
-    import time
-
     rates, end = [], time.perf_counter() + seconds
     while True:
         start = now = time.perf_counter()

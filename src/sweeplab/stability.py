@@ -42,14 +42,19 @@ def problems(metrics: Mapping[str, float]) -> list[str]:
     loads = [metrics[k] for k in ("summary/load_avg_start", "summary/load_avg_end") if metrics.get(k) is not None]
     if cpus and loads and max(loads) / cpus > LOADED_HOST:
         found.append(f"loaded host (load {max(loads):.1f} on {cpus:g} CPUs)")
-    host = metrics.get("summary/host_speed_spread")
-    if host is not None and host > UNSTEADY_HOST:
+    if (host := unsteady_host(metrics)) is not None:
         found.append(f"unsteady host (Python speed spread {host:.0%} > {UNSTEADY_HOST:.0%})")
     if compiles := metrics.get("summary/compiles_in_timed_steps"):
         found.append(f"{compiles:g} compilation(s) in timed steps")
     if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):
         found.append(f"{new_shapes:g} new batch shape(s) in timed steps")
     return found
+
+
+def unsteady_host(metrics: Mapping[str, float]) -> float | None:
+    """The run's host-steadiness spread when it is over UNSTEADY_HOST, else None."""
+    spread = metrics.get("summary/host_speed_spread")
+    return spread if spread is not None and spread > UNSTEADY_HOST else None
 
 
 def has_stability_data(metrics: Mapping[str, float]) -> bool:

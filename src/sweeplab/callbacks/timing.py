@@ -30,7 +30,7 @@ import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -404,7 +404,7 @@ class ThroughputTimer(L.Callback):
 
     @staticmethod
     def host_summary(
-        load_start: float | None, load_end: float | None, host_spreads: list[float | None] = ()
+        load_start: float | None, load_end: float | None, host_spreads: Sequence[float | None] = ()
     ) -> dict[str, float]:
         """What else ran on the host: its 1-minute load average when training started and ended (this run's threads
         included), the CPUs this process may use, torch's intra-op threads, and the larger of the host-steadiness
