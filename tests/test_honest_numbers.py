@@ -155,3 +155,28 @@ def test_a_compiled_job_compiles_as_a_process_first_job_whatever_ran_before(demo
         torch._logging.set_logs()
     assert compiled, "no compile was logged: the test would pass whatever ran"
     assert per_job[1] == per_job[0]
+
+
+def test_a_job_starts_without_the_garbage_an_earlier_job_left(demo_dir, tmp_path, monkeypatch):
+    """A Lightning trainer leaves reference cycles; left alone they are collected whenever the collector next runs,
+    which can be inside the next job's timed steps. With automatic collection off, only the job's own start can have
+    collected the cycle an "earlier job" left here."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    left = Node()
+    left.self = left  # a cycle: reference counting alone never frees it
+    collected = weakref.ref(left)
+    del left
+    monkeypatch.chdir(tmp_path)
+    gc.disable()
+    try:
+        assert collected() is not None
+        train(smoke_config(demo_dir, "trainer.max_steps=2", "trainer.val_check_interval=2", "timing.warmup_steps=1",
+                           "timing.window=1", "logger=none"))
+    finally:
+        gc.enable()
+    assert collected() is None

@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import copy
 import datetime as dt
-import gc
 import logging
 import os
 import re
@@ -337,12 +336,6 @@ def row_config(row: BenchRow, settings: BenchSettings, experiment: list[str], ro
     return cfg
 
 
-def _free_device_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _allow_recompiles(limit: int = 256) -> None:
     """Every job builds a new model; dynamo keeps one cache entry per model (and per shape regime) and silently
     falls back to eager past its limit (8), which would time the later runs uncompiled."""
@@ -388,7 +381,7 @@ def run_row(
     for repeat in range(settings.repeats if row.repeats is None else row.repeats):
         order = ("sweeplab", "raw") if repeat % 2 == 0 else ("raw", "sweeplab")
         for side in order:
-            _free_device_memory()
+            devices.release_earlier_jobs()
             if side == "raw":
                 result.raw.append(raw_loop.run(warmup, steps))
                 log.info("%s raw loop %d: %.4g samples/s", row.name, repeat, result.raw[-1]["samples_per_sec"])
@@ -409,7 +402,7 @@ def run_row(
         for key, value in metrics.items():
             client.log_metric(run_id, key, value)
     del raw_loop
-    _free_device_memory()
+    devices.release_earlier_jobs()
     return result
 
 
@@ -619,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.exception("row %s failed", row.name)
                 results.append(RowResult(row, cfg, failed=f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"))
                 status = "FAILED"
-            _free_device_memory()
+            devices.release_earlier_jobs()
             write_tables(results, settings, command, out_dir)  # after every row: a cut-off run keeps what it had
         markdown = write_tables(results, settings, command, out_dir)
         for name in ("bench.md", "bench.csv"):

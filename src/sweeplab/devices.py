@@ -9,6 +9,7 @@ figures here.
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
@@ -212,6 +213,18 @@ def peak_memory_mb(device: torch.device) -> float:
         return torch.mps.driver_allocated_memory() / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+def release_earlier_jobs() -> None:
+    """Start a job with the memory state of a process's first: collect the garbage earlier jobs of this process
+    left (a Lightning trainer holds reference cycles, collected otherwise whenever the collector next runs, possibly
+    inside this job's timed steps) and hand the device allocator's cached blocks back to the driver (after a larger
+    job its blocks stay cached and a smaller job's tensors would be carved from them)."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    if torch.backends.mps.is_available():
+        torch.mps.empty_cache()
 
 
 def reset_peak_memory(device: torch.device) -> None:

@@ -389,6 +389,7 @@ def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) ->
         from sweeplab.mlx.loop import fit
 
         return fit(p, output_dir, logger, job, resume_ckpt)
+    devices.release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
     datamodule = p.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")
