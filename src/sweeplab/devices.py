@@ -218,9 +218,13 @@ def peak_memory_mb(device: torch.device) -> float:
 def release_earlier_jobs() -> None:
     """Start a job with the memory state of a process's first: collect the garbage earlier jobs of this process
     left (a Lightning trainer holds reference cycles, collected otherwise whenever the collector next runs, possibly
-    inside this job's timed steps) and hand the device allocator's cached blocks back to the driver (after a larger
-    job its blocks stay cached and a smaller job's tensors would be carved from them)."""
+    inside this job's timed steps), freeze what survives (imports, caches, whatever earlier jobs keep alive), so that
+    the collector's passes during this job scan only this job's objects (a full pass over the ~560k objects of the
+    imported libraries takes 0.2 s on the 2-core development VM, a stall inside a timed step, and grows with
+    whatever earlier jobs left), and hand the device allocator's cached blocks back to the driver (after a larger job
+    its blocks stay cached and a smaller job's tensors would be carved from them)."""
     gc.collect()
+    gc.freeze()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
     if torch.backends.mps.is_available():
