@@ -102,6 +102,7 @@ NOISY_JOBS = [  # name, samples/s, spread of the window step times, other summar
     ("same work", 103.0, 0.02, {}),  # 3 %: inside the 5 % floor
     ("noisy same work", 112.0, 0.25, {}),  # 12 % apart, but its own step times spread over 25 %
     ("noisy faster", 140.0, 0.25, {}),  # 40 %: outside even that
+    ("just noisy", 100.0, 0.103, {}),  # over the 10 % threshold by less than whole percents show
     ("faster", 120.0, 0.03, {}),
     ("loaded", 100.0, 0.02, {"summary/load_avg_end": 5.0}),
     ("unsteady host", 100.0, 0.07, {"summary/host_speed_spread": 0.8}),  # steps spread 7 %: the host may be their pace
@@ -131,6 +132,7 @@ def test_the_report_marks_unreliable_rows_and_claims_no_speedup_inside_the_noise
     assert rows["same work"]["speedup"] == "within noise (1.03×)"
     assert rows["noisy same work"]["speedup"] == "within noise (1.12×)"
     assert rows["noisy same work"]["stability"] == "noisy (spread 25% > 10%)"
+    assert rows["just noisy"]["stability"] == "noisy (spread 10.3% > 10%)"
     assert rows["noisy faster"]["speedup"] == "1.40×"
     assert rows["faster"]["speedup"] == "1.20×" and rows["faster"]["stability"] == "ok"
     assert rows["loaded"]["stability"] == "loaded host (load 5.0 on 2 CPUs)"

@@ -37,7 +37,8 @@ PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "sp
 STABILITY_NOTE = (
     "samples/s: samples per step / median step time. spread: (p90 - p10) / median of the run's window step times. "
     f"stability: ok, or why the row's speed is unreliable (spread over {stability.NOISY_SPREAD:.0%}, host load over "
-    f"{stability.LOADED_HOST:g} per CPU, a host whose own speed wavered over {stability.UNSTEADY_HOST:.0%}, "
+    f"{stability.LOADED_HOST:g} per CPU, a host whose own speed wavered over {stability.UNSTEADY_HOST:.0%} "
+    f"while the run's steps spread {stability.NOISE_FLOOR:.0%} or more, "
     "compilations or new batch shapes in timed steps). within noise: the two rows "
     f"differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), so no speedup is claimed."
 )

@@ -33,18 +33,24 @@ NOISE_FLOOR = 0.05
 ORDER_TOLERANCE = 0.05
 
 
+def _over(value: float, threshold: float) -> str:
+    """"V > T" in percent, with a decimal where whole percents would read "10% > 10%"."""
+    digits = 1 if round(value * 100) == round(threshold * 100) else 0
+    return f"{value:.{digits}%} > {threshold:.0%}"
+
+
 def problems(metrics: Mapping[str, float]) -> list[str]:
     """Why a run's speed cannot be trusted (empty: nothing known against it)."""
     found = []
     spread = metrics.get("summary/step_time_spread")
     if spread is not None and spread > NOISY_SPREAD:
-        found.append(f"noisy (spread {spread:.0%} > {NOISY_SPREAD:.0%})")
+        found.append(f"noisy (spread {_over(spread, NOISY_SPREAD)})")
     cpus = metrics.get("summary/host_cpus")
     loads = [metrics[k] for k in ("summary/load_avg_start", "summary/load_avg_end") if metrics.get(k) is not None]
     if cpus and loads and max(loads) / cpus > LOADED_HOST:
         found.append(f"loaded host (load {max(loads):.1f} on {cpus:g} CPUs)")
     if (host := unsteady_host(metrics)) is not None:
-        found.append(f"unsteady host (Python speed spread {host:.0%} > {UNSTEADY_HOST:.0%})")
+        found.append(f"unsteady host (Python speed spread {_over(host, UNSTEADY_HOST)})")
     if compiles := metrics.get("summary/compiles_in_timed_steps"):
         found.append(f"{compiles:g} compilation(s) in timed steps")
     if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):
