@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from sweeplab.stability import deciles
+
 PRECISION_DTYPES = {
     "32-true": torch.float32,
     "32": torch.float32,
@@ -161,9 +163,8 @@ def host_speed_spread(seconds: float, slice_s: float = 0.01) -> float | None:
         rates.append(count / (now - start))
     if len(rates) < 5:
         return None
-    rates.sort()
-    at = lambda q: rates[round(q * (len(rates) - 1))]  # noqa: E731
-    return (at(0.9) - at(0.1)) / at(0.5)
+    p10, median, p90 = deciles(rates)
+    return (p90 - p10) / median
 
 
 def host_cpus() -> int:

@@ -12,7 +12,8 @@ throughputs differ by more than the noise of both.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 
 # (p90 - p10) / median of a run's window step times above this: its own speed moved too much to compare closely.
 # A quiet machine gives a few percent.
@@ -31,6 +32,16 @@ UNSTEADY_HOST = 0.50
 NOISE_FLOOR = 0.05
 # `python -m sweeplab.order_check`: a configuration's samples/s in the two orders must agree within this.
 ORDER_TOLERANCE = 0.05
+
+
+def deciles(values: Sequence[float]) -> tuple[float, float, float]:
+    """(p10, median, p90) of `values`, the figures every spread here is read from ((p90 - p10) / median: a run's
+    window step times, the host probe's slice speeds). One value: itself three times."""
+    median = statistics.median(values)
+    if len(values) < 2:
+        return values[0], median, values[0]
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    return cuts[0], median, cuts[-1]
 
 
 def _over(value: float, threshold: float) -> str:

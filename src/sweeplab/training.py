@@ -385,11 +385,11 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
 
 
 def _fit(p: JobPlan, output_dir: Path, logger, job, resume_ckpt: Path | None) -> float | None:
+    devices.release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
     if p.backend == "mlx":  # Lightning does not run MLX: sweeplab's own loop, same data, metrics, runs and files
         from sweeplab.mlx.loop import fit
 
         return fit(p, output_dir, logger, job, resume_ckpt)
-    devices.release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
     datamodule = p.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -27,7 +27,6 @@ trace this timer switches on and off live in callbacks/profiler.py.
 from __future__ import annotations
 
 import logging
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ from sweeplab.devices import (
     synchronize,
 )
 from sweeplab.devices import timeline as device_timeline
+from sweeplab.stability import deciles
 
 log = logging.getLogger(__name__)
 
@@ -384,14 +384,10 @@ class ThroughputTimer(L.Callback):
             step_times = [total["elapsed"] / steps]
         if not step_times:
             return summary
-        median = statistics.median(step_times)
+        p10, median, p90 = deciles(step_times)
         summary["summary/step_time_s_median"] = median
         if len(step_times) >= 2:
-            deciles = statistics.quantiles(step_times, n=10, method="inclusive")
-            p10, p90 = deciles[0], deciles[-1]
             summary["summary/step_time_spread"] = (p90 - p10) / median
-        else:
-            p10 = p90 = step_times[0]
         summary["summary/step_time_s_p10"] = p10
         summary["summary/step_time_s_p90"] = p90
         if steps and median > 0:
