@@ -162,7 +162,7 @@ def test_a_negative_grad_clip_fails_in_a_real_process_before_any_run(tmp_path, m
 
 
 def test_warmup_longer_than_the_run_warns_naming_the_peak_lr(demo_dir, caplog):
-    from sweeplab.training import plan
+    from sweeplab.plan import plan
 
     with caplog.at_level("WARNING", logger="sweeplab.training"):
         plan(smoke_config(demo_dir, "optim.warmup_steps=40", "trainer.max_steps=20", "optim.lr=1e-3"))

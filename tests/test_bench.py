@@ -92,7 +92,7 @@ def test_presets_compose_and_every_row_plans(tmp_path):
 
 
 def test_the_host_preset_runs_one_and_four_steps_per_batch(tmp_path):
-    from sweeplab.training import plan
+    from sweeplab.plan import plan
 
     settings, exp, _ = bench.load_settings(["experiment=bench_host"])
     plans = [plan(bench.row_config(row, settings, exp, [f"paths.data_dir={tmp_path}"], None)) for row in settings.rows]

@@ -10,7 +10,7 @@ from omegaconf import open_dict
 
 from conftest import CONF_DIR, compose_train
 from sweeplab.errors import ConfigError, UserError
-from sweeplab.training import plan
+from sweeplab.plan import plan
 
 GROUPS = ["model", "optim", "trainer", "backend", "logger", "timing", "sweep", "debug", "export"]
 

@@ -12,7 +12,8 @@ from sweeplab.data.device_batches import DeviceBatches
 from sweeplab.errors import ConfigError
 from sweeplab.families.textbridge.data import TextBridgeDataModule
 from sweeplab.families.textbridge.task import TextBridgeTask
-from sweeplab.training import plan, train
+from sweeplab.plan import plan
+from sweeplab.training import train
 
 KEYS = ("input_ids", "attention_mask", "target", "sample_id")
 BATCH, MAX_LEN = 8, 48  # 270 training samples: 33 batches an epoch; max_len cuts the longest demo sentences

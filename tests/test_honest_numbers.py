@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.training import plan, train
+from sweeplab.plan import plan
+from sweeplab.training import train
 
 FIRST_SHAPE_SECONDS = 0.5  # ~40 steps of work: a new shape in a timed step shows
 SECONDS_PER_TOKEN = 1e-4  # a 4 x 32 batch: 13 ms
@@ -41,7 +42,7 @@ class FirstShapeCost:
 
 
 def _job(demo_dir, cost: FirstShapeCost, *overrides: str, max_steps: int = 40) -> tuple[dict, L.LightningModule]:
-    """A TextBridge job as `training._fit` assembles it (the config's data, task and timer), on the fake clock."""
+    """A TextBridge job as `lightning_fit.fit` assembles it (the config's data, task and timer), on the fake clock."""
     # batch 4: the demo's batches have 27 different longest samples an epoch (batch 16: 3)
     p = plan(smoke_config(demo_dir, "data.batch_size=4", f"trainer.max_steps={max_steps}", *overrides))
     dm = p.datamodule

@@ -12,7 +12,7 @@ import torch
 from conftest import compose_train
 from sweeplab import backends
 from sweeplab.errors import ConfigError, UserError
-from sweeplab.training import plan
+from sweeplab.plan import plan
 
 BACKENDS = ("cpu", "mps", "cuda")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")

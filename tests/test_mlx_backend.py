@@ -12,9 +12,9 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_train, smoke_config
 from sweeplab.errors import ConfigError
-from sweeplab.mlx.loop import check_plan
+from sweeplab.plan import plan
 from sweeplab.tasks.checkpoint import load_model
-from sweeplab.training import plan, train
+from sweeplab.training import train
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")
 
@@ -83,7 +83,7 @@ def test_the_lm_logs_alpha_as_the_lightning_path_does(demo_dir, mlflow_uri):
 )
 def test_what_mlx_cannot_do_is_refused_naming_the_key(demo_dir, override, key):
     with pytest.raises(ConfigError) as error:
-        check_plan(plan(smoke_config(demo_dir, "backend=mlx", override)))
+        plan(smoke_config(demo_dir, "backend=mlx", override))  # plan() applies the MLX loop's rules too
     assert error.value.key == key
     assert "\n" not in str(error.value)
 

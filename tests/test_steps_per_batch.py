@@ -13,8 +13,9 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from sweeplab.errors import ConfigError
+from sweeplab.plan import plan
 from sweeplab.tasks.optim import OptimConfig, lr_at
-from sweeplab.training import plan, train
+from sweeplab.training import train
 
 
 def test_k_steps_in_one_call_equal_k_single_steps():

@@ -53,16 +53,16 @@ def test_bad_input_fails_with_one_line_and_no_running_run(demo_dir, mlflow_uri, 
 def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri, monkeypatch):
     """Lightning's logger would mark the run FINISHED when fit ends; the final validation, the summary and the
     export still follow, and only the job decides how the run ends."""
-    from sweeplab import training
+    from sweeplab import lightning_fit
 
     seen = []
-    original = training._monitored  # the job's last step: after fit, its final validation, summary and export
+    original = lightning_fit._monitored  # the job's last step: after fit, its final validation, summary and export
 
     def recording(trainer, checkpoint, monitor):
         seen.append(MlflowClient(mlflow_uri).get_run(trainer.lightning_module.mlflow_run_id).info.status)
         return original(trainer, checkpoint, monitor)
 
-    monkeypatch.setattr(training, "_monitored", recording)
+    monkeypatch.setattr(lightning_fit, "_monitored", recording)
     train(smoke_config(demo_dir))
     _, run = _only_run(mlflow_uri)
     assert seen == ["RUNNING"] and run.info.status == "FINISHED"
@@ -137,7 +137,7 @@ def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlfl
     from sweeplab.callbacks.timing import ThroughputTimer
 
     writes, timed = [], {}
-    real_log_batch, real_start, real_pause = SqlAlchemyStore.log_batch, ThroughputTimer._start, ThroughputTimer._pause
+    real_log_batch, real_start, real_pause = SqlAlchemyStore.log_batch, ThroughputTimer._start, ThroughputTimer.pause
 
     def observed_log_batch(self, run_id, metrics=(), *args, **kwargs):  # only watches: the store still writes
         if metrics:
@@ -148,13 +148,13 @@ def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlfl
         timed.setdefault("start", time.monotonic())
         return real_start(self)
 
-    def observed_pause(self, trainer):  # the validation at the last step: the timed steps are over
+    def observed_pause(self):  # the validation at the last step: the timed steps are over
         timed.setdefault("end", time.monotonic())
-        return real_pause(self, trainer)
+        return real_pause(self)
 
     monkeypatch.setattr(SqlAlchemyStore, "log_batch", observed_log_batch)
     monkeypatch.setattr(ThroughputTimer, "_start", observed_start)
-    monkeypatch.setattr(ThroughputTimer, "_pause", observed_pause)
+    monkeypatch.setattr(ThroughputTimer, "pause", observed_pause)
     train(smoke_config(demo_dir, "trainer.max_steps=30", "trainer.val_check_interval=30", "trainer.log_every_n_steps=1",
                        "timing.window=5", "checkpoint.every_n_steps=1000"))
     assert timed["start"] < timed["end"]

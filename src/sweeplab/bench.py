@@ -127,9 +127,10 @@ class RawLoop:
     def __init__(self, cfg: DictConfig):
         import lightning as L
 
+        from sweeplab.lightning_fit import fresh_compiler
+        from sweeplab.plan import plan
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
         from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update
-        from sweeplab.training import fresh_compiler, plan
 
         p = plan(cfg)
         backends.apply_backend_settings(p.backend_config, p.backend)

@@ -23,6 +23,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from sweeplab.files import atomic_write
+from sweeplab.lightning_private import validates_after_this_batch
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +112,9 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         due = step % self._every_n_train_steps == 0 or (trainer.max_steps > 0 and step >= trainer.max_steps)
-        if due and _validates_after_this_batch(trainer):
+        if due and validates_after_this_batch(trainer):
             # Lightning's own deferral: its on_validation_end writes last.ckpt once the validation (and the best
             # checkpoint, which runs before this callback) is done
             self._defer_save_until_validation = True
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-
-def _validates_after_this_batch(trainer: L.Trainer) -> bool:
-    # Lightning's own decision, asked the moment it is final: the training loop calls the same function right
-    # after the on_train_batch_end hooks (ValidateAtLastStep has already asked for the stop by then)
-    fit_loop = trainer.fit_loop
-    return bool(fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher))

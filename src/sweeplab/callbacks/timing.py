@@ -30,6 +30,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -49,6 +50,7 @@ from sweeplab.devices import (
     synchronize,
 )
 from sweeplab.devices import timeline as device_timeline
+from sweeplab.lightning_private import logging_step
 from sweeplab.stability import deciles
 
 log = logging.getLogger(__name__)
@@ -77,13 +79,35 @@ def compiled_graphs() -> int:
     return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
 
 
-class ThroughputTimer(L.Callback):
-    """Logs `train/step_time_s`, `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window
-    of `window` optimizer steps, after `warmup_steps` untimed steps (and, before them, `warmup_per_shape`
-    forward/backward passes of every batch shape the data can give); `summary` holds the run's median, p10 and
-    p90 step time, throughput at the median, stability figures and peak memory. `timeline` (device -> marks; default
-    sweeplab.devices.timeline), `sync` and `clock` are injectable so tests can stand in for an async device; an
-    injected `sync` or `clock` alone times on the host clock with that sync at every mark."""
+@dataclass
+class TimedFit:
+    """What a fit loop tells the timer when training starts: the clock/step-count interface between the timer and
+    whichever loop drives it (Lightning's, through ThroughputTimer; the MLX loop, directly). Steps are the loop's
+    own: `StepTimer.batch_end` is handed the step a batch's metrics are logged at."""
+
+    device: torch.device
+    precision: str
+    log_metrics: Callable[[dict[str, float], int], None]  # (metrics, step) -> the run's loggers
+    samples_in: Callable[[object], int]
+    tokens_in: Callable[[object], object] = lambda batch: 0
+    flops_in: Callable[[object], float | None] = lambda batch: None
+    out_dir: Path = Path("profile")  # where profile.md and the trace go unless timing.profile_dir says otherwise
+    accumulate: int = 1  # training batches per optimizer step
+    steps_per_batch: int = 1  # optimizer steps in one training batch
+    # one forward/backward of each batch shape the run will meet (passes) -> the batches warmed up; None: no warm-up
+    warm_up_shapes: Callable[[int], Sequence] | None = None
+    log_artifacts: Callable[[list[Path]], None] = lambda files: None
+
+
+class StepTimer:
+    """The timer itself, driven by any fit loop through `start`, `batch_start`, `batch_end`, `pause`,
+    `resume_profiling` and `end` (ThroughputTimer is Lightning's driver). Logs `train/step_time_s`,
+    `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window of `window` optimizer steps,
+    after `warmup_steps` untimed steps (and, before them, `warmup_per_shape` forward/backward passes of every batch
+    shape the data can give); `summary` holds the run's median, p10 and p90 step time, throughput at the median,
+    stability figures and peak memory. `timeline` (device -> marks; default sweeplab.devices.timeline), `sync` and
+    `clock` are injectable so tests can stand in for an async device; an injected `sync` or `clock` alone times on
+    the host clock with that sync at every mark."""
 
     def __init__(
         self,
@@ -102,8 +126,8 @@ class ThroughputTimer(L.Callback):
         profile: also time the phases of each timed step (data, forward, backward, optimizer, framework) with a
         device sync at every phase edge, logged as `profile/*` and written to profile.md; trace_steps: record that
         many steps right after warm-up with torch.profiler (trace.json.gz, untimed); profile_dir: where those
-        files go (default: <trainer.default_root_dir>/profile); host_probe_s: seconds of a pure-Python probe of
-        the host's steadiness (devices.host_speed_spread) when training starts and when it ends, untimed (0: off)."""
+        files go (default: TimedFit.out_dir); host_probe_s: seconds of a pure-Python probe of the host's
+        steadiness (devices.host_speed_spread) when training starts and when it ends, untimed (0: off)."""
         if warmup_steps < 0 or window < 1 or trace_steps < 0 or warmup_per_shape < 0 or host_probe_s < 0:
             raise ValueError(
                 f"timing: warmup_steps, warmup_per_shape, trace_steps and host_probe_s must be >= 0 and window >= 1, "
@@ -116,7 +140,7 @@ class ThroughputTimer(L.Callback):
         self.profile = profile
         self.trace_steps = trace_steps
         self.profile_dir = profile_dir
-        self.profiler: PhaseProfiler | None = None
+        self.profiler: PhaseProfiler | None = None  # set by the driver that runs the phase profiler (Lightning's)
         self.files: list[Path] = []  # profile.md, trace.json.gz once training ends
         self._trace = None
         self._sync = sync
@@ -124,10 +148,12 @@ class ThroughputTimer(L.Callback):
         if timeline is None and (sync is not synchronize or clock is not time.perf_counter):
             timeline = lambda device: HostTimeline(device, sync, clock)  # noqa: E731
         self._new_timeline = timeline or device_timeline
-        self._timeline = None  # built for the fit's device (on_train_start)
+        self._timeline = None  # built for the fit's device (start)
         self.summary: dict[str, float] = {}
         self.windows: list[dict[str, float]] = []  # one entry per full window: what was logged
-        self._device = torch.device("cpu")
+        self._fit: TimedFit | None = None
+        self._accumulate = 1  # training batches per optimizer step
+        self._steps_per_batch = 1  # optimizer steps per training batch
         self._peak: float | None = None
         self._reset_totals()
 
@@ -141,8 +167,6 @@ class ThroughputTimer(L.Callback):
         self._win = self._empty_window()
         self._total = self._empty_window()
         self._peak_mem_mb = 0.0
-        self._accumulate = 1
-        self._steps_per_batch = 1  # optimizer steps in one training batch (steps_per_batch)
         self._shapes_seen: set[tuple] = set()  # in the shape warm-up and every step so far
         self._timed_shapes: set[tuple] = set()
         self._new_timed_shapes = 0  # shapes a timed step met first
@@ -152,6 +176,10 @@ class ThroughputTimer(L.Callback):
     def _empty_window() -> dict:
         # stretches: (start mark, end mark) of each timed stretch in the window (a validation splits one in two)
         return {"batches": 0, "samples": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "stretches": []}
+
+    @property
+    def device(self) -> torch.device:
+        return self._fit.device if self._fit is not None else torch.device("cpu")
 
     # --- window edges ------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -167,13 +195,6 @@ class ThroughputTimer(L.Callback):
         self._win["stretches"].append((self._t0, end))
         return end
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.profile and stage == "fit":
-            # Lightning set its profiler up before callbacks; this one replaces it for the whole fit
-            self.profiler = PhaseProfiler(pl_module.device, self._sync, self._clock)
-            self.profiler._lightning_module = pl_module
-            trainer.profiler = self.profiler
-
     def _batches(self, steps: int) -> int:
         """Training batches that make `steps` optimizer steps (plan() refuses step counts a batch would split)."""
         return steps * self._accumulate // self._steps_per_batch
@@ -185,50 +206,41 @@ class ThroughputTimer(L.Callback):
     def _untimed_batches(self) -> int:
         return self._batches(self.warmup_steps + self.trace_steps)
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def start(self, fit: TimedFit) -> None:
+        """Training starts: warm every batch shape up (untimed), then start the clock unless warm-up steps come first."""
+        self._fit = fit
         self._reset_totals()
+        self._accumulate, self._steps_per_batch = fit.accumulate, fit.steps_per_batch
         self.windows = []
         self._load_start = load_average()
         self._host_spreads = [host_speed_spread(self.host_probe_s)] if self.host_probe_s else []
-        self._device = pl_module.device
-        self._timeline = self._new_timeline(self._device)
-        self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
-        self._steps_per_batch = max(1, int(getattr(pl_module, "steps_per_batch", 1)))
-        self._peak = peak_flops(self._device, str(trainer.precision))
-        self._warm_up_shapes(trainer, pl_module)
-        reset_peak_memory(self._device)
+        self._timeline = self._new_timeline(fit.device)
+        self._peak = peak_flops(fit.device, fit.precision)
+        if self.warmup_per_shape and fit.warm_up_shapes is not None:
+            batches = fit.warm_up_shapes(self.warmup_per_shape)
+            self._shapes_seen.update(batch_shape(batch) for batch in batches)
+            self._sync(fit.device)
+        reset_peak_memory(fit.device)
         if self.profiler is not None:
-            self.profiler.device = self._device
+            self.profiler.device = fit.device
         if self._untimed_batches == 0:
             self._start()
 
-    def _warm_up_shapes(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """One forward/backward per batch shape the run will meet, before any step: not timed, not training."""
-        source = getattr(trainer.datamodule, "shape_warmup_batches", None)
-        warm_up = getattr(pl_module, "warm_up_shapes", None)
-        if not self.warmup_per_shape or source is None or warm_up is None:
-            return
-        # the shapes of the batches this run will train on (its first max_steps); under DDP, this rank's
-        steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        host_batches = source(steps * self._accumulate if steps else None)
-        batches = [pl_module.transfer_batch_to_device(batch, pl_module.device, 0) for batch in host_batches]
-        warm_up(batches, self.warmup_per_shape)
-        self._shapes_seen.update(batch_shape(batch) for batch in batches)
-        self._sync(self._device)
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def batch_start(self) -> None:
         if self._paused:  # first batch after a validation or a checkpoint: the clock runs again from here
             self._paused = False
             self._start()
             self._set_profiling(True)
         if self.trace_steps and self._trace is None and self._batches_seen == self._batches(self.warmup_steps):
-            self._trace = start_trace(self._device)
+            self._trace = start_trace(self.device)
 
     def _set_profiling(self, on: bool) -> None:
         if self.profiler is not None:
             self.profiler.active = on
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def batch_end(self, batch, step: int) -> None:
+        """A training batch ended; `step`: the step its metrics are logged at (a window closing here logs there)."""
+        fit = self._fit
         self._batches_seen += 1
         shape = batch_shape(batch, self._steps_per_batch)
         if self._t0 is not None:
@@ -236,7 +248,7 @@ class ThroughputTimer(L.Callback):
             self._new_timed_shapes += shape not in self._shapes_seen
         self._shapes_seen.add(shape)
         if self._trace is not None and self._batches_seen == self._untimed_batches:
-            self._stop_trace(trainer)
+            self._stop_trace()
         if self._t0 is None:
             if not self._paused and self._batches_seen == self._untimed_batches:
                 self._start()  # the first window starts where warm-up (and tracing) ends
@@ -244,29 +256,29 @@ class ThroughputTimer(L.Callback):
             return
         win = self._win
         win["batches"] += 1
-        win["samples"] += pl_module.samples_in(batch)
-        win["tokens"] = win["tokens"] + pl_module.tokens_in(batch)  # may stay a device tensor: no sync here
-        win["flops"] += pl_module.flops_in(batch) or 0.0
+        win["samples"] += fit.samples_in(batch)
+        win["tokens"] = win["tokens"] + fit.tokens_in(batch)  # may stay a device tensor: no sync here
+        win["flops"] += fit.flops_in(batch) or 0.0
         if win["batches"] >= self._batches(self.window):
             self._t0 = self._end_stretch()  # the next window starts where this one ended
-            self._close_window(trainer, log=True)
-            self._read_windows(trainer, keep=1)  # the one before: the device is past it, this one is queued behind
+            self._close_window(step, log=True)
+            self._read_windows(keep=1)  # the one before: the device is past it, this one is queued behind
 
-    def _close_window(self, trainer: L.Trainer, log: bool) -> None:
+    def _close_window(self, step: int, log: bool) -> None:
         """Queue the current window to be read once the device is past its end (`_read_windows`)."""
-        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
-        # logged at this batch's step (Lightning's own step for this batch, as train/loss gets), whenever it is read
-        self._pending.append((self._win, trainer.fit_loop.epoch_loop._batches_that_stepped, log))
+        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self.device))
+        # logged at this batch's step (the loop's own step for this batch, as train/loss gets), whenever it is read
+        self._pending.append((self._win, step, log))
         self._win = self._empty_window()
 
-    def _read_windows(self, trainer: L.Trainer, keep: int = 0) -> None:
+    def _read_windows(self, keep: int = 0) -> None:
         """Read the closed windows' times, all but the newest `keep`: reading waits for the device to reach a
         window's end, so the newest one is left until the next is queued behind it."""
         while len(self._pending) > keep:
             win, step, log = self._pending.pop(0)
-            self._read_window(trainer, win, step, log)
+            self._read_window(win, step, log)
 
-    def _read_window(self, trainer: L.Trainer, win: dict, step: int, log: bool) -> None:
+    def _read_window(self, win: dict, step: int, log: bool) -> None:
         elapsed = win["elapsed"] = sum(self._timeline.seconds(start, end) for start, end in win["stretches"])
         win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
         for key in self._total:
@@ -285,42 +297,33 @@ class ThroughputTimer(L.Callback):
             # Straight to the loggers, once, at the window's step. Through pl_module.log the value stayed in
             # Lightning's results and was written again at the next `log_every_n_steps` step. MLflow writes
             # asynchronously (logger.async_logging): no step waits for it.
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
+            self._fit.log_metrics(metrics, step)
 
     # --- validation and checkpoint saving are not training time -----------------------------------
-    def _pause(self, trainer: L.Trainer) -> None:
-        """Stop the clock; it runs again at the next training batch (on_train_batch_start). The windows closed so far
-        are read now, while nothing is timed: a checkpoint written here covers their logged numbers."""
+    def pause(self) -> None:
+        """Stop the clock (a validation, a checkpoint write); it runs again at the next training batch. The windows
+        closed so far are read now, while nothing is timed: a checkpoint written here covers their logged numbers."""
         if self._t0 is None:
             return
         self._end_stretch()
-        self._read_windows(trainer)
+        self._read_windows()
         self._count_compiles()
         self._t0 = None
         self._paused = True
+        self._set_profiling(False)
 
-    def on_validation_start(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking and self._t0 is not None:
-            self._pause(trainer)
-            self._set_profiling(False)
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        # a periodic checkpoint (checkpoint.every_n_steps) is written between two training batches: I/O, not a step
-        if self._t0 is not None:
-            self._pause(trainer)
-            self._set_profiling(False)  # `make profile` leaves it out too: its shares are of the timed steps
-
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def resume_profiling(self) -> None:
+        """After a validation: the clock restarts at the next batch, whose data loading the profiler times."""
         if self._paused and self.profiler is not None:
-            self._set_profiling(True)  # the clock restarts at the next batch; its data loading is profiled
+            self._set_profiling(True)
 
-    def on_train_end(self, trainer, pl_module) -> None:
+    def end(self, step: int) -> None:
+        """Training ended after `step` optimizer steps: read every window and fill `summary`."""
         if self._win["batches"] > 0:  # a partial window counts in the totals, not as a logged sample
             if self._t0 is not None:
                 self._end_stretch()
-            self._close_window(trainer, log=False)
-        self._read_windows(trainer)
+            self._close_window(step, log=False)
+        self._read_windows()
         if self._t0 is not None:
             self._count_compiles()
         if self._compiles_timed:
@@ -333,33 +336,32 @@ class ThroughputTimer(L.Callback):
         self._paused = False
         self._set_profiling(False)
         if self._trace is not None:
-            self._stop_trace(trainer)
-        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self._device))
+            self._stop_trace()
+        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self.device))
         self.summary = self.summarize()
         if self.host_probe_s:
             self._host_spreads.append(host_speed_spread(self.host_probe_s))
         self.summary.update(self.host_summary(self._load_start, load_average(), self._host_spreads))
         if self.profiler is not None:
-            self._write_profile(trainer)
+            self._write_profile(step)
 
     # --- profile and trace -------------------------------------------------------------------------
-    def _out_dir(self, trainer: L.Trainer) -> Path:
-        out = Path(self.profile_dir) if self.profile_dir else Path(trainer.default_root_dir) / "profile"
+    def _out_dir(self) -> Path:
+        out = Path(self.profile_dir) if self.profile_dir else self._fit.out_dir
         out.mkdir(parents=True, exist_ok=True)
         return out
 
-    def _stop_trace(self, trainer: L.Trainer) -> None:
+    def _stop_trace(self) -> None:
         trace, self._trace = self._trace, None
-        self.files.append(stop_trace(trace, self._out_dir(trainer)))
+        self.files.append(stop_trace(trace, self._out_dir()))
 
-    def _write_profile(self, trainer: L.Trainer) -> None:
+    def _write_profile(self, step: int) -> None:
         steps = self._steps(self._total["batches"])
-        metrics, table = write_profile(self.profiler, self._total["elapsed"], steps, self._device, self._out_dir(trainer))
+        metrics, table = write_profile(self.profiler, self._total["elapsed"], steps, self.device, self._out_dir())
         self.summary.update(metrics)
         self.files.insert(0, table)
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
-            log_artifacts(logger, self.files)
+        self._fit.log_metrics(metrics, step)
+        self._fit.log_artifacts(self.files)
 
     def summarize(self) -> dict[str, float]:
         """The run's timed steps in one place. Throughput is at the median window step time (per-step samples,
@@ -414,3 +416,69 @@ class ThroughputTimer(L.Callback):
             summary["summary/host_speed_spread"] = max(spreads)
         return summary
 
+
+class ThroughputTimer(StepTimer, L.Callback):
+    """The step timer driven by Lightning's hooks (StepTimer says what it logs and takes the same arguments)."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.profile and stage == "fit":
+            # Lightning set its profiler up before callbacks; this one replaces it for the whole fit
+            profiler = PhaseProfiler(pl_module.device, self._sync, self._clock)
+            profiler._lightning_module = pl_module
+            trainer.profiler = self.profiler = profiler
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        accumulate = max(1, int(trainer.accumulate_grad_batches or 1))
+        source = getattr(trainer.datamodule, "shape_warmup_batches", None)
+        warm_up = getattr(pl_module, "warm_up_shapes", None)
+
+        def warm_up_shapes(passes: int) -> list:
+            # the shapes of the batches this run will train on (its first max_steps); under DDP, this rank's
+            host_batches = source(steps * accumulate if steps else None)
+            batches = [pl_module.transfer_batch_to_device(batch, pl_module.device, 0) for batch in host_batches]
+            warm_up(batches, passes)
+            return batches
+
+        def log_metrics(metrics: dict[str, float], step: int) -> None:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
+
+        def log_profile_files(files: list[Path]) -> None:
+            for logger in trainer.loggers:
+                log_artifacts(logger, files)
+
+        self.start(TimedFit(
+            device=pl_module.device,
+            precision=str(trainer.precision),
+            log_metrics=log_metrics,
+            samples_in=pl_module.samples_in,
+            tokens_in=pl_module.tokens_in,
+            flops_in=pl_module.flops_in,
+            out_dir=Path(trainer.default_root_dir) / "profile",
+            accumulate=accumulate,
+            steps_per_batch=max(1, int(getattr(pl_module, "steps_per_batch", 1))),
+            warm_up_shapes=warm_up_shapes if source is not None and warm_up is not None else None,
+            log_artifacts=log_profile_files,
+        ))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batch_start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.batch_end(batch, logging_step(trainer))
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.pause()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        # a periodic checkpoint (checkpoint.every_n_steps) is written between two training batches: I/O, not a step
+        # (`make profile` leaves it out too: its shares are of the timed steps)
+        self.pause()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.resume_profiling()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end(trainer.global_step)

@@ -6,52 +6,37 @@ Shared with the Lightning path, not copied:
   cpu job and an mlx job of one sweep start from the same numbers;
 - validation metrics: the task's own `validation_step` / `on_validation_epoch_*` run on the MLX model's outputs
   (converted to torch tensors), their `self.log` calls reduced as Lightning reduces them (batch-size weighted mean);
-- timing: the `ThroughputTimer` callback itself, driven through the few hooks it has, with `mx.synchronize` as its
-  device sync (warm-up excluded, sync at window edges, validation and checkpoint writing excluded, `summary/*`);
+- timing: the `StepTimer` itself (the Lightning path's timer), driven through its loop interface, with `mx.synchronize`
+  as its device sync (warm-up excluded, sync at window edges, validation and checkpoint writing excluded, `summary/*`);
 - MLflow: the same logger class, metric names, tags (plus `mlx`, its version) and run layout;
 - checkpoints: Lightning-format files with the PyTorch state dict (`tasks/checkpoint.load_model` reads them), so
   report and export work on an MLX-trained model.
 
-Not done here (refused up front by `check_plan`): resume, gradient accumulation, several devices, mixed precision.
+Not done here (refused up front by sweeplab.rules.check_mlx): resume, gradient accumulation, several devices, mixed precision.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 
+import mlx.core as mx
 import torch
 
-from sweeplab import backends, distributed
+from sweeplab import distributed
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard
-from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.errors import ConfigError
+from sweeplab.callbacks.timing import StepTimer, TimedFit
+from sweeplab.job import FitResult, Job, start_fit
+from sweeplab.mlx import convert
+from sweeplab.mlx.optim import build_optimizer
+from sweeplab.mlx.step import CompiledStep
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import lr_at
 
 log = logging.getLogger(__name__)
 
 
-def check_plan(p) -> None:
-    """What the MLX loop cannot do yet, refused before any run exists (backends.check_combination has the rest)."""
-    container = p.container
-    backends.mlx_device(p.backend_config.device)  # backend.device=gpu where MLX has none
-    if p.family.build_mlx_model is None:
-        raise ConfigError("backend", f"the {p.family.name} family has no MLX model; use a PyTorch backend")
-    if container.get("resume") not in (False, None):
-        raise ConfigError("resume", "backend=mlx does not resume runs yet; start a new run (resume=false)")
-    if (container.get("data") or {}).get("on_device"):
-        raise ConfigError("data.on_device", "keeps batches on a torch device; backend=mlx converts each batch: use false")
-    if (container.get("tune") or {}).get("batch_size"):
-        raise ConfigError("tune.batch_size", "the batch-size finder is Lightning's; not with backend=mlx")
-    if p.timing.get("profile") or p.timing.get("trace_steps"):
-        raise ConfigError("timing.profile", "the phase profiler and trace are torch's; not with backend=mlx")
-
-
 def to_mx(batch: dict) -> dict:
-    import mlx.core as mx
-
     return {k: mx.array(v.numpy()) for k, v in batch.items() if torch.is_tensor(v)}
 
 
@@ -75,174 +60,147 @@ class _LoggedValues:
         return {name: total / self.weights[name] for name, total in self.sums.items()}
 
 
-class _TimerModule:
-    """What ThroughputTimer asks of the LightningModule: the task's batch counts, and a shape warm-up through the
-    compiled MLX step."""
-
-    device = torch.device("cpu")  # the timer's device-side calls (peak memory: the process's RSS) see the host
-
-    def __init__(self, task, step):
-        self.task, self.step = task, step
-
-    def samples_in(self, batch):
-        return self.task.samples_in(batch)
-
-    def tokens_in(self, batch):
-        return self.task.tokens_in(batch)
-
-    def flops_in(self, batch):
-        return self.task.flops_in(batch)
-
-    def transfer_batch_to_device(self, batch, device, index):
-        return batch
-
-    def warm_up_shapes(self, batches, passes: int = 1) -> None:
-        self.step.warm_up([to_mx(b) for b in batches], passes)
-
-
-def fit(p, output_dir: Path, logger, job, resume_ckpt) -> float | None:
-    import mlx.core as mx
-
-    from sweeplab.mlx import convert
-    from sweeplab.mlx.optim import build_optimizer
-    from sweeplab.mlx.step import CompiledStep
-    from sweeplab.training import _training_data_path, build_task, final_line
-
-    datamodule = p.datamodule
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
-    if job is not None:
-        job.set_tag("mlx", mx.__version__)
-        if p.logger.log_dataset and (data_path := _training_data_path(datamodule)) is not None:
-            job.log_training_data(data_path, name=data_path.name)
-    task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
-    task.mlflow_run_id = job.run_id if job is not None else None
+def fit(job: Job) -> FitResult:
+    p = job.plan
+    datamodule, model_config, task = start_fit(job)
+    if job.run is not None:
+        job.run.set_tag("mlx", mx.__version__)
     model = p.family.build_mlx_model(model_config)
     convert.load_state_dict(model, task.model.state_dict())
-    loss_config = getattr(task, "loss_config", None)
     guard = NonFiniteGuard(**p.guard)  # its config checks; the checks themselves run on the step's flag below
-    max_steps = p.trainer.max_steps
     step_fn = CompiledStep(
         model,
-        lambda batch: model.training_loss(batch, loss_config),
-        build_optimizer(p.optim, max_steps),
+        lambda batch: model.training_loss(batch, getattr(task, "loss_config", None)),
+        build_optimizer(p.optim, p.trainer.max_steps),
         p.optim.grad_clip,
         skip_nonfinite=guard.mode == "skip",
     )
-    loggers = [logger] if logger else []
-    trainer = SimpleNamespace(  # what ThroughputTimer reads of a Lightning Trainer
-        accumulate_grad_batches=1, precision="32-true", sanity_checking=False, max_steps=max_steps,
-        datamodule=datamodule, loggers=loggers, default_root_dir=str(output_dir), global_step=0,
-        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=0)),
-    )
-    timer = ThroughputTimer(**p.timing, sync=lambda device: mx.synchronize())
-    timer_module = _TimerModule(task, step_fn)
-    best = _Best(output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
+    loggers = [job.logger] if job.logger is not None else []
 
     def log_metrics(metrics: dict[str, float], step: int) -> None:
         for each in loggers:
             each.log_metrics(metrics, step=step)
 
-    def checkpoint(step: int) -> dict:
+    timer = StepTimer(**p.timing, sync=lambda device: mx.synchronize())
+    timer.start(TimedFit(
+        device=torch.device("cpu"),  # the timer's device-side calls (peak memory: the process's RSS) see the host
+        precision="32-true",
+        log_metrics=log_metrics,
+        samples_in=task.samples_in,
+        tokens_in=task.tokens_in,
+        flops_in=task.flops_in,
+        out_dir=job.output_dir / "profile",
+        warm_up_shapes=_shape_warm_up(datamodule, step_fn, p.trainer.max_steps),
+    ))
+    best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
+    loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
+    step = loop.run()
+    timer.end(step)
+    task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
+    summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
+    return FitResult(summary, step, str(best.path) if best.path else None, best.score)
+
+
+def _shape_warm_up(datamodule, step_fn, max_steps: int):
+    source = getattr(datamodule, "shape_warmup_batches", None)
+    if source is None:
+        return None
+
+    def warm_up(passes: int) -> list:
+        batches = source(max_steps)
+        step_fn.warm_up([to_mx(b) for b in batches], passes)
+        return batches
+
+    return warm_up
+
+
+class _Loop:
+    """The MLX training loop: steps, the non-finite guard, logging, validation and the best checkpoint, in
+    Lightning's numbering (a batch's metrics are logged at its index; the step count is optimizer steps)."""
+
+    def __init__(self, p, task, model, datamodule, step_fn, guard, timer, best, log_metrics):
+        self.p, self.task, self.model, self.datamodule = p, task, model, datamodule
+        self.step_fn, self.guard, self.timer, self.best, self.log_metrics = step_fn, guard, timer, best, log_metrics
+        self.consecutive_skips = 0
+        self.first_bad = None  # the first non-finite step, kept on the device until a check reads it
+
+    def run(self) -> int:
+        max_steps = self.p.trainer.max_steps
+        step = 0
+        self.log_model_values(0)
+        loader = self.datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
+        while step < max_steps:
+            for batch in loader:
+                self.timer.batch_start()
+                if hasattr(self.model, "before_step"):
+                    self.model.before_step(step)
+                loss, metrics, norm, finite = self.step_fn(to_mx(batch))
+                mx.async_eval(loss, metrics, norm, finite, self.step_fn.state)  # one evaluation per step, not waited for
+                self.check_finite(step, loss, norm, finite)
+                batch_index, step = step, step + 1
+                self.timer.batch_end(batch, batch_index)
+                if step % self.p.trainer.log_every_n_steps == 0:
+                    lr = lr_at(batch_index, self.p.optim, max_steps)
+                    self.log_metrics({"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr},
+                                     batch_index)
+                    self.log_model_values(step)
+                if step % self.p.trainer.val_check_interval == 0 or step >= max_steps:
+                    self.validate(step, batch_index)
+                if step >= max_steps:
+                    break
+        if self.first_bad is not None and self.first_bad.item() >= 0:  # a bad step after the last full check interval
+            raise NonFiniteError(f"non-finite loss or gradient norm at step {self.first_bad.item()}: lower optim.lr, "
+                                 "check the data, or set guard.mode=skip")
+        return step
+
+    def check_finite(self, step: int, loss, norm, finite) -> None:
+        """guard.mode=skip: count skipped steps; stop: record the first bad step lazily, read every check interval."""
+        guard = self.guard
+        if guard.mode == "skip":
+            if finite.item():
+                self.consecutive_skips = 0
+                return
+            self.consecutive_skips += 1
+            log.warning("non-finite loss or gradient at step %d: step skipped", step)
+            if self.consecutive_skips > guard.max_consecutive_skips:
+                raise NonFiniteError(f"{self.consecutive_skips} non-finite steps in a row up to step {step}: the "
+                                     "run diverged; lower optim.lr or check the data")
+        elif guard.mode == "stop":
+            bad_here = mx.where(finite, -1, step)
+            self.first_bad = bad_here if self.first_bad is None else mx.where(self.first_bad >= 0, self.first_bad, bad_here)
+            if (step + 1) % guard.check_every_n_steps == 0 and self.first_bad.item() >= 0:
+                raise NonFiniteError(
+                    f"non-finite loss or gradient norm at step {self.first_bad.item()} (loss={loss.item():.4g}, "
+                    f"grad_norm={norm.item():.4g}): lower optim.lr, check the data, or set guard.mode=skip"
+                )
+
+    def log_model_values(self, step: int) -> None:
+        """The model's own figures (the LM's α per layer) at `step` optimizer steps, as AlphaScheduleCallback."""
+        if hasattr(self.model, "before_step"):
+            self.model.before_step(step)
+        if hasattr(self.model, "logged_values"):
+            self.log_metrics(self.model.logged_values(), step)
+
+    def validate(self, step: int, batch_index: int) -> None:
+        self.timer.pause()
+        values = _validate(self.task, self.model, self.datamodule, self.p.trainer.limit_val_batches)
+        self.log_metrics(values, batch_index)
+        if self.p.family.monitor in values:
+            self.best.update(values[self.p.family.monitor], step, lambda: self.checkpoint(step))
+        self.timer.resume_profiling()
+
+    def checkpoint(self, step: int) -> dict:
         return {
-            "state_dict": {f"model.{k}": v for k, v in convert.state_dict(model).items()},
-            "hyper_parameters": dict(task.hparams),
+            "state_dict": {f"model.{k}": v for k, v in convert.state_dict(self.model).items()},
+            "hyper_parameters": dict(self.task.hparams),
             "global_step": step,
             "epoch": 0,
-            "sweeplab": {"mlflow_run_id": task.mlflow_run_id, "backend": "mlx"},
+            "sweeplab": {"mlflow_run_id": self.task.mlflow_run_id, "backend": "mlx"},
         }
-
-    def validate(step: int, batch_index: int) -> None:
-        timer.on_validation_start(trainer, timer_module)
-        values = _validate(task, model, datamodule, p.trainer.limit_val_batches)
-        log_metrics(values, batch_index)
-        if p.family.monitor in values:
-            best.update(values[p.family.monitor], step, lambda: checkpoint(step))
-        timer.on_validation_end(trainer, timer_module)
-
-    def log_model_values(step: int) -> None:
-        """The model's own figures (the LM's α per layer) at `step` optimizer steps, as AlphaScheduleCallback."""
-        if hasattr(model, "before_step"):
-            model.before_step(step)
-        if hasattr(model, "logged_values"):
-            log_metrics(model.logged_values(), step)
-
-    step = 0
-    log_model_values(0)
-    consecutive_skips = 0
-    first_bad = None
-    timer.on_train_start(trainer, timer_module)
-    loader = datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on to the next epoch
-    while step < max_steps:
-        for batch in loader:
-            timer.on_train_batch_start(trainer, timer_module, batch, step)
-            if hasattr(model, "before_step"):
-                model.before_step(step)
-            loss, metrics, norm, finite = step_fn(to_mx(batch))
-            mx.async_eval(loss, metrics, norm, finite, step_fn.state)  # one evaluation per step, not waited for
-            if guard.mode == "skip":
-                if finite.item():
-                    consecutive_skips = 0
-                else:
-                    consecutive_skips += 1
-                    log.warning("non-finite loss or gradient at step %d: step skipped", step)
-                    if consecutive_skips > guard.max_consecutive_skips:
-                        raise NonFiniteError(f"{consecutive_skips} non-finite steps in a row up to step {step}: the "
-                                             "run diverged; lower optim.lr or check the data")
-            elif guard.mode == "stop":  # the first bad step recorded lazily; read back every check_every_n_steps
-                bad_here = mx.where(finite, -1, step)
-                first_bad = bad_here if first_bad is None else mx.where(first_bad >= 0, first_bad, bad_here)
-                if (step + 1) % guard.check_every_n_steps == 0 and first_bad.item() >= 0:
-                    raise NonFiniteError(
-                        f"non-finite loss or gradient norm at step {first_bad.item()} (loss={loss.item():.4g}, "
-                        f"grad_norm={norm.item():.4g}): lower optim.lr, check the data, or set guard.mode=skip"
-                    )
-            lr = lr_at(step, p.optim, max_steps)
-            # Lightning's numbering: a batch's metrics are logged at its index, global_step counts optimizer steps
-            batch_index = step
-            step += 1
-            trainer.global_step, trainer.fit_loop.epoch_loop._batches_that_stepped = step, batch_index
-            timer.on_train_batch_end(trainer, timer_module, None, batch, batch_index)
-            if step % p.trainer.log_every_n_steps == 0:
-                log_metrics({"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr}, batch_index)
-                log_model_values(step)
-            if step % p.trainer.val_check_interval == 0 or step >= max_steps:
-                validate(step, batch_index)
-            if step >= max_steps:
-                break
-    if first_bad is not None and first_bad.item() >= 0:  # a bad step after the last full check interval
-        raise NonFiniteError(f"non-finite loss or gradient norm at step {first_bad.item()}: lower optim.lr, check the "
-                             "data, or set guard.mode=skip")
-    timer.on_train_end(trainer, timer_module)
-
-    task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
-    summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, 1)
-    if job is not None:
-        job.log_metrics(summary, step=step)
-        if logger is not None:
-            logger.wait_for_writes()
-        if best.path:
-            job.set_tag("checkpoint", str(best.path))
-            if p.logger.log_checkpoint:
-                job.log_artifact_capped(best.path, "checkpoints", p.logger.max_artifact_mb)
-    if best.path:
-        from sweeplab.export import export_after_training
-
-        export_after_training(
-            p.container.get("export"), str(best.path), output_dir / "export",
-            job.run_id if job is not None else None, job.uri if job is not None else None,
-        )
-    log.info("%s", final_line(job, p.family.monitor, best.score, summary))
-    return best.score
 
 
 def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
     """The task's validation hooks on the MLX model's outputs; {metric: value} as Lightning would log them."""
-    import mlx.core as mx
-
-    from sweeplab.mlx import convert
-
     def forward(*args):
         out = model(*(mx.array(a.numpy()) for a in args))
         return convert.to_torch(out)
@@ -294,4 +252,4 @@ class _Best:
         self.path, self.score = path, float(value)
 
 
-__all__ = ["check_plan", "fit", "to_mx"]
+__all__ = ["fit", "to_mx"]

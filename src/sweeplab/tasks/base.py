@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
+from sweeplab.lightning_private import count_optimizer_steps
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import (
     MultiStepGraph,
@@ -281,17 +282,3 @@ class SweepTask(L.LightningModule):
         total = sum(p.numel() for p in self.model.parameters())
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"summary/num_parameters": float(total), "summary/trainable_parameters": float(trainable)}
-
-
-def count_optimizer_steps(trainer: L.Trainer, steps: int) -> None:
-    """Tell Lightning that `steps` optimizer steps ran in this training batch (steps_per_batch: the task stepped the
-    torch optimizer itself, or a graph replay did, not Lightning's optimizer wrapper). global_step is the manual-optimization step
-    counter, which LightningOptimizer.step() advances by one per call; the logging step (`_batches_that_stepped`,
-    what loggers, log_every_n_steps and the timer's windows count in) advances by one per batch after the batch
-    ends, so it gets the other `steps - 1` here. Lightning has no public call for either."""
-    loop = trainer.fit_loop.epoch_loop
-    progress = loop.manual_optimization.optim_step_progress
-    for _ in range(steps):
-        progress.increment_ready()
-        progress.increment_completed()
-    loop._batches_that_stepped += steps - 1

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from sweeplab.lightning_private import logging_step
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class MetricsStoredAtCheckpoint(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, ResumingMLFlowLogger):
                 logger.wait_for_writes()
-                logger.checkpointed_step = trainer.fit_loop.epoch_loop._batches_that_stepped
+                logger.checkpointed_step = logging_step(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         for logger in trainer.loggers:

@@ -1,0 +1,140 @@
+"""One job, as both fit loops see it: everything but the training step itself.
+
+sweeplab.training opens a `Job` (its plan, output folder, MLflow run and logger, the checkpoint it resumes from) and
+hands it to a fit loop: Lightning's (sweeplab.lightning_fit) or sweeplab's own MLX loop (sweeplab.mlx.loop). Each
+loop calls `start_fit` for the data and the task, trains, and returns a `FitResult`; `finish` then records the fit
+the same way for both: summary metrics, the `checkpoint` tag, the checkpoint artifact, the export, the closing line
+and the job log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+
+from sweeplab.devices import release_earlier_jobs
+from sweeplab.errors import UserError
+from sweeplab.plan import JobPlan
+from sweeplab.tasks.base import SweepTask
+from sweeplab.tracking import mlflow_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """A planned job about to train. `run` and `logger` are None for an untracked job (logger.enabled=false, or a
+    DDP rank other than 0)."""
+
+    plan: JobPlan
+    output_dir: Path
+    run: mlflow_store.JobRun | None = None
+    logger: Any = None  # tracking.run_logger.ResumingMLFlowLogger
+    resume_ckpt: Path | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run.run_id if self.run is not None else None
+
+
+@dataclass
+class FitResult:
+    """What a fit loop hands back: the run's summary metrics, the best checkpoint and its score, the last step."""
+
+    summary: dict[str, float]
+    step: int
+    best_path: str | None = None
+    monitored: float | None = None  # the best checkpoint's score, else the metric's last value
+
+
+def start_fit(job: Job):
+    """Whatever earlier jobs of the process left is released; the data is set up, the model config fitted to it, the
+    training data recorded, and the family's task built. Returns (datamodule, model config, task)."""
+    release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
+    p = job.plan
+    datamodule = p.datamodule
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
+    if job.run is not None and job.resume_ckpt is None and p.logger.log_dataset:
+        data_path = training_data_path(datamodule)
+        if data_path is not None:
+            job.run.log_training_data(data_path, name=data_path.name)
+    task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
+    task.mlflow_run_id = job.run_id
+    return datamodule, model_config, task
+
+
+def build_task(family, model_config, loss_config, optim) -> SweepTask:
+    """The family's task, checked against the contract the rest of the app relies on."""
+    task = family.build_task(model_config, loss_config, optim)
+    if not isinstance(task, SweepTask):
+        raise UserError(f"family {family.name}: build_task returned a {type(task).__name__}, not a sweeplab SweepTask")
+    if task.family != family.name:
+        raise UserError(f"family {family.name}: its task {type(task).__name__} says family={task.family!r}; set it "
+                        f"to {family.name!r} (checkpoints name their family by it)")
+    return task
+
+
+def training_data_path(datamodule) -> Path | None:
+    """The file or directory a datamodule trains on (the demo data's directory once prepared); None: in memory."""
+    path = getattr(datamodule, "path", None)
+    if path is None and hasattr(datamodule, "_data_path"):  # TextBridge's demo data, prepared on first use
+        path = datamodule._data_path()
+    return Path(path) if path is not None and Path(path).exists() else None
+
+
+def finish(job: Job, result: FitResult) -> float | None:
+    """Record a fit that ended: summary metrics (written before anything else is), the best checkpoint as a tag and an
+    artifact, the export, the closing line, the job log. Returns the monitored metric (what a sweeper optimises)."""
+    p, run = job.plan, job.run
+    if run is not None:
+        run.log_metrics(result.summary, step=result.step)
+        if job.logger is not None:
+            job.logger.wait_for_writes()
+        if result.best_path:
+            run.set_tag("checkpoint", result.best_path)
+            if p.logger.log_checkpoint:
+                run.log_artifact_capped(result.best_path, "checkpoints", p.logger.max_artifact_mb)
+    if result.best_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
+        # deferred: importing sweeplab.export loads coremltools (seconds), which only an export needs
+        from sweeplab.export import export_after_training
+
+        export_after_training(
+            p.container.get("export"), result.best_path, job.output_dir / "export", job.run_id,
+            run.uri if run is not None else None,
+        )
+    log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary))
+    if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:
+        run.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
+    return result.monitored
+
+
+def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it."""
+    parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
+    if (rate := summary.get("summary/samples_per_sec")) is not None:
+        parts.append(f"{rate:,.0f} samples/s")
+    if (step := summary.get("summary/step_time_s_median")) is not None:
+        parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
+    if run is None:
+        return "done (not tracked): " + ", ".join(parts)
+    url = mlflow_store.run_url(mlflow_store.ui_base(run.uri), run.experiment_id, run.run_id)
+    return f"done: {run.run_name}: {', '.join(parts)}; {url}"
+
+
+def job_log_file() -> Path | None:
+    """The log file Hydra's job logging writes (<job dir>/<job name>.log); None outside Hydra."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    path = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+    return path if path.exists() else None
+
+
+__all__ = ["FitResult", "Job", "build_task", "final_line", "finish", "start_fit", "training_data_path"]

@@ -1,0 +1,121 @@
+"""The fit loop of every torch backend (cpu, cuda, mps): Lightning's Trainer with sweeplab's callbacks.
+
+Everything around the step (data, task, recording the run) is sweeplab.job's, shared with the MLX loop.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+
+from sweeplab import backends, distributed, tuning
+from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
+from sweeplab.callbacks.faults import FaultInjection
+from sweeplab.callbacks.guard import NonFiniteGuard
+from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.data.sampling import ResumableDataCheck
+from sweeplab.job import FitResult, Job, start_fit
+from sweeplab.plan import JobPlan
+from sweeplab.tasks.checkpoint import AtomicCheckpointIO
+from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
+
+# cuda_graph=true and steps_per_batch > 1 train with manual optimization, and Lightning then warns that checkpoints hold the weights after
+# the optimizer step: true of every run here, automatic optimization included
+warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+
+
+class LoggedLossProgressBar(TQDMProgressBar):
+    """Lightning's bar, showing the training loss as last logged (a float, converted once per logging step).
+    Tasks do not mark the loss prog_bar=True: Lightning would read such a metric back from the device after every
+    batch, a host sync per step."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        if "train/loss" in trainer.logged_metrics:
+            metrics["train/loss"] = f"{float(trainer.logged_metrics['train/loss']):.4g}"
+        return metrics
+
+
+def fresh_compiler() -> None:
+    """Forget what torch.compile learnt from this process's earlier jobs. Dynamo remembers the sizes a function was
+    compiled for, and the second time a size changes it compiles dynamic-shape kernels (automatic dynamic): in a sweep
+    over batch size the first job got kernels specialised to its shapes and every later one dynamic kernels, and in
+    the bench the hand-written loop of the paGating row, compiled after four TextBridge rows, ran 12 % slower than
+    the sweeplab job beside it (overhead 1.13 on an H100). Each compiled job now starts as a process's first."""
+    torch._dynamo.reset()
+
+
+def fit(job: Job) -> FitResult:
+    p = job.plan
+    datamodule, _, task = start_fit(job)
+    if p.compile_mode != "off":
+        fresh_compiler()
+    task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
+
+    checkpoints = job.output_dir / "checkpoints"
+    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode)
+    timer = ThroughputTimer(**p.timing)
+    callbacks = [timer, NonFiniteGuard(**p.guard), ValidateAtLastStep(), best,
+                 LastCheckpoint(checkpoints, every_n_steps=p.checkpoint.every_n_steps), *task.extra_callbacks(),
+                 ResumableDataCheck(resuming=job.resume_ckpt is not None)]
+    if job.run is not None:
+        callbacks.append(MetricsStoredAtCheckpoint())
+    if (fault := FaultInjection.from_env()) is not None:
+        callbacks.append(fault)
+    if p.trainer.enable_progress_bar:
+        callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
+    trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization)
+    tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
+    if tuned is not None and job.run is not None:
+        job.run.set_tag("tuned.batch_size", str(tuned))
+    trainer.fit(task, datamodule=datamodule, ckpt_path=str(job.resume_ckpt) if job.resume_ckpt else None)
+    return FitResult(
+        summary=distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size),
+        step=trainer.global_step,
+        best_path=best.best_model_path or None,
+        monitored=_monitored(trainer, best, p.family.monitor),
+    )
+
+
+def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True) -> L.Trainer:
+    """`clips`: Lightning clips the gradients (automatic optimization); otherwise the task's own step does
+    (cuda_graph, several steps per batch), and Lightning refuses a clip value under manual optimization."""
+    t = p.trainer
+    precision_plugins = backends.precision_plugins(t.precision, p.backend)
+    return L.Trainer(
+        accelerator=p.backend,
+        devices=t.devices,
+        precision=None if precision_plugins else t.precision,
+        max_steps=t.max_steps,
+        max_epochs=-1,
+        # in training batches, which hold p.steps_per_batch optimizer steps each (plan() checked they divide it)
+        val_check_interval=-(-t.val_check_interval // p.steps_per_batch),
+        check_val_every_n_epoch=None,  # count validation intervals in steps, across epochs
+        limit_val_batches=t.limit_val_batches,
+        num_sanity_val_steps=t.num_sanity_val_steps,
+        log_every_n_steps=t.log_every_n_steps,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=(p.optim.grad_clip or None) if clips else None,
+        gradient_clip_algorithm="norm",
+        plugins=[AtomicCheckpointIO(), *precision_plugins],
+        deterministic=t.deterministic,
+        enable_progress_bar=t.enable_progress_bar,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        logger=job.logger if job.logger is not None else False,
+        default_root_dir=str(job.output_dir),
+        **distributed.trainer_options(t.devices),  # DDP: ranks > 0 re-create this one job; the sampler shards itself
+    )
+
+
+def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, monitor: str) -> float | None:
+    if checkpoint.best_model_score is not None:
+        return float(checkpoint.best_model_score)
+    value = trainer.callback_metrics.get(monitor)
+    return float(value) if value is not None else None
+
+
+__all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]

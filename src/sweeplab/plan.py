@@ -1,0 +1,170 @@
+"""A job's plan: the whole config checked and turned into typed settings before anything is built or written.
+
+`plan(cfg)` reads every group once, raises ConfigError naming the key for a bad value or a combination that cannot
+run (the rules: sweeplab.rules), and returns a JobPlan; sweeplab.training runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import lightning as L
+from annotated_types import Ge, Interval
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab import backends, rules, tuning
+from sweeplab.callbacks.guard import NonFiniteGuard
+from sweeplab.callbacks.timing import StepTimer
+from sweeplab.config import bind, build
+from sweeplab.data.device_batches import resolve_pad_to
+from sweeplab.errors import ConfigError
+from sweeplab.families import get_family
+from sweeplab.tasks.optim import OptimConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 200
+    val_check_interval: int = 50  # optimizer steps between validations
+    limit_val_batches: Annotated[int, Ge(0)] | Annotated[float, Interval(ge=0, le=1)] = 1.0  # batches | share
+    log_every_n_steps: int = 10
+    precision: str = "32-true"
+    accumulate_grad_batches: int = 1
+    devices: int = 1
+    num_sanity_val_steps: Annotated[int, Ge(-1)] = 0  # -1: the whole validation set
+    enable_progress_bar: bool = True
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("max_steps", "val_check_interval", "log_every_n_steps", "accumulate_grad_batches", "devices"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+
+
+@dataclass
+class LoggerConfig:
+    tracking_uri: str | None = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
+    experiment_name: str = "sweeplab"
+    enabled: bool = True
+    # training metrics go to the store from MLflow's background thread (synchronous=False), so no training step waits
+    # for a write (~10-50 ms each on sqlite); the run's end waits until all of them are written
+    async_logging: bool = True
+    system_metrics_after_s: float | None = 60.0  # MLflow's system/* sampler for jobs running longer; null: off
+    log_checkpoint: bool = True  # the best checkpoint as a run artifact (checkpoints/)
+    log_job_log: bool = True  # the job's log file as a run artifact
+    max_artifact_mb: float = 200.0  # larger files stay on disk only (the `checkpoint` tag still names them)
+    log_dataset: bool = True  # the training data as the run's MLflow dataset input, with a digest
+
+
+@dataclass
+class CheckpointConfig:
+    every_n_steps: int = 50  # periodic last.ckpt, what `resume=true` continues from
+
+    def __post_init__(self) -> None:
+        if self.every_n_steps <= 0:
+            raise ValueError(f"every_n_steps must be > 0, got {self.every_n_steps}")
+
+
+@dataclass
+class JobPlan:
+    """Everything validated, nothing built yet."""
+
+    family: Any
+    model_values: dict
+    model_config: Any
+    optim: OptimConfig
+    trainer: TrainerConfig
+    backend_config: backends.BackendConfig
+    backend: str
+    compile_mode: str
+    cuda_graph: bool
+    timing: dict
+    logger: LoggerConfig
+    container: dict
+    datamodule: L.LightningDataModule  # constructed (arguments checked), no data read yet
+    guard: dict
+    checkpoint: CheckpointConfig
+    tune: tuning.TuneConfig
+    steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
+    loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
+
+
+MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
+
+
+def plan(cfg: DictConfig) -> JobPlan:
+    """Check every group before any work happens; a mistake raises ConfigError naming the key."""
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except Exception as exc:  # an interpolation or a ??? value
+        raise ConfigError(getattr(exc, "full_key", "config") or "config", str(exc).splitlines()[0]) from None
+    container.pop("hydra", None)
+    family = get_family(container["model"].get("family", ""))
+    model_config = family.build_model_config(container["model"])
+    optim = build(OptimConfig, container["optim"], "optim")
+    trainer = build(TrainerConfig, container["trainer"], "trainer")
+    seed = container.get("seed", 0)
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise ConfigError("seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}")
+    if optim.warmup_steps > trainer.max_steps:
+        # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
+        # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
+        peak = max(optim.min_lr, optim.lr * trainer.max_steps / optim.warmup_steps)
+        log.warning(
+            "optim.warmup_steps=%d is longer than the run (trainer.max_steps=%d): the learning rate peaks at %.3g, "
+            "never reaching optim.lr=%.3g; lower optim.warmup_steps for a run that trains at optim.lr",
+            optim.warmup_steps, trainer.max_steps, peak, optim.lr,
+        )
+    backend_config = build(backends.BackendConfig, container["backend"], "backend")
+    timing = bind(StepTimer, container.get("timing", {}), "timing", ignore=frozenset({"sync", "clock"}))
+    logger = build(LoggerConfig, container["logger"], "logger")
+    # deferred: importing sweeplab.export loads coremltools (seconds), which only an export needs
+    from sweeplab.export.options import options_from_config
+
+    options_from_config(container.get("export"))
+    guard = bind(NonFiniteGuard, container.get("guard", {}), "guard")
+    build(NonFiniteGuard, guard, "guard")  # its own range checks
+    checkpoint = build(CheckpointConfig, container.get("checkpoint", {}), "checkpoint")
+    tune = build(tuning.TuneConfig, container.get("tune") or {}, "tune")
+    if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
+        raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
+    compile_mode = str(container.get("compile", "off"))
+    cuda_graph = container.get("cuda_graph", False)
+    if not isinstance(cuda_graph, bool):
+        raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
+    steps_per_batch = container.get("steps_per_batch", 1)
+    if type(steps_per_batch) is not int or steps_per_batch < 1:
+        raise ConfigError("steps_per_batch", f"expected an integer >= 1, got {steps_per_batch!r}")
+    backend = backends.resolve_backend(backend_config.name)
+    backends.check_combination(
+        backend,
+        trainer.precision,
+        compile_mode,
+        optim_implementation=optim.implementation,
+        pin_memory=bool(container["data"].get("pin_memory", False)),
+        gradient_checkpointing=bool(container["model"].get("gradient_checkpointing", False)),
+        grad_clip=optim.grad_clip,
+        cuda_graph=cuda_graph,
+        steps_per_batch=steps_per_batch,
+        devices=trainer.devices,
+        accumulate_grad_batches=trainer.accumulate_grad_batches,
+    )
+    if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
+        container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
+    datamodule = family.build_datamodule(container["data"], model_config)
+    if steps_per_batch > 1:
+        rules.check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune,
+                                    datamodule)
+        datamodule.steps_per_batch = steps_per_batch
+    loss_config = family.check_loss(container.get("loss") or {})
+    p = JobPlan(
+        family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
+        timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config,
+    )
+    if backend == "mlx":
+        rules.check_mlx(p)
+    return p
