@@ -12,7 +12,7 @@ from omegaconf import open_dict
 from conftest import compose_train
 from sweeplab import channels
 from sweeplab.tracking import mlflow_store
-from sweeplab.tracking.sweep_callback import MLflowSweepCallback, record_best
+from sweeplab.sweep_callback import MLflowSweepCallback, record_best
 
 
 def _sweep_config(tmp_path, *overrides):

@@ -17,13 +17,13 @@ from typing import Any
 
 # --- environment: the sweep's process -> its jobs -----------------------------------------------------------------
 # The keys whose values differ between the sweep's jobs, comma-separated. Written by the sweep callback before the
-# first job (tracking/sweep_callback.on_multirun_start); read by every job's run naming (tracking/naming.run_name),
+# first job (sweep_callback.on_multirun_start); read by every job's run naming (tracking/naming.run_name),
 # so a run's name starts with what tells it from its neighbours. The environment, as a job's own config cannot say
 # which of its values were swept.
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
 
 # "<sweep start time> <number of jobs>". Written by the sweep callback before the first job; read by each job's
-# process for its progress line (tracking/sweep_callback.progress_line): a joblib worker or a submitit job has no
+# process for its progress line (sweep_callback.progress_line): a joblib worker or a submitit job has no
 # other way to know when the sweep started and how many jobs it has.
 SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 
@@ -49,7 +49,7 @@ TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 # The GPUs a process may use; CUDA's own variable. Written by a parallel sweep job that claims its GPUs before CUDA
 # starts (distributed.claim_gpus); read by CUDA, by the DDP ranks the job starts, and recorded as the job's
-# `cuda_visible_devices` tag (tracking/sweep_callback).
+# `cuda_visible_devices` tag (sweep_callback).
 CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
 # Fault injection (callbacks/faults.py says what each does). Set by the reliability tests in the environment of the
@@ -72,7 +72,7 @@ FAULT_KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
 job_run_id: str | None = None
 
 # The sweep callback whose parent run is open in this process (None when none is). Written by the sweep callback
-# when it opens and closes the parent run; read by tracking/sweep_callback.end_interrupted_sweep, which the entry
+# when it opens and closes the parent run; read by sweep_callback.end_interrupted_sweep, which the entry
 # point (sweeplab.train) calls after Ctrl-C or SIGTERM: Hydra runs no callback when a job raises an interrupt.
 open_sweep: Any = None
 

@@ -70,7 +70,7 @@ def run() -> None:
     interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
     from hydra.errors import HydraException
 
-    from sweeplab.tracking import sweep_callback
+    from sweeplab import sweep_callback
 
     # Hydra prints a composition error as 4 lines and exits 1 unless HYDRA_FULL_ERROR lets it reach us
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")

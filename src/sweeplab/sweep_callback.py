@@ -35,9 +35,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import channels, distributed
 from sweeplab.errors import UserError
+from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.report import sweep_report
+from sweeplab.tracking import mlflow_store, naming, sweep_plots
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -182,8 +184,6 @@ class MLflowSweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id is None:
             return
-        from sweeplab.report import sweep_report
-
         uri, _, _ = self._settings(config)
         client = mlflow_store.client(uri)
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -300,9 +300,6 @@ def _check_required(config: DictConfig) -> None:
 
 def _objective_of(config: DictConfig) -> tuple[str, str]:
     """(metric, "max"|"min") the job's return value is: the family's monitored metric."""
-    from sweeplab.errors import UserError
-    from sweeplab.families import get_family
-
     try:
         family = get_family(OmegaConf.select(config, "model.family", default=""))
     except UserError:  # the jobs fail on it, each with its own line
@@ -354,8 +351,6 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
 def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
     """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
     the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
-    from sweeplab.tracking import sweep_plots
-
     scored = [r for r in children if "objective" in r.data.metrics]
     if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
         return []
