@@ -90,8 +90,8 @@ def why_no_mps() -> str:
         return "this torch build has no MPS; install the macOS arm64 wheel"
     import platform
 
-    # torch's MPS needs an Apple-silicon GPU and macOS 14 or newer; an Intel Mac has neither GPU, and an x86_64
-    # Python on Apple silicon (Rosetta) cannot reach it
+    # torch finds no MPS device where MPSGraph lacks a method of macOS 14.0 (aten/src/ATen/mps/MPSDevice.mm); an
+    # x86_64 Python (an Intel Mac, or Rosetta on Apple silicon) has no Apple GPU to find (issue #30)
     machine, version = platform.machine(), platform.mac_ver()[0] or "unknown"
     return (
         f"platform.machine()={machine}, macOS {version}: MPS needs an arm64 Python on an Apple-silicon Mac with macOS "
