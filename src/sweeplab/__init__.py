@@ -1,8 +1,18 @@
 """sweeplab: Hydra-configured experiment sweeps for training-acceleration studies."""
 
+import sys
 from pathlib import Path
 
 # The Hydra config tree every entry point composes from (train, export, bench, order check, run names' defaults):
 # inside the package in an installed wheel (setup.py copies it there), the checkout's top-level conf/ otherwise.
 _PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
 CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).resolve().parents[2] / "conf")
+
+# `python -m sweeplab.<app>`: runpy imports this package before the app's module, with sys.argv[0] still "-m"
+# (it becomes the module's path before the module runs), so this is the one place that runs before any app's
+# imports, torch's included; torch reads PYTORCH_ENABLE_MPS_FALLBACK only when it loads (sweeplab/mps_fallback.py).
+# An ordinary `import sweeplab` (tests, notebooks, another program) sees another argv[0] and changes nothing.
+if getattr(sys, "argv", [])[:1] == ["-m"]:
+    from sweeplab.mps_fallback import set_before_torch
+
+    set_before_torch(sys.argv[1:])

@@ -14,6 +14,7 @@ from typing import Annotated
 import torch
 from annotated_types import Ge
 
+from sweeplab import mps_fallback
 from sweeplab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,25 @@ def resolve_backend(name: str) -> str:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("backend=cuda: no CUDA device is visible on this machine; use backend=cpu or backend=auto")
     if name == "mps" and not mps_available():
-        where = "this is not an Apple-silicon Mac" if sys.platform != "darwin" else "this torch build has no MPS"
-        raise UserError(f"backend=mps: MPS is not available ({where}); use backend=cpu or backend=auto")
+        raise UserError(f"backend=mps: MPS is not available ({why_no_mps()}); use backend=cpu or backend=auto")
     return name
+
+
+def why_no_mps() -> str:
+    """The usual reason this machine has no MPS, for the one-line error."""
+    if sys.platform != "darwin":
+        return f"this is {sys.platform}, not an Apple-silicon Mac"
+    if not torch.backends.mps.is_built():
+        return "this torch build has no MPS; install the macOS arm64 wheel"
+    import platform
+
+    # torch finds no MPS device where MPSGraph lacks a method of macOS 14.0 (aten/src/ATen/mps/MPSDevice.mm); an
+    # x86_64 Python (an Intel Mac, or Rosetta on Apple silicon) has no Apple GPU to find (issue #30)
+    machine, version = platform.machine(), platform.mac_ver()[0] or "unknown"
+    return (
+        f"platform.machine()={machine}, macOS {version}: MPS needs an arm64 Python on an Apple-silicon Mac with macOS "
+        "14 or newer; the usual causes are an Intel Mac, an x86_64 Python under Rosetta, or an older macOS"
+    )
 
 
 OPTIMIZER_IMPLEMENTATIONS = ("auto", "fused", "foreach", "for_loop")
@@ -130,6 +147,9 @@ def check_combination(
         _check_mlx(precision, compile_mode, optim_implementation, gradient_checkpointing, cuda_graph, steps_per_batch,
                    devices, accumulate_grad_batches)
         return warnings
+    if backend == "mps" and devices != 1:
+        # a Mac has one GPU: Lightning refuses more only when the Trainer is built, after the job's MLflow run exists
+        raise ConfigError("trainer.devices", f"{devices}: a Mac has one MPS device; use trainer.devices=1")
 
     # --- precision --------------------------------------------------------------------------------
     if backend == "cpu" and precision == "16-mixed":
@@ -166,6 +186,11 @@ def check_combination(
             )
     if optim_implementation == "foreach" and backend == "cpu":
         warn("optim.implementation=foreach on the CPU: torch has no multi-tensor CPU kernels, it loops like for_loop")
+    if optim_implementation == "foreach" and backend == "mps" and "mps" not in _foreach_kernel_devices():
+        warn(
+            "optim.implementation=foreach on MPS: this torch has no multi-tensor MPS kernels, its _foreach ops loop "
+            "over the tensors; use optim.implementation=fused (MPS fused Adam/AdamW) or auto"
+        )
     if pin_memory and backend == "cpu":
         warn("data.pin_memory=true with backend=cpu: there is no host-to-device copy to speed up; it only costs memory")
     if pin_memory and backend == "mps":
@@ -225,6 +250,13 @@ def _check_mlx(
         raise ConfigError("model.gradient_checkpointing", "the MLX models do not recompute blocks; use model.gradient_checkpointing=false")
 
 
+def _foreach_kernel_devices() -> list[str]:
+    """Device types with torch's multi-tensor (foreach) kernels, as torch's optimizers and clipping decide."""
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+    return _get_foreach_kernels_supported_devices()
+
+
 def _mps_macos_at_least(major: int) -> bool:
     check = getattr(torch.backends.mps, "is_macos_or_newer", None)
     if check is None:
@@ -270,5 +302,30 @@ def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
         torch.set_num_threads(cfg.cpu_threads)
     if backend == "cuda":  # the Trainer (benchmark=None) keeps it, and turns it off itself for deterministic=true
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
-    if backend == "mps" and cfg.mps_fallback:
-        os.environ["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
+    check_mps_fallback(cfg, backend)
+
+
+def check_mps_fallback(cfg: BackendConfig, backend: str) -> None:
+    """Refuse `backend.mps_fallback=true` when torch loaded without the fallback: torch reads the variable once, at
+    import (sweeplab/mps_fallback.py), so no setting made now could act. A fallback the environment turned on
+    although the config says false only warns; the run's `mps_fallback` tag says what was in effect."""
+    if backend != "mps":
+        return
+    active = mps_fallback.in_effect()
+    if cfg.mps_fallback and not active:
+        raise ConfigError(
+            "backend.mps_fallback",
+            f"true, but torch was imported without {mps_fallback.ENV_VAR}=1 (torch reads it once, at import); pass "
+            f"{mps_fallback.OVERRIDE_KEY}=true on the command line (one value, not a sweep) or export "
+            f"{mps_fallback.ENV_VAR}=1",
+        )
+    if active and not cfg.mps_fallback:
+        log.warning(
+            "backend.mps_fallback=false, but %s is set in this process's environment: ops MPS lacks run on the CPU",
+            mps_fallback.ENV_VAR,
+        )
+
+
+def mps_fallback_tags(backend: str) -> dict[str, str]:
+    """The run tag saying whether ops MPS lacks ran on the CPU (what torch loaded with, not only what was asked)."""
+    return {"mps_fallback": str(mps_fallback.in_effect()).lower()} if backend == "mps" else {}

@@ -178,7 +178,6 @@ class RawLoop:
             else None
         )
         self.multi_step_graph = self._new_multi_step_graph()
-        self.non_blocking = self.device.type not in ("cpu", "mps")  # as Lightning: MPS copies block (pytorch#83015)
         self.step_count = 0
         self.loader = self.datamodule.train_dataloader()
         self.seed = int(cfg.seed)
@@ -210,7 +209,8 @@ class RawLoop:
             sampler.load_state_dict({"epoch": 0, "batches_yielded": 0})
 
     def _to_device(self, batch: dict) -> dict:
-        moved = {k: v.to(self.device, non_blocking=self.non_blocking) for k, v in batch.items()}
+        # non-blocking to CUDA only, as Lightning copies (MPS blocks: pytorch#83015)
+        moved = {k: devices.to_device(v, self.device) for k, v in batch.items()}
         if self.precision == "bf16-true":
             moved = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in moved.items()}
         return moved

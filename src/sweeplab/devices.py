@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import resource
 import sys
 import time
@@ -40,6 +41,45 @@ _HOPPER_DENSE = {
 }
 
 
+# Apple GPUs, FP32 FLOP/s: ESTIMATES, not Apple's figures (Apple publishes no GPU FLOP/s for these chips), each
+# computed as GPU cores x 128 ALUs x 2 (a fused multiply-add) x the GPU clock, from the clocks and shader counts
+# (cores x 128) of hmc-tech.com's GPU database (https://hmc-tech.com/gpu/, pages such as apple-10-core-m4-fl-vs-...,
+# apple-32-core-m4-max-vs-apple-40-core-m3-max, apple-20-core-m4-pro-vs-...; read 2026). FP16 and BF16 are taken at
+# the FP32 rate (no faster half-precision path on these GPUs in those figures). Keyed by (chip, GPU cores): an
+# M4 Max has 32 or 40.
+_APPLE_GPU_CLOCK_GHZ = {  # chip -> (GPU clock in GHz, GPU core counts sold)
+    "M1 Max": (1.296, (24, 32)),
+    "M3 Pro": (1.398, (14, 18)),
+    "M3 Max": (1.398, (30, 40)),
+    "M4": (1.470, (8, 10)),
+    "M4 Pro": (1.470, (16, 20)),
+    "M4 Max": (1.678, (32, 40)),
+}
+APPLE_GPU_FLOPS_ESTIMATE = {
+    (chip, cores): cores * 128 * 2 * ghz * 1e9
+    for chip, (ghz, core_counts) in _APPLE_GPU_CLOCK_GHZ.items()
+    for cores in core_counts
+}
+
+
+def apple_gpu(device_name: str) -> tuple[str, int] | None:
+    """The `APPLE_GPU_FLOPS_ESTIMATE` key of an MPS device name ("Apple M4 Max (40-core GPU)" -> ("M4 Max", 40)), or
+    None for a chip or core count the table does not hold."""
+    match = re.search(r"\b(M\d+(?: Pro| Max| Ultra)?)\b.*?\((\d+)-core GPU\)", device_name)
+    if match is None:
+        return None
+    key = (match.group(1), int(match.group(2)))
+    return key if key in APPLE_GPU_FLOPS_ESTIMATE else None
+
+
+def _mps_device_name() -> str:
+    """The Metal device's name and GPU core count, as torch reports them ("Apple M4 Max (40-core GPU)")."""
+    try:
+        return f"{torch.backends.mps.get_name()} ({torch.backends.mps.get_core_count()}-core GPU)"
+    except (AttributeError, RuntimeError):  # a torch without these, or no Metal device
+        return "Apple MPS"
+
+
 def device_name(backend: str) -> str:
     if backend == "mlx":
         from sweeplab.backends import import_mlx
@@ -51,7 +91,7 @@ def device_name(backend: str) -> str:
     if backend == "cuda":
         return torch.cuda.get_device_name()
     if backend == "mps":
-        return "Apple MPS"
+        return _mps_device_name()
     import platform
 
     try:  # Linux: the CPU's marketing name says more than "x86_64"
@@ -61,6 +101,28 @@ def device_name(backend: str) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+def non_blocking_copy(source: torch.Tensor, target: torch.device | str) -> bool:
+    """Whether copying `source` to `target` may be non-blocking: only to CUDA, from host memory or CUDA memory.
+
+    To CUDA the copy is safe whatever happens to `source` after the call: from pinned host memory torch's pinned
+    allocator keeps the block until the copy has run (it records the stream's event on it), from pageable host
+    memory CUDA stages the data before the call returns, and CUDA-to-CUDA copies are ordered on the stream. Nothing
+    keeps the source alive for a non-blocking copy to MPS: a temporary freed when the caller returns is read later,
+    silently corrupting the batch (pytorch#189690, #139550). Every other target blocks too (no such guarantee known).
+    """
+    return torch.device(target).type == "cuda" and source.device.type in ("cpu", "cuda")
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """`tensor` on `device`, non-blocking only where that is safe (`non_blocking_copy`)."""
+    return tensor.to(device, non_blocking=non_blocking_copy(tensor, device))
+
+
+def copy_into(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`target.copy_(source)`, non-blocking only where that is safe (`non_blocking_copy`)."""
+    return target.copy_(source, non_blocking=non_blocking_copy(source, target.device))
 
 
 def synchronize(device: torch.device) -> None:
@@ -73,8 +135,11 @@ def synchronize(device: torch.device) -> None:
 
 class HostTimeline:
     """Timestamps on the host's clock, each taken after waiting for the device's queued work (`sync`): right on the
-    CPU, where nothing is queued, and on MLX (`mx.synchronize`). On an asynchronous device every mark drains its
-    queue, so the device idles until the host has launched the next work: see DeviceTimeline."""
+    CPU, where nothing is queued, on MPS (`torch.mps.synchronize`: see `timeline`) and on MLX (`mx.synchronize`). On
+    an asynchronous device every mark drains its queue, so the device idles until the host has launched the next
+    work: see DeviceTimeline."""
+
+    clock = "host"  # the run's `timing.clock` tag
 
     def __init__(self, device: torch.device, sync=None, clock=time.perf_counter):
         self.device = device
@@ -90,27 +155,27 @@ class HostTimeline:
 
 
 class DeviceTimeline:
-    """Timestamps on the device's own timeline (CUDA, MPS): a mark is an event recorded in the device's queue, which
-    the device stamps when it reaches it; recording costs the host microseconds and waits for nothing. The time
-    between two marks is what the device took to get from one to the other, idle gaps included (a host too slow to
-    keep it fed, data loading), so it is the wall time of that stretch of training, measured without draining the
-    queue. Reading it (`seconds`) waits until the device reached the later mark: read a mark once newer work is
-    queued behind it, and the device never idles for the measurement.
+    """Timestamps on a CUDA device's own timeline: a mark is an event recorded in the device's queue, which the
+    device stamps when it reaches it; recording costs the host microseconds and waits for nothing. The time between
+    two marks is what the device took to get from one to the other, idle gaps included (a host too slow to keep it
+    fed, data loading), so it is the wall time of that stretch of training, measured without draining the queue.
+    Reading it (`seconds`) waits until the device reached the later mark: read a mark once newer work is queued
+    behind it, and the device never idles for the measurement.
 
     With a sync at each window edge instead, an H100 replaying TextBridge's bs32 CUDA graph idled after every window
     until the host had launched the next batch: 16,000 samples/s timed in windows of 20 steps, 20,150 in one window
-    (BENCHMARKS.md)."""
+    (BENCHMARKS.md). CUDA only: MPS events give none of this (`timeline`)."""
+
+    clock = "device"  # the run's `timing.clock` tag
 
     def __init__(self, device: torch.device):
+        if device.type != "cuda":
+            raise ValueError(f"DeviceTimeline times CUDA events; {device} times on the host clock (devices.timeline)")
         self.device = device
 
-    def mark(self):
-        if self.device.type == "cuda":  # on the stream training launches to (the device's current one)
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-        else:  # MPS: its own event class (torch >= 2.1), recorded in the default stream
-            event = torch.mps.event.Event(enable_timing=True)
-            event.record()
+    def mark(self):  # on the stream training launches to (the device's current one)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def seconds(self, start, end) -> float:
@@ -119,10 +184,18 @@ class DeviceTimeline:
 
 
 def timeline(device: torch.device) -> HostTimeline | DeviceTimeline:
-    """The device's own timeline where it has timed events (CUDA, MPS), else the host's clock. Tried once before it
-    is used (MPS events with timing are not run here: no Mac), so a device without them times on the host clock,
-    synchronising at each mark, rather than fail mid-run."""
-    if device.type not in ("cuda", "mps"):
+    """CUDA: the device's own timeline (timed events), tried once before it is used, so a build without CUDA events
+    times on the host clock, synchronising at each mark, rather than fail mid-run. Every other device: the host
+    clock after a device sync at each mark (the window edges), MPS included, always.
+
+    MPS, from torch's aten/src/ATen/mps/MPSEvent.mm: a timed MPS event's time is a host timestamp taken by a
+    listener thread once the GPU has signalled it, and `elapsed_time` commits and waits for the whole queue
+    (MPSEventPool::elapsedTime), so MPS events neither time on the device nor leave its queue full: a host clock
+    read after `torch.mps.synchronize()` measures the same wall time without their hazards. Those hazards:
+    `end.synchronize()` before `elapsed_time` can wait forever (pytorch#162872: both wait on one completion flag,
+    which the first wait consumes), and two marks in a row can raise (pytorch#196395: `elapsed_time` requires the
+    end's timestamp to be later than the start's), so a try-out made the clock a matter of chance."""
+    if device.type != "cuda":
         return HostTimeline(device)
     events = DeviceTimeline(device)
     try:
@@ -190,7 +263,11 @@ def hopper_chip(device_name: str) -> str | None:
 
 
 def peak_flops(device: torch.device, precision: str, device_name: str | None = None) -> float | None:
-    """Theoretical dense peak FLOP/s of the device at this precision, where known (CUDA only)."""
+    """Theoretical dense peak FLOP/s of the device at this precision, where known: CUDA, and MPS from the estimated
+    `APPLE_GPU_FLOPS_ESTIMATE` (the same figure at every precision)."""
+    if device.type == "mps":
+        chip = apple_gpu(device_name if device_name is not None else _mps_device_name())
+        return APPLE_GPU_FLOPS_ESTIMATE[chip] if chip is not None else None
     if device.type != "cuda":
         return None
     dtype = PRECISION_DTYPES.get(str(precision), torch.float32)
@@ -207,7 +284,12 @@ def peak_flops(device: torch.device, precision: str, device_name: str | None = N
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: the caching allocator's peak; MPS: memory the Metal driver holds now; CPU: the process's peak RSS."""
+    """CUDA: the caching allocator's peak of tensor memory since `reset_peak_memory`. MPS: torch keeps no peak, so
+    this is what the Metal driver has allocated for the process at the call (`torch.mps.driver_allocated_memory`:
+    live tensors, the blocks the MPS allocator keeps cached after tensors are freed, and MPS/MPSGraph's own), which
+    the timer reads at every window edge and keeps the largest of; the cached blocks make it at least the tensors'
+    high-water mark since the job emptied the cache (`release_earlier_jobs`), as long as the allocator kept them, so
+    it reads higher than CUDA's figure for the same job. CPU: the process's peak RSS."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     if device.type == "mps":

@@ -2,9 +2,11 @@
 
 CUDA and MPS run asynchronously: a host clock read without a device sync times kernel launches, not work, and a
 sync drains the device's queue, so the device idles until the host launches more: a timer that syncs slows what it
-times. This callback marks the edges of each timed window on the device's own timeline (an event in its queue,
-stamped when the device gets there: sweeplab.devices.DeviceTimeline) and reads a window's time once the next window
-is queued behind it, so no timed step ever waits for the measurement; on the CPU the marks are the host's clock. It
+times. On CUDA this callback marks the edges of each timed window on the device's own timeline (an event in its
+queue, stamped when the device gets there: sweeplab.devices.DeviceTimeline) and reads a window's time once the next
+window is queued behind it, so no timed step ever waits for the measurement; on the CPU, MPS (whose events are host
+timestamps and drain the queue when read: sweeplab.devices.timeline) and MLX the marks are the host's clock after a
+device sync. `clock_name` says which clock timed the run. It
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
 so data loading between batches is inside the measurement. A validation pauses the clock from its start to the
@@ -156,6 +158,13 @@ class StepTimer:
         self._steps_per_batch = 1  # optimizer steps per training batch
         self._peak: float | None = None
         self._reset_totals()
+
+    @property
+    def clock_name(self) -> str | None:
+        """Which clock timed the run: "device" (CUDA events) or "host" (the host's clock after a device sync: the
+        CPU, MPS, MLX, or CUDA without timed events); None before training starts or for an injected timeline that
+        does not say. For the run's `timing.clock` tag."""
+        return getattr(self._timeline, "clock", None)
 
     def _reset_totals(self) -> None:
         self._batches_seen = 0

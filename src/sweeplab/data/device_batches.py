@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from sweeplab.data.sampling import SWITCHED_DATA_PATH, ResumableShuffleBatchSampler
+from sweeplab.devices import to_device
 from sweeplab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ class DeviceBatches:
             # from pinned memory (torch caches pinned blocks) the copy is truly asynchronous; from pageable memory
             # the host can wait for the GPU to reach the copy, which serialises host and device every step
             rows = rows.pin_memory()
-        rows = rows.to(split.device, non_blocking=True)
+        rows = to_device(rows, split.device)  # non-blocking to CUDA only: MPS would read `rows` after it is freed
         return {
             "input_ids": split.input_ids[:, :width].index_select(0, rows),
             "attention_mask": split.attention_mask[:, :width].index_select(0, rows),

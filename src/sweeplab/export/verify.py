@@ -6,12 +6,14 @@ Inputs: random batches (ids over the whole vocabulary, its first and last id inc
 cast would break shows up; all-ones masks and right-padded masks of random lengths), and real batches from
 `real_data` when given. With EnumeratedShapes every allowed length gets its own cases.
 
-On macOS the same cases also run through Core ML itself (`MLModel.predict`) and the compute plan says where each
-op would run; elsewhere both are skipped with the reason in the report.
+On macOS the same cases also run through Core ML itself (`MLModel.predict`, on the CPU and the Neural Engine) and the
+compute plan says where each op would run (macOS 14.4+); elsewhere, and on a macOS older than the package's target
+(loading such a package aborts), each is skipped with the reason in the report.
 """
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +26,10 @@ from torch import nn
 from sweeplab.errors import DataFormatError, UserError
 
 NOT_ON_MAC = "needs macOS (the Core ML runtime); this is {platform}"
+COMPUTE_PLAN_MACOS = (14, 4)  # MLComputePlan (coremltools.models.compute_plan) needs macOS 14.4 or newer
+# The first macOS whose Core ML loads each specification version: coremltools/__init__.py names versions 4-10 after
+# the iOS13-iOS26 targets, whose macOS releases are these (iOS17 -> macOS 14, the export's default target).
+SPEC_MIN_MACOS = {4: (10, 15), 5: (11, 0), 6: (12, 0), 7: (13, 0), 8: (14, 0), 9: (15, 0), 10: (26, 0)}
 ERROR_MEASURES = """\
 Per verification case (one input batch), package output `a` against the PyTorch output `b` of the trained model
 (fp32, standard layout): `max_abs_err` = max |a - b| over every element; `rel_err` = max |a - b| / max |b|, the
@@ -193,14 +199,53 @@ def check_weights(package_weights: Mapping[str, np.ndarray], model: nn.Module, t
 
 
 # --- macOS only ----------------------------------------------------------------------------------
-def on_device(path: Path, output_name: str, cases: list[Case], expected: list[np.ndarray], tolerance: float) -> dict:
-    """Core ML's own prediction (all compute units) on the same cases; skipped off macOS."""
+def host_macos() -> tuple[int, ...] | None:
+    """This Mac's macOS version (platform.mac_ver), None off macOS or where it cannot be read."""
     if sys.platform != "darwin":
-        return {"skipped": NOT_ON_MAC.format(platform=sys.platform)}
+        return None
+    try:
+        return tuple(int(part) for part in platform.mac_ver()[0].split("."))
+    except ValueError:
+        return None
+
+
+def _version(version: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def why_not_here(path: Path, needs: tuple[int, ...] | None = None) -> str | None:
+    """Why Core ML cannot load the package at `path` on this host (off macOS; a macOS older than the package's
+    target, where loading it aborts; older than `needs`), or None when it can."""
+    host = host_macos()
+    if host is None:
+        return NOT_ON_MAC.format(platform=sys.platform) if sys.platform != "darwin" else "macOS version unreadable"
+    from coremltools.models.utils import load_spec
+
+    spec_version = load_spec(str(path)).specificationVersion
+    target = SPEC_MIN_MACOS.get(spec_version)
+    if target is None:
+        return f"Core ML specification {spec_version} is newer than sweeplab knows; this Mac runs macOS {_version(host)}"
+    if host < target:
+        return (
+            f"the package targets macOS {_version(target)}+ (Core ML specification {spec_version}); this Mac runs "
+            f"macOS {_version(host)}: export with an older export.deployment_target to check it here"
+        )
+    if needs is not None and host < needs:
+        return f"needs macOS {_version(needs)}+; this Mac runs macOS {_version(host)}"
+    return None
+
+
+def on_device(path: Path, output_name: str, cases: list[Case], expected: list[np.ndarray], tolerance: float) -> dict:
+    """Core ML's own prediction on the same cases, with the CPU and the Neural Engine (CPU_AND_NE: with ALL, Core ML
+    may run the package on the GPU, whose numerics are not the Neural Engine's); skipped, with the reason, where
+    `why_not_here` says it cannot load."""
+    reason = why_not_here(path)
+    if reason is not None:
+        return {"skipped": reason}
     import coremltools as ct
 
-    model = ct.models.MLModel(str(path), compute_units=ct.ComputeUnit.ALL)
-    return compare_cases(model.predict, output_name, cases, expected, tolerance)
+    model = ct.models.MLModel(str(path), compute_units=ct.ComputeUnit.CPU_AND_NE)
+    return {**compare_cases(model.predict, output_name, cases, expected, tolerance), "compute_units": "CPU_AND_NE"}
 
 
 def _device_kind(device) -> str:
@@ -211,14 +256,16 @@ def _device_kind(device) -> str:
 
 
 def placement(path: Path) -> dict:
-    """MLComputePlan: the share of ops and of estimated cost on the Neural Engine, GPU and CPU; skipped off macOS."""
-    if sys.platform != "darwin":
-        return {"skipped": NOT_ON_MAC.format(platform=sys.platform)}
+    """MLComputePlan for the CPU and the Neural Engine (CPU_AND_NE): the share of ops and of estimated cost on each;
+    skipped, with the reason, off macOS 14.4+ or where `why_not_here` says the package cannot load."""
+    reason = why_not_here(path, needs=COMPUTE_PLAN_MACOS)
+    if reason is not None:
+        return {"skipped": f"MLComputePlan: {reason}"}
     import coremltools as ct
     from coremltools.models.compute_plan import MLComputePlan
 
     compiled = ct.models.utils.compile_model(str(path))
-    plan = MLComputePlan.load_from_path(compiled, compute_units=ct.ComputeUnit.ALL)
+    plan = MLComputePlan.load_from_path(compiled, compute_units=ct.ComputeUnit.CPU_AND_NE)
     operations = plan.model_structure.program.functions["main"].block.operations
     ops: dict[str, int] = {}
     cost: dict[str, float] = {}
@@ -239,6 +286,7 @@ def placement(path: Path) -> dict:
         "cost_share": {k: v / total_cost for k, v in sorted(cost.items())},
         "ops": ops,
         "by_op_type": per_op_type,
+        "compute_units": "CPU_AND_NE",
     }
 
 
@@ -247,9 +295,11 @@ __all__ = [
     "check_weights",
     "compare_cases",
     "errors",
+    "host_macos",
     "on_device",
     "placement",
     "random_cases",
     "real_cases",
     "torch_outputs",
+    "why_not_here",
 ]

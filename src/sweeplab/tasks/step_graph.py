@@ -4,8 +4,8 @@ and replayed every step after, so the host launches one graph instead of hundred
 Small batches are bound by the host: TextBridge at batch 32 spends ~5 ms per step launching kernels that run for
 ~1 ms (BENCHMARKS.md). A replay costs a few microseconds of host time whatever the graph holds.
 
-What is captured: zeroed gradients, autocast forward + loss, backward, global-norm clipping (foreach, no host
-sync). What is not: the optimizer step, which the caller runs eagerly right after (Lightning's `optimizer.step()`,
+What is captured: zeroed gradients, autocast forward + loss, backward, global-norm clipping (foreach on CUDA, no
+host sync). What is not: the optimizer step, which the caller runs eagerly right after (Lightning's `optimizer.step()`,
 so its step counter, hooks, checkpointed optimizer state and LR schedule work as in any run; torch's fused AdamW is
 a handful of launches). The recipe is PyTorch's "whole network capture" (torch.cuda.graphs docs):
 
@@ -27,6 +27,8 @@ import logging
 from collections.abc import Callable
 
 import torch
+
+from sweeplab.devices import copy_into
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,9 @@ class StepGraph:
             loss, metrics = self.loss_fn(batch)
         loss.backward()
         if self.grad_clip:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=self.device.type != "cpu")
+            # foreach=None: torch's multi-tensor kernels where it has them (CUDA), a loop elsewhere; torch 2.13 has
+            # none for MPS and foreach=True raises there (torch/utils/_foreach_utils.py). Lightning clips so too.
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=None)
         else:
             grad_norm = total_grad_norm(self.params, self.device)
         return loss.detach(), {k: v.detach() for k, v in metrics.items()}, grad_norm
@@ -197,7 +201,7 @@ class MultiStepGraph:
         if self.capture and self.graph is None and self.calls > self.warmup_calls:
             self._capture(batch)
         if self.graph is not None and self._fits(batch):
-            self.static_lrs.copy_(torch.tensor(lrs, dtype=self.static_lrs.dtype).pin_memory(), non_blocking=True)
+            copy_into(self.static_lrs, torch.tensor(lrs, dtype=self.static_lrs.dtype).pin_memory())
             replay(self.graph, self.static_inputs, batch, self.step.params, self.static_grads)
             self.replays += 1
             return self.static_outputs
@@ -261,7 +265,7 @@ def replay(graph: torch.cuda.CUDAGraph, static_inputs: dict, batch: dict, params
     """Copy the batch into the graph's input tensors, replay it, and point each `param.grad` back at the gradient
     tensor the graph writes (an eager step or `zero_grad(set_to_none=True)` in between replaces them)."""
     for key, static in static_inputs.items():
-        static.copy_(batch[key], non_blocking=True)
+        copy_into(static, batch[key])
     graph.replay()
     for p, grad in zip(params, static_grads):
         p.grad = grad
