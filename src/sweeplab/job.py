@@ -49,6 +49,7 @@ class FitResult:
     step: int
     best_path: str | None = None
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
+    clock: str | None = None  # which clock timed the steps ("device" or "host": StepTimer.clock_name)
 
 
 def start_fit(job: Job):
@@ -93,6 +94,8 @@ def finish(job: Job, result: FitResult) -> float | None:
     artifact, the export, the closing line, the job log. Returns the monitored metric (what a sweeper optimises)."""
     p, run = job.plan, job.run
     if run is not None:
+        if result.clock:
+            run.set_tag("timing.clock", result.clock)
         run.log_metrics(result.summary, step=result.step)
         if job.logger is not None:
             job.logger.wait_for_writes()

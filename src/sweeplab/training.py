@@ -51,6 +51,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
         "sweep_id": Path(sweep_dir).name if sweep_dir else "",
+        **backends.mps_fallback_tags(p.backend),
         **_preset_tags(),
     }
 

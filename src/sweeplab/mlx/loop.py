@@ -98,7 +98,7 @@ def fit(job: Job) -> FitResult:
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
-    return FitResult(summary, step, str(best.path) if best.path else None, best.score)
+    return FitResult(summary, step, str(best.path) if best.path else None, best.score, clock=timer.clock_name)
 
 
 def _shape_warm_up(datamodule, step_fn, max_steps: int):
