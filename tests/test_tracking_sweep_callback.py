@@ -11,8 +11,8 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from sweeplab import channels
-from sweeplab.tracking import mlflow_store
 from sweeplab.sweep_callback import MLflowSweepCallback, record_best
+from sweeplab.tracking import mlflow_store
 
 
 def _sweep_config(tmp_path, *overrides):
