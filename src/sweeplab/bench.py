@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab import CONF_DIR, backends, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
-from sweeplab.families import get_family, resolve
+from sweeplab.families import check_task, get_family, resolve
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store, naming
@@ -143,6 +143,7 @@ class RawLoop:
         self.datamodule.setup("fit")
         model_config = p.family.fit_model_to_data(p.model_config, self.datamodule, p.model_values)
         task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+        check_task(p.family, task)  # what the sweeplab job checks of it
         self.precision = p.trainer.precision
         self.model = task.model.to(self.device)
         if self.precision == "bf16-true":
