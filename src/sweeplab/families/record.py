@@ -3,12 +3,12 @@
 A record names the family's classes; sweeplab builds them the one way every family shares (docs/families.md):
 
     FAMILY = Family(
-        "mlp_regressor", monitor="val/loss", monitor_mode="min",
-        model_config="mlp_regressor.model:MLPConfig",   # a dataclass; SIZES beside it, `tiny` among them
-        model="mlp_regressor.model:MLPRegressor",       # MLPRegressor(config): export, resume, load_model
-        datamodule="mlp_regressor.data:RegressionData", # built from the `data` group (+ model_keys_for_data)
-        task="mlp_regressor.task:RegressionTask",       # RegressionTask(model_config, loss, optim)
-        config_searchpath="pkg://mlp_regressor.conf",
+        "my_family", monitor="val/loss", monitor_mode="min",
+        model_config="my_package.model:MyConfig",  # a dataclass; SIZES beside it, `tiny` among them
+        model="my_package.model:MyModel",          # MyModel(config): export, resume, load_model
+        datamodule="my_package.data:MyData",       # built from the `data` group (+ model_keys_for_data)
+        task="my_package.task:MyTask",             # MyTask(model_config, loss, optim)
+        config_searchpath="pkg://my_package.conf",
     )
 
 A target is imported on first use, so a record imports nothing heavy: the report, the search-path plugin and
