@@ -101,9 +101,10 @@ def test_the_host_preset_runs_one_and_four_steps_per_batch(tmp_path):
 
 
 def test_tiled_textbridge_data(demo_dir, tmp_path):
+    from sweeplab.families.textbridge.bench import tiled_textbridge_data
     from sweeplab.families.textbridge.formats import open_dataset
 
-    out = bench.tiled_textbridge_data(demo_dir, tmp_path, 1000)
+    out = tiled_textbridge_data(demo_dir, tmp_path, 1000)
     data = open_dataset(out)
     demo = open_dataset(demo_dir / "demo.efb1")
     assert len(data) == 1000 and (out / "tokenizer.json").exists()

@@ -8,9 +8,9 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from sweeplab.channels import FAULT_RAISE_ENV
-from sweeplab.data.device_batches import DeviceBatches
 from sweeplab.errors import ConfigError
 from sweeplab.families.textbridge.data import TextBridgeDataModule
+from sweeplab.families.textbridge.device_batches import DeviceBatches
 from sweeplab.families.textbridge.task import TextBridgeTask
 from sweeplab.plan import plan
 from sweeplab.training import train
@@ -103,7 +103,7 @@ def test_bad_pad_to_is_named(demo_dir):
 
 @pytest.mark.parametrize("cuda_graph, expected", [(False, "bucket"), (True, "max")])
 def test_pad_to_auto_buckets_and_is_recorded_resolved(demo_dir, cuda_graph, expected):
-    from sweeplab.data.device_batches import resolve_pad_to
+    from sweeplab.families.textbridge.device_batches import resolve_pad_to
 
     assert resolve_pad_to("auto", cuda_graph) == expected and resolve_pad_to("batch", cuda_graph) == "batch"
     p = plan(smoke_config(demo_dir))  # the config's default is auto; the CPU has no CUDA graphs

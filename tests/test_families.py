@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from sweeplab.data.sampling import ResumableShuffleBatchSampler, check_resumable
 from sweeplab.errors import ConfigError, UserError
+from sweeplab.families.pagating_lm.task import LMTask
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
@@ -119,3 +120,105 @@ def test_samples_are_counted_from_the_leading_dimension_of_any_batch():
     assert task.samples_in({"pair": (torch.zeros(3, 1),)}) == 3
     with pytest.raises(TypeError, match="leading dimension"):
         task.samples_in({"scale": torch.tensor(1.0)})
+
+
+# --- the family contract: each missing piece is one line naming it, before any training ---------------------------
+class _NotATask:
+    family = ""
+
+
+class _UnnamedLMTask(LMTask):
+    family = ""  # left to the record, which names it
+
+
+def _small_family(**changes):
+    """The paGating LM as a record of targets (nothing is imported or built until a check asks)."""
+    from sweeplab.families import Family
+
+    fields = dict(
+        monitor="val/ppl", monitor_mode="min", model_config="sweeplab.models.gpt:GPTConfig", model="sweeplab.models.gpt:GPT",
+        datamodule="sweeplab.families.pagating_lm.data:LMDataModule", task=f"{__name__}:_UnnamedLMTask",
+        model_keys_for_data=("block_size",),
+    )
+    return Family("forgetful", **{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "config", "message"),
+    [
+        ({}, {}, None),  # the whole record: passes
+        ({"model_config": None}, {}, "family forgetful: its record has no model_config; set model_config="),
+        ({"datamodule": None}, {}, "family forgetful: its record has no datamodule; set datamodule="),
+        ({"task": None}, {}, "family forgetful: its record has no task; set task="),
+        ({"sizes": {"small": {}}}, {}, "its sizes \\(small\\) have no 'tiny', which debug=smoke"),
+        ({"task": f"{__name__}:_NotATask"}, {}, "is not a subclass of sweeplab.tasks.base.SweepTask"),
+        ({"task": "sweeplab.families.pagating_lm.task:NoSuchTask"}, {}, "task='sweeplab.families.pagating_lm.task:NoSuchTask'"),
+        ({"monitor": ""}, {}, "monitor='' names no logged metric"),
+        ({}, {"export": {"format": "coreml"}}, "the forgetful family has no Core ML export"),
+        ({}, {"backend": {"name": "mlx"}}, "the forgetful family has no MLX port"),
+    ],
+    ids=["complete", "model_config", "datamodule", "task", "tiny", "not-a-SweepTask", "bad-target", "monitor", "export", "mlx"],
+)
+def test_a_family_forgetting_a_contract_piece_is_refused_at_plan_time(changes, config, message):
+    from sweeplab.families import check_contract
+
+    family = _small_family(**changes)
+    if message is None:
+        check_contract(family, config)
+        return
+    with pytest.raises((UserError, ConfigError), match=message):
+        check_contract(family, config)
+
+
+def test_a_task_keeping_no_model_config_is_refused_before_training(tmp_path):
+    from sweeplab.families import check_task
+    from sweeplab.models.gpt import SIZES, GPTConfig
+    from sweeplab.tasks.base import SweepTask
+    from sweeplab.tasks.optim import OptimConfig
+
+    family = _small_family()
+    config = GPTConfig(**SIZES["tiny"], vocab_size=300)
+    check_task(family, family.build_task(config, {}, OptimConfig()))  # the record's builder: family name and hparams set
+
+    class Forgetful(SweepTask):  # a model without a dataclass `config`, and no hparams passed
+        family = "forgetful"
+
+        def __init__(self, model_config, loss, optim):
+            super().__init__(torch.nn.Linear(2, 2), optim)
+
+    with pytest.raises(UserError, match="keeps no model config in hparams\\['model'\\]"):
+        check_task(family, Forgetful(config, None, OptimConfig()))
+    with pytest.raises(UserError, match="says family='pagating_lm'; set it to 'forgetful'"):
+        check_task(family, LMTask(config, None, OptimConfig()))
+    assert not list(tmp_path.iterdir())  # nothing trained, nothing written
+
+
+def test_a_registered_family_without_config_searchpath_is_named_at_composition(tmp_path, monkeypatch):
+    from sweeplab import families
+    from sweeplab.train import composition_error
+
+    monkeypatch.setattr(families, "_entry_points", lambda: {"forgetful": None})
+    monkeypatch.setattr(families, "get_family", lambda name: _small_family())
+    exc = Exception("In 'train': Could not find 'model/forgetful'")
+    assert "family forgetful sets no config_searchpath" in str(composition_error(exc))
+    assert families.missing_config_hint("Could not find 'model/textbridge2'") is None  # not a registered family
+
+
+def test_a_record_written_for_0_1_works_with_one_deprecation_line(caplog):
+    from sweeplab.families import Family
+    from sweeplab.families.record import _warned
+
+    family = Family(
+        "old_style", monitor="val/loss", monitor_mode="min",
+        build_model_config=lambda values: values, build_datamodule=lambda values, config: values,
+        build_task=lambda config, loss, optim: None, name_parts=lambda cfg: {"model.x": "x=1"}, report_params=("model.x",),
+    )
+    assert family.build_model_config({"a": 1}) == {"a": 1} and family.report_keys == ("model.x",)
+    assert family.name_parts(None) == {"model.x": "x=1"}
+    _warned.discard("old_style")
+    with caplog.at_level("WARNING", logger="sweeplab.families"):
+        family.warn_if_legacy()
+        family.warn_if_legacy()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("family old_style: its record sets build_model_config, build_datamodule, build_task, name_parts, report_params, deprecated")
+    assert "model_config='pkg.model:Config'" in line and "report_keys=(...)" in line

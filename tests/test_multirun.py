@@ -29,7 +29,7 @@ def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri
     assert {r.data.tags["sweep_id"] for r in children} == {parents[0].data.tags["sweep_id"]}
     # the comparison table is printed and attached to the parent run
     assert "every run: status FINISHED, backend cpu" in result.stdout, result.stdout[-3000:]
-    assert "| bs=8 textbridge tiny a=0.7 b=0.7 steps=10 cpu | 8 |" in result.stdout, result.stdout[-3000:]
+    assert "| bs=8 textbridge tiny α=0.7 β=0.7 steps=10 cpu | 8 |" in result.stdout, result.stdout[-3000:]
     # how to run each job again, and who ran it from where, in the UI's description and source fields
     job = next(r for r in children if r.data.params["data.batch_size"] == "8")
     assert job.data.tags["mlflow.note.content"].startswith("python -m sweeplab.train debug=smoke ")

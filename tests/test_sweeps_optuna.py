@@ -46,7 +46,7 @@ def test_optuna_trials_that_differ_in_any_param_have_different_run_names(demo_di
     names = {r.info.run_name for r in trials}
     assert len({r.data.params["optim.lr"] for r in trials}) == len(names) == 3, names
     for name in names:  # the swept keys first, where a narrow column still shows them
-        assert name.startswith("a=0.7 b=0.5 lr=") and " textbridge tiny bs=16 steps=2 cpu" in name, name
+        assert name.startswith("α=0.7 β=0.5 lr=") and " textbridge tiny bs=16 steps=2 cpu" in name, name
 
 
 @pytest.mark.slow

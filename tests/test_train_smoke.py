@@ -29,7 +29,7 @@ def test_smoke_run_logs_the_named_metrics(demo_dir, mlflow_uri):
     assert run.info.status == "FINISHED"
     assert TRAIN_METRICS | VAL_METRICS | SUMMARY <= set(run.data.metrics)
     assert run.data.params["loss.alpha"] == "1.0" and run.data.params["data.batch_size"] == "16"
-    assert run.data.tags["mlflow.runName"] == "textbridge tiny bs=16 a=1 b=0.5 steps=20 cpu"  # smoke: not the defaults
+    assert run.data.tags["mlflow.runName"] == "textbridge tiny bs=16 α=1 β=0.5 steps=20 cpu"  # smoke: not the defaults
     for tag in ("backend", "device", "torch", "lightning", "git_commit", "sweep_id"):
         assert tag in run.data.tags
     assert best == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))

@@ -11,8 +11,9 @@ include data loading. Results: bench.md and bench.csv under reports/bench/<time>
 them, and one child run per sweeplab job with `bench/raw_samples_per_sec` and `bench/overhead` added.
 
 TextBridge's teacher targets are pre-computed in the dataset files (EFB1/JSONL `target`), so no row ever runs a
-teacher: "pre-cached teacher targets" is how TextBridge always trains here. For batches larger than the demo set
-allows, the bench tiles the demo's records into a larger EFB1 file (`bench.textbridge_samples`).
+teacher: "pre-cached teacher targets" is how TextBridge always trains here. For batches larger than a family's demo
+data allows, `bench.data_samples` asks each row's family for more (`Family.bench_data`: TextBridge tiles its demo
+set's records into a larger EFB1 file).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab import CONF_DIR, backends, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
+from sweeplab.families import check_task, get_family, resolve
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_csv, to_markdown
 from sweeplab.tracking import mlflow_store, naming
@@ -63,7 +65,7 @@ class BenchSettings:
     steps: int = 40  # timed optimizer steps per run
     repeats: int = 2  # sweeplab/raw pairs per row, alternating order
     limit_val_batches: int = 2  # the one validation at the end of each sweeplab job (never timed)
-    textbridge_samples: int = 0  # >0: tile the demo set to this many records for TextBridge rows
+    data_samples: int = 0  # >0: rows whose family has bench data (Family.bench_data) train on this many samples
     only: str = ""  # comma-separated: run only rows whose name contains one of these
     # one untimed raw-loop run per row first, so neither side's first timed run pays first-time costs: compile
     # caches, page cache, cuDNN autotuning, and on a CPU oneDNN's kernels for each new shape (TextBridge batches
@@ -142,6 +144,7 @@ class RawLoop:
         self.datamodule.setup("fit")
         model_config = p.family.fit_model_to_data(p.model_config, self.datamodule, p.model_values)
         task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+        check_task(p.family, task)  # what the sweeplab job checks of it
         self.precision = p.trainer.precision
         self.model = task.model.to(self.device)
         if self.precision == "bf16-true":
@@ -315,7 +318,11 @@ class RowResult:
         return [sweeplab_rate(s) / r["samples_per_sec"] for s, r in zip(self.sweeplab, self.raw)]
 
 
-def row_config(row: BenchRow, settings: BenchSettings, experiment: list[str], row_args: list[str], data_path: str | None) -> DictConfig:
+def row_config(
+    row: BenchRow, settings: BenchSettings, experiment: list[str], row_args: list[str], data_root: Path | None = None
+) -> DictConfig:
+    """A row's job config; with `bench.data_samples`, the data keys its family's `bench_data` sets, the data written
+    under `data_root` (None: <paths.data_dir>/bench)."""
     warmup = settings.warmup_steps if row.warmup_steps is None else row.warmup_steps
     steps = settings.steps if row.steps is None else row.steps
     max_steps = warmup + steps
@@ -332,8 +339,11 @@ def row_config(row: BenchRow, settings: BenchSettings, experiment: list[str], ro
         cfg.pop("bench", None)
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1  # periodic checkpoints are the user's cadence, not per step
-        if data_path and cfg.model.family == "textbridge" and cfg.data.path is None:
-            cfg.data.path = data_path
+        if settings.data_samples > 0 and (bench_data := get_family(cfg.model.family).bench_data) is not None:
+            data = OmegaConf.to_container(cfg.data, resolve=True)
+            out_dir = data_root or Path(cfg.paths.data_dir) / "bench"
+            for key, value in resolve(bench_data, f"family {cfg.model.family}", "bench_data")(data, settings.data_samples, out_dir).items():
+                cfg.data[key] = value
     return cfg
 
 
@@ -405,28 +415,6 @@ def run_row(
     del raw_loop
     devices.release_earlier_jobs()
     return result
-
-
-# --- data for large TextBridge batches --------------------------------------------------------------
-def tiled_textbridge_data(demo_dir: Path, out_dir: Path, n_samples: int) -> Path:
-    """The demo set's records repeated to `n_samples` (an EFB1 file with the demo tokenizer beside it)."""
-    import shutil
-
-    from sweeplab.families.textbridge.formats import open_dataset, write_efb1
-    from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
-
-    if read_manifest(demo_dir) is None:
-        prepare_textbridge_demo(demo_dir)
-    target = out_dir / f"textbridge_tiled_{n_samples}" / "data.efb1"
-    if target.exists():
-        return target.parent
-    source = open_dataset(demo_dir / "demo.efb1")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_efb1(target, (source[i % len(source)] for i in range(n_samples)))
-    source.close()
-    if (demo_dir / "tokenizer.json").exists():
-        shutil.copy(demo_dir / "tokenizer.json", target.parent / "tokenizer.json")
-    return target.parent
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -590,19 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parent_run_id = parent.info.run_id
 
-    data_path = None
-    if settings.textbridge_samples > 0:
-        base = compose(["model=textbridge"])
-        data_root = Path(base.paths.data_dir) / "bench"
-        data_path = str(tiled_textbridge_data(Path(base.data.demo_dir), data_root, settings.textbridge_samples))
-
     results: list[RowResult] = []
     status = "FINISHED"
     try:
         for row in settings.rows:
             if not wanted(row, settings.only):
                 continue
-            cfg = row_config(row, settings, experiment, row_args, data_path)
+            cfg = row_config(row, settings, experiment, row_args)
             if row.role == "accelerator" and not has_accelerator:
                 results.append(RowResult(row, cfg, skipped="skipped: no accelerator"))
                 continue

@@ -17,9 +17,9 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.devices import release_earlier_jobs
-from sweeplab.errors import UserError
+from sweeplab.families import check_task
+from sweeplab.families.contract import training_data_path
 from sweeplab.plan import JobPlan
-from sweeplab.tasks.base import SweepTask
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -65,28 +65,10 @@ def start_fit(job: Job):
         data_path = training_data_path(datamodule)
         if data_path is not None:
             job.run.log_training_data(data_path, name=data_path.name)
-    task = build_task(p.family, model_config, p.container.get("loss") or {}, p.optim)
+    task = p.family.make_task(model_config, p.loss_config, p.container.get("loss") or {}, p.optim)
+    check_task(p.family, task)
     task.mlflow_run_id = job.run_id
     return datamodule, model_config, task
-
-
-def build_task(family, model_config, loss_config, optim) -> SweepTask:
-    """The family's task, checked against the contract the rest of the app relies on."""
-    task = family.build_task(model_config, loss_config, optim)
-    if not isinstance(task, SweepTask):
-        raise UserError(f"family {family.name}: build_task returned a {type(task).__name__}, not a sweeplab SweepTask")
-    if task.family != family.name:
-        raise UserError(f"family {family.name}: its task {type(task).__name__} says family={task.family!r}; set it "
-                        f"to {family.name!r} (checkpoints name their family by it)")
-    return task
-
-
-def training_data_path(datamodule) -> Path | None:
-    """The file or directory a datamodule trains on (the demo data's directory once prepared); None: in memory."""
-    path = getattr(datamodule, "path", None)
-    if path is None and hasattr(datamodule, "_data_path"):  # TextBridge's demo data, prepared on first use
-        path = datamodule._data_path()
-    return Path(path) if path is not None and Path(path).exists() else None
 
 
 def finish(job: Job, result: FitResult) -> float | None:
@@ -140,4 +122,4 @@ def job_log_file() -> Path | None:
     return path if path.exists() else None
 
 
-__all__ = ["FitResult", "Job", "build_task", "final_line", "finish", "start_fit", "training_data_path"]
+__all__ = ["FitResult", "Job", "final_line", "finish", "start_fit"]

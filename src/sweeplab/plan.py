@@ -18,9 +18,8 @@ from sweeplab import backends, rules, tuning
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer
 from sweeplab.config import bind, build
-from sweeplab.data.device_batches import resolve_pad_to
 from sweeplab.errors import ConfigError
-from sweeplab.families import get_family
+from sweeplab.families import check_contract, get_family
 from sweeplab.tasks.optim import OptimConfig
 
 log = logging.getLogger(__name__)
@@ -104,6 +103,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         raise ConfigError(getattr(exc, "full_key", "config") or "config", str(exc).splitlines()[0]) from None
     container.pop("hydra", None)
     family = get_family(container["model"].get("family", ""))
+    check_contract(family, container)  # a record missing a piece is named now, before anything is built
     model_config = family.build_model_config(container["model"])
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
@@ -153,8 +153,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         devices=trainer.devices,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
     )
-    if "pad_to" in container["data"]:  # TextBridge; the resolved mode is what the run's params record
-        container["data"]["pad_to"] = resolve_pad_to(container["data"]["pad_to"], cuda_graph)
+    container["data"] = family.data_group(container)  # what the family decides from the whole config is recorded
     datamodule = family.build_datamodule(container["data"], model_config)
     if steps_per_batch > 1:
         rules.check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeplab import channels, stability
+from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
 from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 # Params every table shows (when present), then the family's own, then whatever else varies between the jobs.
 BASE_PARAMS = ["data.batch_size"]
-SHORT = {"data.batch_size": "bs", "loss.alpha": "α", "loss.beta": "β", "model.unit": "unit", "model.alpha": "α mode"}
 IGNORED_VARYING = {"data.seed"}
 PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "speedup", "stability"]
 STABILITY_NOTE = (
@@ -109,13 +109,25 @@ def final_metric(family: str) -> tuple[str, str]:
     return record.final_metric if record else ("val/loss", "val loss")
 
 
+def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, str]:
+    """{key: column header}: its short label; the whole key where two keys of one table share a label (two families'
+    α: loss.alpha and model.alpha)."""
+    headers: dict[str, str] = {}
+    for key in keys:
+        short = config_labels.label(key, family_labels, whole_key=True)
+        headers[key] = key if short in headers.values() else short
+    return headers
+
+
 def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     families = {r.data.tags.get("family", "") for r in runs}
     param_keys = list(BASE_PARAMS)
+    labels: dict[str, str] = {}  # the short labels of the families' keys (sweeplab.labels), one column per key
     for family in sorted(families):
         record = _family(family)
-        param_keys += [k for k in (record.report_params if record else ()) if k not in param_keys]
+        param_keys += [k for k in (record.report_keys if record else ()) if k not in param_keys]
+        labels.update({k: v for k, v in (record.labels if record else {}).items() if k not in labels})
     # a job that failed before training has no params: it would make every key look varying; its row shows the
     # status and the error only
     configured = [r for r in runs if r.data.params]
@@ -126,7 +138,8 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in configured}) > 1
     ]
     param_keys += varying
-    columns = ["run", "status", "backend", "device", *[SHORT.get(k, k) for k in param_keys]]
+    headers = _column_labels(param_keys, labels)
+    columns = ["run", "status", "backend", "device", *headers.values()]
     columns += ["precision", "compile", *PERF_COLUMNS, "final metric"]
     base_index = pick_baseline(runs, baseline)
     base_metrics = runs[base_index].data.metrics if base_index is not None else {}
@@ -165,7 +178,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
             "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
-            row[SHORT.get(k, k)] = r.data.params.get(k, "")
+            row[headers[k]] = r.data.params.get(k, "")
         # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
         # ratio; the stability column says why it is not claimed)
         row[NUMBERS] = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sweeplab import backends
 from sweeplab.errors import ConfigError
+from sweeplab.families.contract import serves_steps_per_batch
 
 
 def check_steps_per_batch(
@@ -15,7 +16,7 @@ def check_steps_per_batch(
     every step count that decides something (stop, validate, log, checkpoint, check for non-finite values, the
     timer's warm-up and windows) must fall on a batch's edge, or the run would do it at another step than it says."""
     data = container["data"]
-    if not data.get("on_device", False) or not hasattr(datamodule, "steps_per_batch"):
+    if not data.get("on_device", False) or not serves_steps_per_batch(datamodule):
         raise ConfigError("steps_per_batch", f"a batch of {k} optimizer steps takes its rows from data.on_device=true "
                           f"(model.family={container['model'].get('family')!r} with data.on_device={data.get('on_device')})")
     if data.get("pad_to") != "max":
@@ -50,8 +51,6 @@ def check_mlx(p) -> None:
     """What the MLX loop cannot do yet (backend=mlx), refused before any run exists."""
     container = p.container
     backends.mlx_device(p.backend_config.device)  # backend.device=gpu where MLX has none
-    if p.family.build_mlx_model is None:
-        raise ConfigError("backend", f"the {p.family.name} family has no MLX model; use a PyTorch backend")
     if container.get("resume") not in (False, None):
         raise ConfigError("resume", "backend=mlx does not resume runs yet; start a new run (resume=false)")
     if (container.get("data") or {}).get("on_device"):

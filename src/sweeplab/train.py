@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from sweeplab import CONF_DIR, channels, interrupts
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
+from sweeplab.families import missing_config_hint
 
 log = logging.getLogger("sweeplab")
 quiet_libraries()
@@ -63,6 +64,8 @@ def composition_error(exc: Exception) -> UserError:
         start = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
         options = [line for line in lines[start + 1 :] if not line.startswith(("Config search path", "provider="))]
         text += f"; available: {', '.join(options)}"
+    if (hint := missing_config_hint(str(exc))) is not None:  # a registered family's configs out of Hydra's sight
+        text += f"; {hint}"
     return UserError(f"config error: {text.removeprefix('In ' + repr('train') + ': ')}")
 
 

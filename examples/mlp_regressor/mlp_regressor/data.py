@@ -1,13 +1,13 @@
 """Synthetic regression data made from a seed: y = sin(x·w) + noise."""
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
+from sweeplab.families.contract import FamilyDataModule
 
 
-class RegressionData(L.LightningDataModule):
+class RegressionData(FamilyDataModule):  # a LightningDataModule; its optional hooks: none needed (data in memory)
     def __init__(self, in_dim: int, n_samples: int = 4096, batch_size: int = 64, noise: float = 0.05,
                  val_fraction: float = 0.1, seed: int = 0):
         super().__init__()

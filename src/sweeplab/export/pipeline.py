@@ -146,7 +146,7 @@ def export_checkpoint(
     cases = _cases(loaded.family, options, vocab_size, options.seq_lens or [seq_len])  # bad real_data fails here
 
     try:
-        module = to_ane_layout(loaded.model) if options.layout == "ane" else loaded.model
+        module = to_ane_layout(loaded.model, get_family(loaded.family)) if options.layout == "ane" else loaded.model
     except ValueError as exc:
         raise UserError(f"export.layout=ane: {exc}") from None
     log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)

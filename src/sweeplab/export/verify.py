@@ -84,13 +84,14 @@ def real_cases(
     path = Path(path)
     if not path.exists():
         raise UserError(f"export.real_data={path}: no such file or directory")
-    from sweeplab.families import get_family
+    from sweeplab.families import get_family, resolve
 
     spec = get_family(family).export
     if spec is None or spec.real_rows is None:
         raise UserError(f"export.real_data={path}: the {family} family has no real-data reader; leave it unset")
     try:
-        rows = spec.real_rows(path, vocab_size, max(seq_lens), n * batch_size)
+        read_rows = resolve(spec.real_rows, f"family {family}", "export.real_rows")
+        rows = read_rows(path, vocab_size, max(seq_lens), n * batch_size)
     except (DataFormatError, UserError) as exc:
         raise UserError(f"export.real_data={path}: {exc}") from None
     if not rows:

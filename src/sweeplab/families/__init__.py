@@ -1,9 +1,10 @@
 """Model families: what sweeplab needs to know about a model to plan, train, report, bench and export it.
 
-A family is one `Family` record. `model.family=<name>` in a config picks it; training, the sweep callback, the
-report, the bench and the export ask the record, never a table of their own. The two built-in families live in
-`families/textbridge/` and `families/pagating_lm/`, each with its task, data module and record (`FAMILY` in the
-package's `__init__`).
+A family is one `Family` record (families/record.py), mostly lazy "module:Name" targets of its classes.
+`model.family=<name>` in a config picks it; training, the sweep callback, the report, the bench and the export ask
+the record, never a table of their own. The two built-in families live in `families/textbridge/` and
+`families/pagating_lm/`, each with its task, data module, record (`FAMILY` in the package's `__init__`) and its
+family-only code (Neural-Engine layout, on-device batches, bench data).
 
 A family from outside sweeplab registers the same way, through a Python entry point in its own package's
 metadata (why an entry point and not a `_target_` in the model config: the report, the export and `resume` meet a
@@ -12,117 +13,35 @@ family by its name alone, in a run's tags or a checkpoint, long after the config
     [project.entry-points."sweeplab.families"]
     my_family = "my_package:FAMILY"
 
-Its configs (`model/<name>.yaml`, `data/<name>.yaml`, `loss/<name>.yaml`, any sweeps) join sweeplab's through
-`Family.config_searchpath` (e.g. "pkg://my_package.conf"), which sweeplab's Hydra search-path plugin
-(`hydra_plugins/sweeplab_families`) adds for every registered family. The checkout's `examples/` holds a
-complete one.
+Its configs (`model/<name>.yaml`, `data/<name>.yaml`, `loss/<name>.yaml` when its loss has settings, any sweeps)
+join sweeplab's through `Family.config_searchpath` (e.g. "pkg://my_package.conf"), which sweeplab's Hydra
+search-path plugin (`hydra_plugins/sweeplab_families`) adds for every registered family. The checkout's
+`examples/` holds a complete one; docs/families.md is the author's guide.
 
-The contract a family's objects keep (each is checked where it can be, with an error naming the family):
-- the task subclasses `tasks.base.SweepTask` and defines `training_loss(batch) -> (loss, {name: tensor})` in plain
-  torch (no Lightning calls): it is what trains, what torch.compile and CUDA graphs capture, and what the bench's
-  hand-written loop runs;
-- a batch is a dict of tensors whose leading dimension is the batch size (the timer counts samples from it);
-  a task with tokens or a FLOP count says so in `tokens_in` / `flops_in`;
-- the training DataLoader draws its batches from `data.sampling.ResumableShuffleBatchSampler`: it shards itself
-  across DDP ranks and resumes mid-epoch. A loader without it is refused when `trainer.devices > 1` or `resume` is
-  set (every rank would train on the same batches; a resumed run would start its epoch again);
-- the model config group has `family` and `size` keys, and the family's sizes include `tiny`, which `debug=smoke`
-  asks for.
+The contract a family's objects keep is checked before any job trains (`families.checks.check_contract`, called by
+the plan; `check_task`, called right after the task is built), each failure one line naming the missing piece;
+the optional hooks of a data module and a task are declared, with their meaning, in `families/contract.py`.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import re
 from functools import cache
 from importlib.metadata import entry_points
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from sweeplab.errors import ConfigError, UserError
-from sweeplab.tracking.naming import name_value  # noqa: F401  (family records name their runs' values with it)
-
-if TYPE_CHECKING:
-    import lightning as L
-    import numpy as np
-
-    from sweeplab.tasks.base import SweepTask
-    from sweeplab.tasks.optim import OptimConfig
+from sweeplab.families.checks import check_contract, check_task
+from sweeplab.families.record import ExportSpec, Family, Target, resolve
+from sweeplab.tracking.naming import name_value  # noqa: F401  (0.1 records format their run names' values with it)
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "sweeplab.families"
 # the built-in families, by the module holding their record (imported only when asked for)
 BUILTIN = {"textbridge": "sweeplab.families.textbridge", "pagating_lm": "sweeplab.families.pagating_lm"}
-
-
-@dataclass(frozen=True)
-class ExportSpec:
-    """What the Core ML export needs to know about a family's model (forward(input_ids, attention_mask) -> tensor)."""
-
-    output: str  # the Core ML output's name
-    context: str  # the model config field holding the longest sequence the model takes
-    summary: str  # the output, as the package's description shows it
-    # (path, vocab_size, seq_len, max_rows) -> rows of real token ids for the export's checks (export.real_data)
-    real_rows: Callable[[Path, int, int, int], list[np.ndarray]] | None = None
-
-
-def _no_loss_settings(values: Mapping[str, Any]) -> None:
-    if values:
-        raise ConfigError(f"loss.{next(iter(values))}", "this family's loss takes no settings (its `loss` group is empty)")
-
-
-def _model_fits_any_data(model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:
-    return model_config
-
-
-@dataclass(frozen=True)
-class Family:
-    """One model family. The first six fields are required; every other one has a default that works.
-
-    Functions receive the config groups as plain dicts (Hydra's composed values, interpolations resolved) and raise
-    `ConfigError(key, problem)` for a bad value, which sweeplab prints as one line before any job trains.
-    """
-
-    name: str
-    # the validation metric the best checkpoint and a sweeper optimise, and which way
-    monitor: str
-    monitor_mode: Literal["max", "min"]
-    # `model` group -> the model's config object (`config.build_sized` builds a dataclass from a named size)
-    build_model_config: Callable[[Mapping[str, Any]], Any]
-    # (`data` group, model config) -> a LightningDataModule, constructed but no data read yet
-    build_datamodule: Callable[[Mapping[str, Any], Any], L.LightningDataModule]
-    # (model config, `loss` group, optimizer config) -> the task (a SweepTask)
-    build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask]
-    # checks the `loss` group up front (before any data is read); the default accepts an empty group only
-    check_loss: Callable[[Mapping[str, Any]], Any] = _no_loss_settings
-    # after the data is set up: fill in what the data decides (vocabulary, output size); gets the model keys as the
-    # user wrote them, so it can tell "unset" from a value to check
-    fit_model_to_data: Callable[[Any, L.LightningDataModule, Mapping[str, Any]], Any] = _model_fits_any_data
-    # the config keys a run's name always shows, as {dotted key: "short=value"} (a swept key is named anyway)
-    name_parts: Callable[[Any], dict[str, str]] = lambda cfg: {}
-    # a checkpoint's `model` hyperparameters -> model config, and model config -> plain nn.Module (export, resume)
-    model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = None
-    build_model: Callable[[Any], Any] | None = None
-    # the report: config keys its table shows for this family (after the batch size), and the final metric column
-    report_params: tuple[str, ...] = ()
-    report_metric: tuple[str, str] | None = None  # (metric, column label); None: the monitored metric
-    # the Core ML export; None: this family is not exported
-    export: ExportSpec | None = None
-    # where Hydra finds the family's configs, e.g. "pkg://my_package.conf"; None: in sweeplab's own conf/
-    config_searchpath: str | None = None
-    # model config -> the MLX port of build_model's module (backend=mlx); None: the family has no MLX port
-    build_mlx_model: Callable[[Any], Any] | None = None
-
-    def __post_init__(self) -> None:
-        if self.monitor_mode not in ("max", "min"):
-            raise ValueError(f"family {self.name}: monitor_mode must be 'max' or 'min', got {self.monitor_mode!r}")
-
-    @property
-    def final_metric(self) -> tuple[str, str]:
-        return self.report_metric or (self.monitor, self.monitor.replace("/", " "))
 
 
 @cache
@@ -155,6 +74,7 @@ def get_family(name: str) -> Family:
         raise UserError(f"family {name!r}: entry point {ep.value} is a {type(family).__name__}, not a sweeplab Family")
     if family.name != name:
         raise UserError(f"family {name!r}: entry point {ep.value} holds the record of {family.name!r}")
+    family.warn_if_legacy()
     return family
 
 
@@ -172,4 +92,24 @@ def config_searchpaths() -> list[str]:
     return paths
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ExportSpec", "Family", "config_searchpaths", "get_family", "name_value", "names"]
+def missing_config_hint(message: str) -> str | None:
+    """What to change when Hydra could not find a registered family's config (`Could not find 'model/cnn1d'`): the
+    record sets no `config_searchpath`, or the package holding it ships no such file; None for any other message."""
+    found = re.search(r"Could not (?:find|load) '(\w+)/([\w.-]+)'", message)
+    if found is None or found.group(2) not in _entry_points():
+        return None
+    group, name = found.groups()
+    try:
+        family = get_family(name)
+    except UserError as exc:
+        return str(exc)
+    if family.config_searchpath is None:
+        return (f"family {name} sets no config_searchpath, so Hydra looks for {group}/{name}.yaml in sweeplab's conf/ only; "
+                f"set config_searchpath='pkg://<its package>.conf' in its record")
+    return f"family {name}: {family.config_searchpath} has no {group}/{name}.yaml; ship it as package data of the family's package"
+
+
+__all__ = [
+    "BUILTIN", "ENTRY_POINT_GROUP", "ExportSpec", "Family", "Target", "check_contract", "check_task",
+    "config_searchpaths", "get_family", "missing_config_hint", "names", "resolve",
+]

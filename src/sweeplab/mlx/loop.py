@@ -70,7 +70,7 @@ def fit(job: Job) -> FitResult:
     guard = NonFiniteGuard(**p.guard)  # its config checks; the checks themselves run on the step's flag below
     step_fn = CompiledStep(
         model,
-        lambda batch: model.training_loss(batch, getattr(task, "loss_config", None)),
+        lambda batch: model.training_loss(batch, task.loss_config),
         build_optimizer(p.optim, p.trainer.max_steps),
         p.optim.grad_clip,
         skip_nonfinite=guard.mode == "skip",

@@ -17,6 +17,9 @@ A task only says how to compute its training loss (`training_loss`: model forwar
 
 from __future__ import annotations
 
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
 import lightning as L
 import torch
 from torch import nn
@@ -34,19 +37,31 @@ from sweeplab.tasks.step_graph import (
 )
 
 
+def _own_hparams(model: nn.Module, loss: Any, optim: OptimConfig) -> dict[str, Any]:
+    """{"model": ..., "loss": ..., "optim": ...} of the configs that are dataclasses, as plain dicts."""
+    configs = {"model": getattr(model, "config", None), "loss": loss, "optim": optim}
+    return {name: asdict(config) for name, config in configs.items() if is_dataclass(config) and not isinstance(config, type)}
+
+
 class SweepTask(L.LightningModule):
-    """The base of every family's task. A family's task sets `family` (its record's name, kept in checkpoints) and
-    defines `training_loss`; validation is its own (`validation_step` logging `val/*`, among them the record's
-    `monitor`). The timer counts a batch's samples from the leading dimension of its tensors; a task with tokens or
-    a FLOP count overrides `tokens_in` / `flops_in`."""
+    """The base of every family's task, built by its record as `Task(model_config, loss, optim)`. A task defines
+    `training_loss`; validation is its own (`validation_step` logging `val/*`, among them the record's `monitor`).
+    The timer counts a batch's samples from the leading dimension of its tensors; a task with tokens or a FLOP count
+    overrides `tokens_in` / `flops_in`. The other hooks the engine reads are listed in `families/contract.py`.
 
-    family: str = ""
+    The hyperparameters a checkpoint keeps are the family's name, the model config (`hparams["model"]`: resume and
+    `tasks.checkpoint.load_model` rebuild the model from it), the loss config and the optimizer's: taken from
+    `model.config` and `loss` when they are dataclasses, so a task passes `hparams` only to keep something else."""
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, hparams: dict):
+    family: str = ""  # the record's name, kept in checkpoints; the record's builder sets it when a task leaves it empty
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, hparams: dict | None = None, loss: Any = None):
         super().__init__()
         self.model = model
         self.optim_config = optim
+        self.loss_config = loss  # the loss settings (None: the loss has none); the MLX port trains with them
         # plain dicts only: checkpoints stay loadable with torch.load(weights_only=True)
+        hparams = {**_own_hparams(model, loss, optim), **(hparams or {})}
         self.save_hyperparameters({"family": self.family, **hparams}, logger=False)  # the run logs the full config
         self.last_loss: torch.Tensor | None = None  # read by the non-finite guard before the optimizer step
         self.mlflow_run_id: str | None = None  # kept in checkpoints, so a resumed run continues the same MLflow run

@@ -2,8 +2,9 @@
 
 A job's name says what tells it from its neighbours, swept keys first (a narrow name column still shows them): the
 sweep callback writes the swept keys to the environment (channels.SWEPT_KEYS_ENV) before the first job, and each
-job, wherever it runs, reads them here. Each family supplies the keys its runs always show (`Family.name_parts`,
-values formatted with `name_value`). A run's description is the command that runs it again.
+job, wherever it runs, reads them here. Each family supplies the keys its runs always show (`Family.name_keys`);
+every key is shown by its short label (sweeplab.labels: the family's `labels`, then the engine's), values formatted
+with `name_value`. A run's description is the command that runs it again.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
 from sweeplab.channels import SWEPT_KEYS_ENV
+from sweeplab.labels import label
 
-_NAME_SHORT = {"data.batch_size": "bs", "loss.alpha": "a", "loss.beta": "b", "model.alpha": "a", "trainer.max_steps": "steps"}
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"
 
@@ -82,7 +83,7 @@ def run_name(p, cfg: DictConfig) -> str:
     parts = []
     for key, value in swept.items():
         if key not in _NAMED_AT_THE_END:
-            short = _NAME_SHORT.get(key, key.rsplit(".", 1)[-1].replace("/", "."))
+            short = label(key, p.family.labels)
             parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
     parts.append(p.family.name)
     size = OmegaConf.select(cfg, "model.size")
@@ -90,7 +91,7 @@ def run_name(p, cfg: DictConfig) -> str:
         parts.append(str(size))
     parts += family_parts.values()
     if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
-        parts.append(f"steps={p.trainer.max_steps}")
+        parts.append(f"{label('trainer.max_steps')}={p.trainer.max_steps}")
     parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import lightning as L
 import numpy as np
 import torch
 from annotated_types import Ge
@@ -38,6 +37,7 @@ from sweeplab.data.corpus import demo_lm_splits
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import UserError
+from sweeplab.families.contract import FamilyDataModule
 from sweeplab.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class PackedBlocks(Dataset):
 
 
 # --- the DataModule ----------------------------------------------------------------------------
-class LMDataModule(L.LightningDataModule):
+class LMDataModule(FamilyDataModule):  # its hook: path (None: the built-in corpus, in memory)
     def __init__(
         self,
         path: str | os.PathLike | None = None,

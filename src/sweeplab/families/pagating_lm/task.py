@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -23,8 +21,8 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class LMTask(SweepTask):
     family = "pagating_lm"
 
-    def __init__(self, model: GPTConfig, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
-        super().__init__(GPT(model), optim, {"model": asdict(model), "optim": asdict(optim)})
+    def __init__(self, model: GPTConfig, loss: None, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
+        super().__init__(GPT(model), optim)  # `loss`: None, cross-entropy takes no settings; hparams: model and optim
         self.alpha_log_every_n_steps = alpha_log_every_n_steps
         self._scheduled_alpha = model.ffn == "pagating" and str(model.alpha) in ("cosine", "linear")
         self._val_loss_sum = torch.zeros(())

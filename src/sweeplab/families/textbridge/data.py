@@ -5,7 +5,7 @@ run (the original's split was an unseeded shuffle). Batches are padded on the ri
 training batches with `pad_to="bucket"` to that rounded up to a multiple of `pad_multiple` (a few shapes, each warmed
 up before timing: `shape_warmup_batches`), with `pad_to="max"` to one fixed width (fixed shapes for CUDA graphs and
 torch.compile). The causal TCN pools with the mask, so extra right padding changes no real output. `on_device=true`
-serves training batches from tensors kept on the training device (`device_batches.DeviceBatches`) instead of a
+serves training batches from tensors kept on the training device (`device_batches.DeviceBatches`, beside this file) instead of a
 DataLoader.
 """
 
@@ -16,16 +16,16 @@ import logging
 from pathlib import Path
 from typing import Annotated
 
-import lightning as L
 import numpy as np
 import torch
 from annotated_types import Ge
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
-from sweeplab.data.device_batches import PAD_TO_MODES, DeviceBatches, Padding, ResidentSplit
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
+from sweeplab.families.contract import FamilyDataModule
+from sweeplab.families.textbridge.device_batches import PAD_TO_MODES, DeviceBatches, Padding, ResidentSplit
 from sweeplab.families.textbridge.formats import DataFormatError, SampleSource, open_dataset
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def collate_textbridge(
     return {"input_ids": input_ids, "attention_mask": attention_mask, "target": target, "sample_id": sample_id}
 
 
-class TextBridgeDataModule(L.LightningDataModule):
+class TextBridgeDataModule(FamilyDataModule):  # its hooks: path, data_path, steps_per_batch, shape_warmup_batches, device
     def __init__(
         self,
         path: str | None = None,
@@ -160,7 +160,7 @@ class TextBridgeDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.source is not None:  # one split for every stage
             return
-        source = open_dataset(self._data_path())
+        source = open_dataset(self.data_path())
         self.tokenizer = self._load_tokenizer(source)
         lengths, self._max_token_id = self._token_lengths(source)
         unmasked = source.unmasked_tokens if source.has_tokens else int(lengths.sum())
@@ -328,8 +328,10 @@ class TextBridgeDataModule(L.LightningDataModule):
         log.info("preparing the demo data in %s (once; about a minute on 2 cores, `make data` does it ahead)", self.demo_dir)
         return prepare_textbridge_demo(self.demo_dir)
 
-    def _data_path(self) -> Path:
+    def data_path(self) -> Path:
+        """`data.path`, else the demo set, prepared on first use."""
         return self._ensure_demo() if self.path is None else Path(self.path)
+
 
     def _load_tokenizer(self, source: SampleSource) -> TextTokenizer | None:
         if self.tokenizer_path is not None:

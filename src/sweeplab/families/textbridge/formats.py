@@ -521,3 +521,8 @@ def token_rows(path: Path, max_rows: int) -> list[np.ndarray]:
         ids, masks, _ = tokenizer.encode([sample.text], 1 << 20)
         rows.append(np.asarray(ids[0])[np.asarray(masks[0], dtype=bool)])
     return [row for row in rows if len(row)]
+
+
+def export_rows(path: Path, vocab_size: int, seq_len: int, max_rows: int) -> list[np.ndarray]:
+    """`ExportSpec.real_rows`: the token rows of a dataset file (every id is checked against the vocabulary later)."""
+    return token_rows(path, max_rows)

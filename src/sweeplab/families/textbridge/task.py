@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -107,10 +107,7 @@ class TextBridgeTask(SweepTask):
     family = "textbridge"
 
     def __init__(self, model: TextBridgeConfig, loss: LossConfig, optim: OptimConfig):
-        super().__init__(
-            TextBridgeEncoder(model), optim, {"model": asdict(model), "loss": asdict(loss), "optim": asdict(optim)}
-        )
-        self.loss_config = loss
+        super().__init__(TextBridgeEncoder(model), optim, loss=loss)  # hparams: model, loss and optim configs
         self.feature_cache: FrozenFeatureCache | None = None
         self._val_z: list[torch.Tensor] = []
         self._val_t: list[torch.Tensor] = []

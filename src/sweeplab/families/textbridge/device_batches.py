@@ -236,4 +236,12 @@ class DeviceBatches:
         self.batch_sampler.load_state_dict(state)
 
 
-__all__ = ["DeviceBatches", "Padding", "ResidentSplit", "PAD_TO_MODES", "PAD_TO_SETTINGS", "resolve_pad_to"]
+def resolve_data(data: dict, config: dict) -> dict:
+    """The `data` group as the job records and builds it (`Family.resolve_data`): `pad_to=auto` resolved for this
+    job's `cuda_graph`, so the run's params say which padding it trained with."""
+    if "pad_to" not in data:
+        return dict(data)
+    return {**data, "pad_to": resolve_pad_to(data["pad_to"], bool(config.get("cuda_graph", False)))}
+
+
+__all__ = ["DeviceBatches", "Padding", "ResidentSplit", "PAD_TO_MODES", "PAD_TO_SETTINGS", "resolve_data", "resolve_pad_to"]
