@@ -17,10 +17,10 @@ from torch.overrides import TorchFunctionMode
 
 import sweeplab
 from sweeplab import backends, devices
-from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.data.device_batches import DeviceBatches, ResidentSplit
+from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.errors import ConfigError, UserError
+from sweeplab.families.textbridge.device_batches import DeviceBatches, ResidentSplit
 from sweeplab.tasks.step_graph import MultiStepGraph
 
 SRC = Path(sweeplab.__file__).resolve().parents[1]  # the src/ directory this sweeplab is imported from
@@ -196,19 +196,20 @@ def test_mps_is_timed_on_the_host_clock_after_a_device_sync_and_never_synchroniz
     assert timeline.seconds(start, end) >= 0
     assert events == []  # no MPS event made (no try-out either), so none synchronised
     assert len(syncs) == 2  # torch.mps.synchronize() at each mark
-    timer = ThroughputTimer(warmup_steps=1, window=1, host_probe_s=0)
-    trainer = SimpleNamespace(accumulate_grad_batches=1, precision="32-true", datamodule=None, max_steps=4)
-    timer.on_train_start(trainer, SimpleNamespace(device=MPS, steps_per_batch=1))
+    timer = StepTimer(warmup_steps=1, window=1, host_probe_s=0)
+    timer.start(_timed_fit(MPS))
     assert events == [] and timer.clock_name == "host"  # what the run's timing.clock tag records
 
 
+def _timed_fit(device: torch.device) -> TimedFit:
+    return TimedFit(device=device, precision="32-true", log_metrics=lambda metrics, step: None,
+                    samples_in=lambda batch: 1)
+
+
 def test_the_timer_names_its_clock():
-    timer = ThroughputTimer(warmup_steps=1, window=1, host_probe_s=0)
+    timer = StepTimer(warmup_steps=1, window=1, host_probe_s=0)
     assert timer.clock_name is None  # before training starts
-    timer.on_train_start(
-        SimpleNamespace(accumulate_grad_batches=1, precision="32-true", datamodule=None, max_steps=4),
-        SimpleNamespace(device=torch.device("cpu"), steps_per_batch=1),
-    )
+    timer.start(_timed_fit(torch.device("cpu")))
     assert timer.clock_name == "host"
 
 
