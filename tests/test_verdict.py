@@ -100,21 +100,36 @@ def test_t_quantiles_match_scipy_far_in_the_tail():
 # Figures of the issue's "done when"
 
 
-def test_aa_sweeps_rarely_say_faster_and_the_adjustment_is_what_keeps_it_so():
-    """1,000 simulated A/A sweeps (5 configurations that differ only in their label, 5 replicates): at most 5 %
-    say any "faster". Without the Bonferroni adjustment the same sweeps say it far more often."""
-    rng = np.random.default_rng(26)
-    same = {f"label{i}": (1000.0, 5000.0) for i in range(5)}
+def aa_rates(configs: int, replicates: int, sweeps: int = 1000, seed: int = 26) -> tuple[float, float]:
+    """Share of simulated A/A sweeps (configurations that differ only in their label) that say any "faster", with
+    and without the multiple-comparison adjustment."""
+    rng = np.random.default_rng(seed)
+    same = {f"label{i}": (1000.0, 5000.0) for i in range(configs)}
     adjusted = unadjusted = 0
-    for _ in range(1000):
-        jobs = simulated_sweep(rng, same, replicates=5)
+    for _ in range(sweeps):
+        jobs = simulated_sweep(rng, same, replicates=replicates)
         adjusted += says_faster(summarize(jobs, baseline="label0", target=TARGET, quality_tolerance=0.01))
         unadjusted += says_faster(summarize(jobs, baseline="label0", target=TARGET, quality_tolerance=0.01,
                                             adjust_for_multiple_comparisons=False))
-    print(f"\nA/A, 1000 sweeps of 5 configurations x 5 replicates: any 'faster' in {adjusted / 1000:.1%} "
-          f"(without the multiple-comparison adjustment: {unadjusted / 1000:.1%})")
-    assert adjusted / 1000 <= 0.05
-    assert unadjusted > adjusted and unadjusted / 1000 > 0.05
+    print(f"\nA/A, {sweeps} sweeps of {configs} configurations x {replicates} replicates: any 'faster' in "
+          f"{adjusted / sweeps:.1%} (without the multiple-comparison adjustment: {unadjusted / sweeps:.1%})")
+    return adjusted / sweeps, unadjusted / sweeps
+
+
+def test_aa_sweeps_rarely_say_faster_and_the_adjustment_is_what_keeps_it_so():
+    """1,000 simulated A/A sweeps (5 configurations, 5 replicates): at most 5 % say any "faster". Without the
+    Bonferroni adjustment the same sweeps say it far more often."""
+    adjusted, unadjusted = aa_rates(configs=5, replicates=5)
+    assert adjusted <= 0.05
+    assert unadjusted > adjusted and unadjusted > 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("configs", "replicates"), [(8, 3), (8, 10), (2, 3)])
+def test_aa_rate_at_other_sweep_sizes(configs, replicates):
+    """The same at the default sweep's 8 configurations with 3 and 10 replicates, and at a single comparison."""
+    adjusted, _ = aa_rates(configs=configs, replicates=replicates)
+    assert adjusted <= 0.05
 
 
 @pytest.mark.parametrize("replicates", [3, 5, 10])
@@ -158,7 +173,7 @@ def test_known_effect_twenty_against_forty_ms_per_step():
     """Two configurations whose steps take 20 and 40 ms (batch 32): the verdict names the faster one and its
     speedup interval contains the true ratio, 2. Over 200 seeded sweeps as well: the interval keeps its coverage,
     and the verdict names the faster one alone in most (the rest are ties with the baseline, never the wrong one:
-    with one slowed job in ten, 5 replicates do not always separate 2x)."""
+    with one slowed job in ten, 5 replicates do not always separate 2x; on a steadier host they nearly always do)."""
     batch = 32
     configs = {"sleep40ms": (batch / 0.040, 5000.0), "sleep20ms": (batch / 0.020, 5000.0)}
     summary = summarize(simulated_sweep(np.random.default_rng(7), configs, replicates=5), baseline="sleep40ms",
@@ -169,16 +184,26 @@ def test_known_effect_twenty_against_forty_ms_per_step():
     assert summary.config("sleep20ms").speedup_to_target.interval.contains(2.0)
 
     rng = np.random.default_rng(8)
-    named = contained = wrong = 0
+    named = contained = contained_to_target = wrong = 0
     for _ in range(200):
         summary = summarize(simulated_sweep(rng, configs, replicates=5), baseline="sleep40ms", target=TARGET,
                             quality_tolerance=0.01)
         named += summary.verdict.fastest == ("sleep20ms",)
         wrong += summary.verdict.fastest == ("sleep40ms",)
         contained += summary.config("sleep20ms").speedup.interval.contains(2.0)
+        contained_to_target += summary.config("sleep20ms").speedup_to_target.interval.contains(2.0)
     print(f"known effect, 200 sweeps x 5 replicates: faster one named alone {named / 200:.1%}, the slower one "
-          f"{wrong / 200:.1%}, true 2x inside the speedup interval {contained / 200:.1%}")
-    assert wrong == 0 and named / 200 >= 0.80 and contained / 200 >= 0.93
+          f"{wrong / 200:.1%}, true 2x inside the speedup interval {contained / 200:.1%}, inside the speedup-to-"
+          f"target interval {contained_to_target / 200:.1%}")
+    assert wrong == 0 and named / 200 >= 0.70 and contained / 200 >= 0.93 and contained_to_target / 200 >= 0.93
+
+    quiet_named = sum(
+        summarize(simulated_sweep(rng, configs, replicates=5, job_noise=log_quiet_noise), baseline="sleep40ms",
+                  target=TARGET, quality_tolerance=0.01).verdict.fastest == ("sleep20ms",)
+        for _ in range(200)
+    )
+    print(f"known effect on a steadier host (3 % noise, no outliers): faster one named alone {quiet_named / 200:.1%}")
+    assert quiet_named / 200 >= 0.95
 
 
 def test_twice_the_samples_to_target_at_the_same_speed():

@@ -10,9 +10,11 @@ Methods, in short (docs/verdict.md has the reasoning and the measured coverage):
   whole round cancels.
 - Intervals are Student-t intervals on the mean of the paired log-ratios (ratios) or of the paired differences (final
   metric), exponentiated where on logs. With 3-5 replicates the percentile bootstrap undercovers; t does not.
-- The comparisons with the baseline are simultaneous: each column (speedup, speedup to target, quality difference)
-  holds K intervals at level 1 - (1 - confidence) / K (Bonferroni), so the chance that any of them misses is at most
-  1 - confidence. Every "faster", "slower" and "not tied" the verdict says is read from those intervals.
+- The comparisons with the baseline are simultaneous (Bonferroni): the two speed columns (speedup in samples/s and
+  speedup to target) of the K compared configurations are one family of 2K intervals, each at level
+  1 - (1 - confidence) / 2K, so the chance that any of them misses is at most 1 - confidence; the K quality
+  differences are a family of their own. Every "faster", "slower" and "not tied" the verdict says is read from
+  those intervals.
 - Samples to target: linear interpolation between the last validation point before the target and the first at or
   beyond it; a job that never reaches it counts as infinitely slow.
 """
@@ -168,8 +170,9 @@ class Verdict:
 
 @dataclass(frozen=True)
 class SweepSummary:
-    """Everything `summarize` found. `comparisons`: how many configurations were compared with the baseline (the
-    Bonferroni family size); `comparison_level`: the level of each of their intervals."""
+    """Everything `summarize` found. `comparisons`: how many configurations were compared with the baseline (K);
+    `speed_level`: the level of each speedup and speedup-to-target interval (a family of 2K); `quality_level`: that
+    of each quality difference (a family of K)."""
 
     baseline: str
     metric_name: str
@@ -179,7 +182,8 @@ class SweepSummary:
     quality_tolerance: float
     confidence: float
     comparisons: int
-    comparison_level: float
+    speed_level: float
+    quality_level: float
     pair_by: PairBy
     configs: tuple[ConfigSummary, ...]
     jobs_at_target: tuple[JobAtTarget, ...]
@@ -444,23 +448,27 @@ def summarize(
     """
     by_config = _group_by_config(jobs, baseline)
     comparisons = len(by_config) - 1
-    level = simultaneous_level(confidence, comparisons) if adjust_for_multiple_comparisons else confidence
+    # Both speed columns can say "faster": one family. Quality claims are of another kind: a family of their own.
+    speed_level = simultaneous_level(confidence, 2 * comparisons) if adjust_for_multiple_comparisons else confidence
+    quality_level = simultaneous_level(confidence, comparisons) if adjust_for_multiple_comparisons else confidence
     quality = {
-        name: _quality(name_jobs, by_config[baseline], name == baseline, mode, quality_tolerance, level, pair_by)
+        name: _quality(name_jobs, by_config[baseline], name == baseline, mode, quality_tolerance, quality_level,
+                       pair_by)
         for name, name_jobs in by_config.items()
     }
     target, target_source = _choose_target(by_config, quality, target, mode, quality_tolerance)
     at_target = {name: [job_at_target(j, target, mode) for j in name_jobs] for name, name_jobs in by_config.items()}
     configs = tuple(
         _config_summary(name, at_target[name], at_target[baseline], quality[name], name == baseline,
-                        confidence, level, pair_by)
+                        confidence, speed_level, pair_by)
         for name in by_config
     )
     target_text = f"{metric_name} {'≥' if mode == 'max' else '≤'} {target:.4g}"
     verdict = decide(configs, baseline, target_text, target_source)
     return SweepSummary(
         baseline=baseline, metric_name=metric_name, mode=mode, target=target, target_source=target_source,
-        quality_tolerance=quality_tolerance, confidence=confidence, comparisons=comparisons, comparison_level=level,
+        quality_tolerance=quality_tolerance, confidence=confidence, comparisons=comparisons, speed_level=speed_level,
+        quality_level=quality_level,
         pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
         verdict=verdict, notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by),
     )
@@ -757,8 +765,8 @@ def render_table(summary: SweepSummary) -> str:
     """The per-configuration table as text: medians with their 95 % intervals, comparisons with their simultaneous
     ones (the header says the level)."""
     header = (f"target: {summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g} "
-              f"({summary.target_source}); comparisons with {summary.baseline}: {summary.comparisons}, each at "
-              f"{summary.comparison_level:.2%}")
+              f"({summary.target_source}); comparisons with {summary.baseline}: {summary.comparisons}, speed intervals "
+              f"each at {summary.speed_level:.2%}, quality intervals at {summary.quality_level:.2%}")
     columns = ("config", "n", "samples/s", "speedup", "samples to target", "time to target (s)",
                "speedup to target", "final metric", "Δ vs baseline", "quality")
     rows = [columns] + [_table_row(c) for c in summary.configs]
