@@ -242,6 +242,10 @@ def test_wall_time_to_target_is_interpolated_beside_it():
     fraction = (0.5 - 0.2) / (0.6 - 0.2)
     assert at.samples_to_target == pytest.approx(1000 + fraction * 1000)
     assert at.wall_time_to_target == pytest.approx(10.0 + fraction * 20.0)
+    never = job_at_target(Job("a", 0, 0, 100.0, 0.6, curve), 0.7, "max")
+    assert never.samples_to_target == never.wall_time_to_target == math.inf and never.bracket == (2000, math.inf)
+    no_clock = job_at_target(Job("a", 0, 0, 100.0, 0.6, [(1000, 0.2), (2000, 0.6)]), 0.7, "max")
+    assert no_clock.wall_time_to_target is None
 
 
 def test_reached_at_the_first_validation_is_bounded_by_it():

@@ -354,7 +354,7 @@ def job_at_target(job: Job, target: float, mode: Mode) -> JobAtTarget:
             return JobAtTarget(job, samples, (previous.samples_seen, point.samples_seen), time_to_target, wall)
         previous = point
     last_seen = points[-1].samples_seen if points else 0.0
-    wall = None if job.curve == () else math.inf
+    wall = math.inf if any(p.wall_seconds is not None for p in points) else None
     return JobAtTarget(job, math.inf, (last_seen, math.inf), math.inf, wall)
 
 
