@@ -8,14 +8,18 @@ per round that every configuration of the round shares (20 %), and outliers: one
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from sweeplab.verdict import (
+    Estimate,
+    Interval,
     Job,
     ValidationPoint,
+    decide,
     job_at_target,
     median_of_positive,
     plan_replicates,
@@ -386,3 +390,18 @@ def test_unclear_quality_is_an_open_decision():
     summary = summarize(jobs, baseline="baseline", target=0.5, quality_tolerance=0.01)
     assert summary.config("maybe_worse").quality == "unclear"
     assert any(reason.startswith("maybe_worse: keeps quality?") for reason in plan_replicates(summary).open_decisions)
+
+
+def test_the_tie_holds_only_configurations_no_other_beats():
+    """A configuration whose interval overlaps the leader's wide one but lies wholly below the baseline's exact 1 is
+    slower than the baseline: it is not tied for fastest."""
+    configs = {"baseline": (1000.0, 5000.0), "leader": (1000.0, 5000.0), "behind": (1000.0, 5000.0)}
+    summary = summarize(simulated_sweep(np.random.default_rng(14), configs, replicates=3), baseline="baseline",
+                        target=TARGET, quality_tolerance=0.01)
+    intervals = {"leader": (2.0, 0.9, 5.0), "behind": (0.5, 0.3, 0.95)}
+    edited = [dataclasses.replace(c, speedup_to_target=Estimate(intervals[c.config][0],
+                                                                Interval(*intervals[c.config][1:], 0.99), 3))
+              if c.config in intervals else c for c in summary.configs]
+    verdict = decide(edited, "baseline", "metric ≥ 0.8")
+    assert verdict.kind == "tie" and set(verdict.fastest) == {"leader", "baseline"}
+    assert "the rest are slower" in verdict.lines[0]

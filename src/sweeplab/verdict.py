@@ -606,14 +606,15 @@ ONE_REPLICATE = (
 
 
 def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, target_source: str = "") -> Verdict:
-    """The fastest configuration to the target among those that keep quality, or the tie among the ones whose
-    speedup-to-target intervals overlap the fastest's (not ranked), or why there is no verdict.
+    """The fastest configuration to the target among those that keep quality, or the tie among the ones that could
+    be the fastest (not ranked), or why there is no verdict.
 
     Candidates: quality difference within tolerance (point estimate), median time to target finite, and at least
-    two pairs with the baseline (configurations with fewer are named as undetermined). The fastest is the candidate
-    with the highest speedup to target; every candidate whose simultaneous interval overlaps its interval is tied
-    with it. Intervals that do not overlap, all covering together, put the two in that order: that is the only
-    "faster" said."""
+    two pairs with the baseline (configurations with fewer are named as undetermined). Tied for fastest: every
+    candidate whose speedup-to-target interval does not lie wholly below another candidate's; they all overlap the
+    interval of the one with the highest point. Intervals that do not overlap, all covering together, put the two
+    in that order: that is the only "faster" said, so on the event that every interval covers (at least 95 %),
+    the truly fastest candidate is in the tie."""
     if max(c.jobs for c in configs) <= 1:
         return Verdict("no verdict", (), {}, tuple(c.config for c in configs), ONE_REPLICATE, (ONE_REPLICATE,))
     undetermined = tuple(c.config for c in configs if c.config != baseline and c.speedup_to_target.n < 2)
@@ -626,8 +627,9 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
         reason = f"no verdict: no configuration keeps quality and reaches {target_text} in most of its replicates"
         return Verdict("no verdict", (), {}, undetermined, reason, (reason, *_exclusion_lines(configs, candidates,
                                                                                               undetermined)))
-    leader = max(candidates, key=lambda c: c.speedup_to_target.point)
-    tied = sorted((c for c in candidates if c.speedup_to_target.interval.overlaps(leader.speedup_to_target.interval)),
+    # Could-be-fastest: no other candidate's interval lies wholly above its own. The leader (highest point) always
+    # is; one that overlaps the leader but lies wholly below another (often the baseline's exact 1) is not.
+    tied = sorted((c for c in candidates if not any(_beats(other, c) for other in candidates)),
                   key=lambda c: -c.speedup_to_target.point)
     kind: VerdictKind = "fastest" if len(tied) == 1 else "tie"
     lines = [_headline(kind, tied, candidates, baseline, target_text)]
@@ -642,15 +644,19 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
                    "", tuple(lines))
 
 
+def _beats(one: ConfigSummary, other: ConfigSummary) -> bool:
+    """Faster to the target beyond both simultaneous intervals."""
+    return one.speedup_to_target.interval.low > other.speedup_to_target.interval.high
+
+
 def _headline(kind: VerdictKind, tied: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary], baseline: str,
               target_text: str) -> str:
     if kind == "fastest":
         return f"fastest to {target_text}: {tied[0].config}, {_speedup_text(tied[0], baseline)}"
     names = ", ".join(c.config for c in tied)
     if len(tied) == len(candidates):
-        return (f"tie: no configuration reaches {target_text} faster than the others beyond the noise "
-                f"({names}; not ranked)")
-    return f"tie for fastest to {target_text}: {names} (intervals overlap: not ranked; faster than the rest)"
+        return f"tie for fastest to {target_text}: all of {names} (intervals overlap: not ranked)"
+    return f"tie for fastest to {target_text}: {names} (intervals overlap: not ranked; the rest are slower)"
 
 
 def _speedup_text(config: ConfigSummary, baseline: str) -> str:
