@@ -151,7 +151,16 @@ def check_combination(
         # a Mac has one GPU: Lightning refuses more only when the Trainer is built, after the job's MLflow run exists
         raise ConfigError("trainer.devices", f"{devices}: a Mac has one MPS device; use trainer.devices=1")
 
-    # --- precision --------------------------------------------------------------------------------
+    _check_precision(backend, precision)
+    _check_compile(backend, compile_mode, warn)
+    _check_optimisation(backend, precision, optim_implementation, grad_clip, pin_memory, gradient_checkpointing,
+                        compile_mode, warn)
+    _check_step_capture(backend, precision, compile_mode, cuda_graph, steps_per_batch, devices, accumulate_grad_batches,
+                        gradient_checkpointing, warn)
+    return warnings
+
+
+def _check_precision(backend: str, precision: str) -> None:
     if backend == "cpu" and precision == "16-mixed":
         raise ConfigError("trainer.precision", "16-mixed needs a GPU (CPU autocast supports bf16 only); use bf16-mixed or 32-true")
     if backend == "cuda" and "bf16" in precision and not torch.cuda.is_bf16_supported():
@@ -159,7 +168,8 @@ def check_combination(
     if backend == "mps" and "bf16" in precision and not _mps_macos_at_least(14):
         raise ConfigError("trainer.precision", f"{precision} on MPS needs macOS 14 or newer; use 16-mixed or 32-true")
 
-    # --- compile ----------------------------------------------------------------------------------
+
+def _check_compile(backend: str, compile_mode: str, warn) -> None:
     if compile_mode == "reduce-overhead" and backend != "cuda":
         raise ConfigError("compile", "reduce-overhead uses CUDA graphs and needs backend=cuda; use compile=default")
     if backend == "mps" and compile_mode != "off":
@@ -169,7 +179,9 @@ def check_combination(
     if backend == "cpu" and compile_mode == "max-autotune":
         warn("compile=max-autotune on the CPU: long compilation for little gain over compile=default")
 
-    # --- optimisation switches --------------------------------------------------------------------
+
+def _check_optimisation(backend: str, precision: str, optim_implementation: str, grad_clip: float | None,
+                        pin_memory: bool, gradient_checkpointing: bool, compile_mode: str, warn) -> None:
     if optim_implementation == "fused":
         since = FUSED_OPTIMIZER_SINCE[backend]
         if _torch_version() < since:
@@ -201,7 +213,10 @@ def check_combination(
     if gradient_checkpointing and compile_mode == "reduce-overhead":
         warn("model.gradient_checkpointing with compile=reduce-overhead: recomputation inside CUDA graphs is fragile")
 
-    # --- the whole step as one CUDA graph (tasks/step_graph.py) -------------------------------------
+
+def _check_step_capture(backend: str, precision: str, compile_mode: str, cuda_graph: bool, steps_per_batch: int,
+                        devices: int, accumulate_grad_batches: int, gradient_checkpointing: bool, warn) -> None:
+    """The whole step as one CUDA graph (tasks/step_graph.py), and several optimizer steps per batch."""
     if cuda_graph:
         if backend != "cuda":
             raise ConfigError("cuda_graph", f"CUDA graphs need backend=cuda (this job runs on {backend}); use cuda_graph=false")
@@ -223,7 +238,6 @@ def check_combination(
             raise ConfigError(key, f"{what} has no DDP gradient all-reduce; use trainer.devices=1")
         if accumulate_grad_batches != 1:
             raise ConfigError(key, f"{what} takes one batch per optimizer step; use trainer.accumulate_grad_batches=1")
-    return warnings
 
 
 def _check_mlx(
