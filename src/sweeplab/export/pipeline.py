@@ -229,21 +229,8 @@ def _verify_and_report(staged: Path, target: Path, loaded, options, converted, k
     )
     placement = verify.placement(staged)
 
-    failures = []
+    failures = _failures(verification, on_device)
     reference = verification["reference"]
-    if "skipped" not in reference and not reference["passed"]:
-        failures.append(
-            f"rel_err {reference['rel_err']:.3g} > tolerance {reference['tolerance']:.3g}"
-            if reference["nonfinite"] == 0
-            else f"{reference['nonfinite']} NaN/Inf in the outputs"
-        )
-    if not verification["trained_weights"]["passed"]:
-        failures.append(f"checkpoint tensors not in the package: {verification['trained_weights']['missing'][:3]}")
-    if verification["nonfinite_constants"]:
-        failures.append(f"non-finite constants: {verification['nonfinite_constants'][:3]}")
-    if "skipped" not in on_device and not on_device["passed"]:
-        failures.append(f"Core ML prediction rel_err {on_device['rel_err']:.3g}")
-
     ops = reporting.op_histogram(program.function)
     weight_file = Path(program.weights_dir) / "weight.bin"
     summary = (
@@ -287,6 +274,25 @@ def _verify_and_report(staged: Path, target: Path, loaded, options, converted, k
         "placement": placement,
         "notes": reporting.notes(options, ops),
     }
+
+
+def _failures(verification: dict, on_device: dict) -> list[str]:
+    """What makes the export fail, one phrase each."""
+    failures = []
+    reference = verification["reference"]
+    if "skipped" not in reference and not reference["passed"]:
+        failures.append(
+            f"rel_err {reference['rel_err']:.3g} > tolerance {reference['tolerance']:.3g}"
+            if reference["nonfinite"] == 0
+            else f"{reference['nonfinite']} NaN/Inf in the outputs"
+        )
+    if not verification["trained_weights"]["passed"]:
+        failures.append(f"checkpoint tensors not in the package: {verification['trained_weights']['missing'][:3]}")
+    if verification["nonfinite_constants"]:
+        failures.append(f"non-finite constants: {verification['nonfinite_constants'][:3]}")
+    if "skipped" not in on_device and not on_device["passed"]:
+        failures.append(f"Core ML prediction rel_err {on_device['rel_err']:.3g}")
+    return failures
 
 
 def _versions() -> dict[str, str]:
