@@ -6,9 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from sweeplab.export.ane import ChannelLayerNorm, to_ane_layout
+from sweeplab.export.ane import to_ane_layout
 from sweeplab.families.pagating_lm.ane import ANEGPT
 from sweeplab.families.textbridge.ane import ANETextBridge
+from sweeplab.models.ane_layout import ChannelLayerNorm
 from sweeplab.models.gpt import GPT, GPTConfig
 from sweeplab.models.textbridge import TextBridgeConfig, TextBridgeEncoder
 

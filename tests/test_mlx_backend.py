@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_train, smoke_config
 from sweeplab.errors import ConfigError
+from sweeplab.families.loading import load_model
 from sweeplab.plan import plan
-from sweeplab.tasks.checkpoint import load_model
 from sweeplab.training import train
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")

@@ -6,58 +6,16 @@ Engine handles well. Each wrapper holds the trained module and reads its paramet
 kernels), so nothing is copied, retrained or re-initialised, and the export holds exactly the checkpoint's weights.
 The inputs and the output keep the standard model's names, shapes and meaning: an app can swap the two packages.
 
-Here: the layout helpers every family's wrapper uses (`to_channels_first`, `conv1x1`, `ChannelLayerNorm`) and
-`to_ane_layout`, which wraps a trained model in its family's layout (`ExportSpec.ane_layout`). The wrappers live
+The layout helpers every family's wrapper uses (`to_channels_first`, `conv1x1`, `ChannelLayerNorm`) are plain torch, in
+sweeplab.models.ane_layout; here is `to_ane_layout`, which wraps a trained model in its family's layout (`ExportSpec.ane_layout`). The wrappers live
 beside their families' export specs: `families/textbridge/ane.py`, `families/pagating_lm/ane.py`.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sweeplab.families import Family, get_family, names, resolve
-
-
-def to_channels_first(x: torch.Tensor) -> torch.Tensor:
-    """(B, S, C) -> (B, C, 1, S)."""
-    return x.transpose(1, 2).unsqueeze(2)
-
-
-def conv1x1(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-    """A Linear layer applied to (B, C_in, 1, S) as a 1x1 convolution with the Linear's own weights."""
-    return F.conv2d(x, linear.weight[:, :, None, None], linear.bias)
-
-
-class ChannelLayerNorm(nn.Module):
-    """A trained nn.LayerNorm over the channel axis of (B, C, 1, S)."""
-
-    def __init__(self, norm: nn.LayerNorm):
-        super().__init__()
-        if len(norm.normalized_shape) != 1:
-            raise ValueError(f"only LayerNorm over one dimension maps to the channel axis, got {norm.normalized_shape}")
-        self.norm = norm
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = x.mean(dim=1, keepdim=True)
-        centered = x - mean
-        variance = (centered * centered).mean(dim=1, keepdim=True)
-        out = centered * torch.rsqrt(variance + self.norm.eps)
-        if self.norm.weight is not None:
-            out = out * self.norm.weight[None, :, None, None]
-        if self.norm.bias is not None:
-            out = out + self.norm.bias[None, :, None, None]
-        return out
-
-
-def channel_norm(module: nn.Module) -> nn.Module:
-    """A LayerNorm over the last axis becomes one over the channel axis; Identity stays Identity."""
-    if isinstance(module, nn.LayerNorm):
-        return ChannelLayerNorm(module)
-    if isinstance(module, nn.Identity):
-        return module
-    raise ValueError(f"no Neural-Engine layout for a {type(module).__name__} normalisation")
 
 
 def to_ane_layout(model: nn.Module, family: Family | None = None) -> nn.Module:
@@ -78,4 +36,4 @@ def _family_of(model: nn.Module) -> Family | None:
     return None
 
 
-__all__ = ["ChannelLayerNorm", "channel_norm", "conv1x1", "to_ane_layout", "to_channels_first"]
+__all__ = ["to_ane_layout"]

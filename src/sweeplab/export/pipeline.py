@@ -125,7 +125,7 @@ def export_checkpoint(
     metrics: Mapping[str, float] | None = None,
 ) -> ExportResult:
     """Export one checkpoint as `options` say; raises UserError (one line) for every expected failure."""
-    from sweeplab.tasks.checkpoint import load_model
+    from sweeplab.families.loading import load_model
 
     if not options.enabled:
         raise UserError("export.format=none: nothing to export (use export=coreml)")

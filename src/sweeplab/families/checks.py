@@ -4,7 +4,7 @@
   family's classes, builds nothing): the targets a job needs, a `tiny` size, the task's class, the monitor, an
   export spec when `export=coreml` asks for one, an MLX port when `backend=mlx` does;
 - `check_task(family, task)`: right after the task is built, before any step: it is a SweepTask of this family and
-  keeps the model config in `hparams["model"]` (resume and `tasks.checkpoint.load_model` rebuild the model from it).
+  keeps the model config in `hparams["model"]` (resume and `families.loading.load_model` rebuild the model from it).
 """
 
 from __future__ import annotations

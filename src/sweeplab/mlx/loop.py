@@ -9,7 +9,7 @@ Shared with the Lightning path, not copied:
 - timing: the `StepTimer` itself (the Lightning path's timer), driven through its loop interface, with `mx.synchronize`
   as its device sync (warm-up excluded, sync at window edges, validation and checkpoint writing excluded, `summary/*`);
 - MLflow: the same logger class, metric names, tags (plus `mlx`, its version) and run layout;
-- checkpoints: Lightning-format files with the PyTorch state dict (`tasks/checkpoint.load_model` reads them), so
+- checkpoints: Lightning-format files with the PyTorch state dict (`families/loading.load_model` reads them), so
   report and export work on an MLX-trained model.
 
 Not done here (refused up front by sweeplab.rules.check_mlx): resume, gradient accumulation, several devices, mixed precision.

@@ -50,7 +50,7 @@ class SweepTask(L.LightningModule):
     overrides `tokens_in` / `flops_in`. The other hooks the engine reads are listed in `families/contract.py`.
 
     The hyperparameters a checkpoint keeps are the family's name, the model config (`hparams["model"]`: resume and
-    `tasks.checkpoint.load_model` rebuild the model from it), the loss config and the optimizer's: taken from
+    `families.loading.load_model` rebuild the model from it), the loss config and the optimizer's: taken from
     `model.config` and `loss` when they are dataclasses, so a task passes `hparams` only to keep something else."""
 
     family: str = ""  # the record's name, kept in checkpoints; the record's builder sets it when a task leaves it empty

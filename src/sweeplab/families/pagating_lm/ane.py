@@ -1,7 +1,7 @@
 """The paGating LM's Neural-Engine layout (export.layout=ane): the trained GPT on (B, C, 1, S), same weights;
 attention one head at a time (ml-ane-transformers' MultiHeadAttention), the FFN a paGating unit or GPT-2's MLP.
 
-The layout's rules and the helpers shared by every family are in `sweeplab.export.ane`; the export spec in this
+The layout's rules and the helpers shared by every family are in `sweeplab.models.ane_layout`; the export spec in this
 package's record names `ANEGPT`.
 """
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sweeplab.export.ane import ChannelLayerNorm, channel_norm, conv1x1, to_channels_first
+from sweeplab.models.ane_layout import ChannelLayerNorm, channel_norm, conv1x1, to_channels_first
 from sweeplab.models.gpt import GPT, MLP, Block, CausalSelfAttention, padding_mask
 from sweeplab.models.pagating import PaGatingUnit
 

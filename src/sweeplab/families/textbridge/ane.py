@@ -1,6 +1,6 @@
 """TextBridge's Neural-Engine layout (export.layout=ane): the trained encoder on (B, D, 1, S), same weights.
 
-The layout's rules and the helpers shared by every family are in `sweeplab.export.ane`; the export spec in this
+The layout's rules and the helpers shared by every family are in `sweeplab.models.ane_layout`; the export spec in this
 package's record names `ANETextBridge`.
 """
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sweeplab.export.ane import ChannelLayerNorm, conv1x1, to_channels_first
+from sweeplab.models.ane_layout import ChannelLayerNorm, conv1x1, to_channels_first
 from sweeplab.models.textbridge import TCNBlock, TextBridgeEncoder, masked_mean
 
 
