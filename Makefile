@@ -37,8 +37,10 @@ test: $(STAMP) ## run the test suite (slow and GPU tests excluded)
 test-all: $(STAMP) ## run every CPU test, slow ones included
 	$(PY) -m pytest -q -m "not gpu" $(ARGS)
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, the import layers (pyproject's importlinter contracts) and duplicate code (6 lines; the MLX model ports excepted)
 	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 --ignore=mlx_model.py src/sweeplab
 
 report: $(STAMP) ## table (Markdown + CSV) and plots (PNG) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
 	$(PY) -m sweeplab.report $(ARGS)
