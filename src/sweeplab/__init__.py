@@ -13,6 +13,7 @@ CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).res
 # imports, torch's included; torch reads PYTORCH_ENABLE_MPS_FALLBACK only when it loads (sweeplab/mps_fallback.py).
 # An ordinary `import sweeplab` (tests, notebooks, another program) sees another argv[0] and changes nothing.
 if getattr(sys, "argv", [])[:1] == ["-m"]:
+    # deferred: only an app run with -m sets the env var, before its imports load torch
     from sweeplab.mps_fallback import set_before_torch
 
     set_before_torch(sys.argv[1:])

@@ -38,10 +38,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab import CONF_DIR, backends, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
+from sweeplab.config import build
+from sweeplab.console import quiet_libraries
+from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.families import check_task, get_family, resolve
 from sweeplab.files import write_text_atomic
+from sweeplab.lightning_fit import fresh_compiler
+from sweeplab.plan import plan
 from sweeplab.report import format_number, to_csv, to_markdown
+from sweeplab.tasks.optim import build_optimizer, build_scheduler
+from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update, scheduled_lrs
 from sweeplab.tracking import mlflow_store, naming
+from sweeplab.training import train
 
 log = logging.getLogger("sweeplab.bench")
 
@@ -75,8 +83,6 @@ class BenchSettings:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.repeats < 1 or self.warmup_steps < 0:
             raise ValueError("bench: steps and repeats must be >= 1 and warmup_steps >= 0")
-        from sweeplab.config import build
-
         self.rows = [r if isinstance(r, BenchRow) else build(BenchRow, r, f"bench.rows[{i}]") for i, r in enumerate(self.rows)]
         for row in self.rows:
             if row.role not in ("cpu", "accelerator"):
@@ -103,15 +109,12 @@ def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]
     values = OmegaConf.to_container(cfg.bench, resolve=True)
     if only:
         values["only"] = only[-1].strip("'\"")
-    from sweeplab.config import build
 
     return build(BenchSettings, values, "bench"), [experiment], row_args
 
 
 # --- the raw loop --------------------------------------------------------------------------------------
 def _precision_context(precision: str, device: torch.device):
-    from sweeplab.tasks.step_graph import autocast_dtype
-
     dtype = autocast_dtype(precision)
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
@@ -128,11 +131,6 @@ class RawLoop:
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
-
-        from sweeplab.lightning_fit import fresh_compiler
-        from sweeplab.plan import plan
-        from sweeplab.tasks.optim import build_optimizer, build_scheduler
-        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update
 
         p = plan(cfg)
         backends.apply_backend_settings(p.backend_config, p.backend)
@@ -197,8 +195,6 @@ class RawLoop:
         batches differ in width, so in work) than the job it was compared with."""
         import lightning as L
 
-        from sweeplab.data.sampling import ResumableShuffleBatchSampler
-
         L.seed_everything(self.seed, workers=True, verbose=False)
         self.model.load_state_dict(self._initial["model"])
         self.optimizer.load_state_dict(self._initial["optimizer"])  # also the groups' initial learning rates
@@ -222,8 +218,6 @@ class RawLoop:
         """One batch: one optimizer step, or `steps_per_batch` of them (one graph replay under cuda_graph)."""
         batch = self._to_device(batch)
         if self.multi_step_graph is not None:
-            from sweeplab.tasks.step_graph import scheduled_lrs
-
             self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.steps_per_batch))
             for _ in range(self.steps_per_batch):
                 self.scheduler.step()
@@ -379,8 +373,6 @@ def run_row(
 ) -> RowResult:
     """Alternate sweeplab jobs and raw-loop runs of one configuration; each job's MLflow run becomes a child of
     the bench's parent run and gets the raw loop's numbers."""
-    from sweeplab.training import train
-
     result = RowResult(row, cfg)
     warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
     raw_loop = RawLoop(cfg)
@@ -558,8 +550,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output directory (default: reports/bench/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-    from sweeplab.console import quiet_libraries
-
     quiet_libraries()
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     settings, experiment, row_args = load_settings(args.overrides)

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from sweeplab.backends import import_mlx
 from sweeplab.stability import deciles
 
 PRECISION_DTYPES = {
@@ -82,8 +83,6 @@ def _mps_device_name() -> str:
 
 def device_name(backend: str) -> str:
     if backend == "mlx":
-        from sweeplab.backends import import_mlx
-
         mx = import_mlx()
         if mx.default_device().type == mx.gpu:
             return f"MLX gpu ({mx.device_info().get('device_name', 'Apple GPU')})"

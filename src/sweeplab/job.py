@@ -17,6 +17,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.devices import release_earlier_jobs
+from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
 from sweeplab.plan import JobPlan
@@ -86,9 +87,6 @@ def finish(job: Job, result: FitResult) -> float | None:
             if p.logger.log_checkpoint:
                 run.log_artifact_capped(result.best_path, "checkpoints", p.logger.max_artifact_mb)
     if result.best_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
-        # deferred: importing sweeplab.export loads coremltools (seconds), which only an export needs
-        from sweeplab.export import export_after_training
-
         export_after_training(
             p.container.get("export"), result.best_path, job.output_dir / "export", job.run_id,
             run.uri if run is not None else None,

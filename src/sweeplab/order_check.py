@@ -31,9 +31,10 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab import channels, stability
+from sweeplab import CONF_DIR, channels, stability
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_markdown
+from sweeplab.tracking import mlflow_store
 
 ORDERS = ("forward", "reversed")
 _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
@@ -41,8 +42,6 @@ _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # t
 
 def _compose(overrides: list[str], with_hydra: bool = False):
     from hydra import compose, initialize_config_dir
-
-    from sweeplab import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("train", overrides=list(overrides), return_hydra_config=with_hydra)
@@ -94,8 +93,6 @@ def run_order(overrides: list[str], log_path: Path) -> int:
 
 def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     """Configuration (the swept keys' values) -> {position, rate, problems, status} of a finished order."""
-    from sweeplab.tracking import mlflow_store
-
     marker = sweep_dir / channels.PARENT_RUN_FILE
     if not marker.exists():
         return {}
@@ -184,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         print(f"error: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
         return 2
-    from sweeplab.tracking import mlflow_store
 
     swept, fixed = swept_values(args.overrides)
     if not swept:

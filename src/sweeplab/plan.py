@@ -19,6 +19,7 @@ from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer
 from sweeplab.config import bind, build
 from sweeplab.errors import ConfigError
+from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
 from sweeplab.tasks.optim import OptimConfig
 
@@ -122,9 +123,6 @@ def plan(cfg: DictConfig) -> JobPlan:
     backend_config = build(backends.BackendConfig, container["backend"], "backend")
     timing = bind(StepTimer, container.get("timing", {}), "timing", ignore=frozenset({"sync", "clock"}))
     logger = build(LoggerConfig, container["logger"], "logger")
-    # deferred: importing sweeplab.export loads coremltools (seconds), which only an export needs
-    from sweeplab.export.options import options_from_config
-
     options_from_config(container.get("export"))
     guard = bind(NonFiniteGuard, container.get("guard", {}), "guard")
     build(NonFiniteGuard, guard, "guard")  # its own range checks

@@ -22,6 +22,9 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
+from sweeplab.console import quiet_libraries
+from sweeplab.errors import exit_on_user_error
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeplab.profile", description=__doc__.split("\n\n")[0])
@@ -32,12 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where profile.md and trace.json.gz go (default reports/profile/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-    from sweeplab.console import quiet_libraries
-
     quiet_libraries()
 
+    # deferred: bench and training import torch and Lightning (seconds); --help and argument errors answer without them
     from sweeplab.bench import compose
-    from sweeplab.errors import exit_on_user_error
     from sweeplab.training import train
 
     out = Path(args.out or Path("reports") / "profile" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))

@@ -25,8 +25,10 @@ from pathlib import Path
 from sweeplab import channels, stability
 from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
+from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.sweep_plots import _figure, curves_plot
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +97,6 @@ def pick_baseline(runs, baseline: str | None) -> int | None:
 def _family(name: str):
     """The family record of a run's `family` tag; None when the family is not installed where the report runs
     (its rows then show the generic columns)."""
-    from sweeplab.families import get_family
-
     try:
         return get_family(name)
     except UserError:
@@ -281,8 +281,6 @@ def throughput_points(runs) -> dict[str, list[tuple[int, float]]]:
 
 def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Path:
     """Samples/s against batch size: the median of the jobs at each batch size joined by a line, every job a dot."""
-    from sweeplab.tracking.sweep_plots import _figure
-
     fig = _figure(7.5, 4.5)
     ax = fig.add_subplot()
     batch_sizes = sorted({b for points in series.values() for b, _ in points})
@@ -347,8 +345,6 @@ def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
         if series:
             files.append(throughput_plot(series, out_dir / "throughput.png"))
         if uri is not None:
-            from sweeplab.tracking.sweep_plots import curves_plot
-
             curves, metric = validation_curves(uri, runs)
             if curves:
                 files.append(curves_plot(curves, metric, out_dir / "validation.png"))

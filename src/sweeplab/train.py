@@ -10,7 +10,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab import CONF_DIR, channels, interrupts
+from sweeplab import CONF_DIR, channels, interrupts, sweep_callback
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
@@ -28,6 +28,8 @@ def _in_multirun() -> bool:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
+    # installed the signal handlers before they load
     from sweeplab.training import record_failed_job, train
 
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
@@ -72,8 +74,6 @@ def composition_error(exc: Exception) -> UserError:
 def run() -> None:
     interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
     from hydra.errors import HydraException
-
-    from sweeplab import sweep_callback
 
     # Hydra prints a composition error as 4 lines and exits 1 unless HYDRA_FULL_ERROR lets it reach us
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")

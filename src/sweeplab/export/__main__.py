@@ -14,7 +14,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
-from sweeplab.errors import UserError, exit_on_user_error
+from sweeplab.console import quiet_libraries
+from sweeplab.errors import ConfigError, UserError, exit_on_user_error
+from sweeplab.export.options import ExportOptions
+from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint, options_from_config
 
 APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
 log = logging.getLogger("sweeplab.export")
@@ -23,9 +26,6 @@ log = logging.getLogger("sweeplab.export")
 def check_override_keys(overrides: list[str]) -> None:
     """Unknown keys fail here as one ConfigError line (Hydra's own message for them spans several lines)."""
     from dataclasses import fields
-
-    from sweeplab.errors import ConfigError
-    from sweeplab.export.options import ExportOptions
 
     options = sorted(f.name for f in fields(ExportOptions))
     for override in overrides:
@@ -40,8 +40,6 @@ def check_override_keys(overrides: list[str]) -> None:
 
 
 def run(cfg: DictConfig) -> Path:
-    from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint, options_from_config
-
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("hydra", None)
     options = options_from_config(container.get("export"))  # every option checked before any work
@@ -67,8 +65,6 @@ def run(cfg: DictConfig) -> Path:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export_model")
 def main(cfg: DictConfig) -> None:
-    from sweeplab.console import quiet_libraries
-
     quiet_libraries()
     try:
         run(cfg)

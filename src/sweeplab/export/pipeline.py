@@ -29,6 +29,7 @@ from sweeplab.export.convert import convert, describe, nonfinite_constants
 from sweeplab.export.options import ExportOptions, options_from_config
 from sweeplab.export.reference import load_program
 from sweeplab.families import ExportSpec, get_family
+from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ class ExportResult:
 # --- where the checkpoint and the package are ----------------------------------------------------
 def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dict[str, float], str]:
     """(checkpoint path, final val/* metrics, tracking URI) of an MLflow run, from its `checkpoint` tag."""
-    from sweeplab.tracking import mlflow_store
-
     uri = mlflow_store.resolve_uri(tracking_uri)
     # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
     mlflow_store.open_existing_store(uri)
@@ -125,6 +124,7 @@ def export_checkpoint(
     metrics: Mapping[str, float] | None = None,
 ) -> ExportResult:
     """Export one checkpoint as `options` say; raises UserError (one line) for every expected failure."""
+    # deferred: families.loading imports tasks, so Lightning (seconds); `import sweeplab.export` (plan, job) stays light
     from sweeplab.families.loading import load_model
 
     if not options.enabled:
@@ -312,8 +312,6 @@ def _publish(staging: Path, staged: Path, target: Path, *reports: tuple[Path, Pa
 
 
 def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_path: Path, md_path: Path, report: dict) -> None:
-    from sweeplab.tracking import mlflow_store
-
     try:
         client = mlflow_store.client(mlflow_store.resolve_uri(tracking_uri))
         client.log_artifacts(run_id, str(package), f"{ARTIFACT_DIR}/{package.name}")
@@ -347,8 +345,6 @@ def export_after_training(
         return None
     metrics = None
     if mlflow_run_id:
-        from sweeplab.tracking import mlflow_store
-
         try:
             metrics = _val_metrics(mlflow_store.client(mlflow_store.resolve_uri(tracking_uri)).get_run(mlflow_run_id).data.metrics)
         except Exception as exc:  # metadata only: the export goes on with the checkpoint's own best score

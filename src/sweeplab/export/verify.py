@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sweeplab.errors import DataFormatError, UserError
+from sweeplab.families import get_family, resolve
 
 NOT_ON_MAC = "needs macOS (the Core ML runtime); this is {platform}"
 COMPUTE_PLAN_MACOS = (14, 4)  # MLComputePlan (coremltools.models.compute_plan) needs macOS 14.4 or newer
@@ -84,8 +85,6 @@ def real_cases(
     path = Path(path)
     if not path.exists():
         raise UserError(f"export.real_data={path}: no such file or directory")
-    from sweeplab.families import get_family, resolve
-
     spec = get_family(family).export
     if spec is None or spec.real_rows is None:
         raise UserError(f"export.real_data={path}: the {family} family has no real-data reader; leave it unset")

@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweeplab.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    from sweeplab.families.record import Family
+from sweeplab.families.record import Family
 
 # the record fields a job builds from, and what to write when one is missing
 _REQUIRED = {

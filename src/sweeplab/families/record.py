@@ -39,6 +39,7 @@ from sweeplab.tracking.naming import name_value
 if TYPE_CHECKING:
     import lightning as L
 
+    # annotations only: tasks import Lightning (seconds), and the records stay light
     from sweeplab.tasks.base import SweepTask
     from sweeplab.tasks.optim import OptimConfig
 

@@ -25,6 +25,7 @@ from typing import Any
 from sweeplab import channels
 from sweeplab.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
 from sweeplab.errors import UserError, exception_chain
+from sweeplab.interrupts import is_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -472,8 +473,6 @@ class JobRun:
     def fail(self, exc: BaseException) -> None:
         """End the run FAILED (KILLED for Ctrl-C, SIGTERM and exits) with the reason as its `error` tag and the
         traceback as error.txt."""
-        from sweeplab.interrupts import is_interrupt
-
         self._stop_monitor()
         status = "KILLED" if is_interrupt(exc) else "FAILED"
         with contextlib.suppress(Exception):

@@ -27,6 +27,7 @@ from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.families.contract import FamilyDataModule
 from sweeplab.families.textbridge.device_batches import PAD_TO_MODES, DeviceBatches, Padding, ResidentSplit
 from sweeplab.families.textbridge.formats import DataFormatError, SampleSource, open_dataset
+from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -320,8 +321,6 @@ class TextBridgeDataModule(FamilyDataModule):  # its hooks: path, data_path, ste
 
     # --- helpers ------------------------------------------------------------------------------
     def _ensure_demo(self) -> Path:
-        from sweeplab.families.textbridge.prepare import prepare_textbridge_demo, read_manifest
-
         # Any prepared demo is used as it is: one built with other settings (`prepare --vocab-size ...`) was asked for.
         if read_manifest(self.demo_dir) is not None:
             return Path(self.demo_dir)

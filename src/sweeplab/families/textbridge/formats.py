@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import DataFormatError
 from sweeplab.files import atomic_write
 
@@ -503,8 +504,6 @@ __all__ = [
 def token_rows(path: Path, max_rows: int) -> list[np.ndarray]:
     """The real (unpadded) token ids of a dataset's first `max_rows` samples; text-mode data is tokenized with the
     tokenizer.json beside it. Empty samples are left out. For the export's checks on real data."""
-    from sweeplab.data.tokenizer import TextTokenizer
-
     source = open_dataset(path)
     rows: list[np.ndarray] = []
     tokenizer = None

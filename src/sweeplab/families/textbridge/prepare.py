@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeplab.data.corpus import demo_sentences
+from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import is_user_error, user_message
 from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
 from sweeplab.files import atomic_write, current_umask
@@ -191,7 +192,7 @@ def _remove_leftovers(out_dir: Path) -> None:
 
 
 def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoOptions, *, progress: bool) -> None:
-    from sweeplab.data.tokenizer import TextTokenizer
+    # deferred: the teacher imports torch (~1 s); argument errors and an up-to-date demo need no torch
     from sweeplab.families.textbridge.teacher import Teacher
 
     started = time.perf_counter()
