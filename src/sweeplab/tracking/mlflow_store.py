@@ -332,7 +332,7 @@ class JobRun:
         self.run_id = None
         try:
             if run_id is not None:  # resuming: reopen the run the checkpoint names
-                self.run_id = run_id  # training.py checked the checkpoint and the run first
+                self.run_id = run_id  # training._resume_target checked the checkpoint and the run first
                 channels.job_run_id = run_id
                 self._clear_previous_failure()
                 self.client.update_run(run_id, status="RUNNING")
