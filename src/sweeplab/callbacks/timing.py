@@ -433,7 +433,6 @@ class ThroughputTimer(StepTimer, L.Callback):
         if self.profile and stage == "fit":
             # Lightning set its profiler up before callbacks; this one replaces it for the whole fit
             profiler = PhaseProfiler(pl_module.device, self._sync, self._clock)
-            profiler._lightning_module = pl_module
             trainer.profiler = self.profiler = profiler
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
