@@ -222,3 +222,17 @@ def test_a_record_written_for_0_1_works_with_one_deprecation_line(caplog):
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("family old_style: its record sets build_model_config, build_datamodule, build_task, name_parts, report_params, deprecated")
     assert "model_config='pkg.model:Config'" in line and "report_keys=(...)" in line
+
+
+def test_the_example_family_stays_a_dozen_lines_of_record_and_150_of_code():
+    """The contract's promise, held: the example's record is at most 15 lines, the whole example at most 150 non-blank
+    lines of Python, YAML and TOML, and no config file is empty."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mlp_regressor"
+    files = [p for p in example.rglob("*") if p.suffix in (".py", ".yaml", ".toml") and "egg-info" not in str(p)]
+    non_blank = {p: [line for line in p.read_text().splitlines() if line.strip()] for p in files}
+    assert sum(len(lines) for lines in non_blank.values()) <= 150
+    assert [p for p, lines in non_blank.items() if p.suffix == ".yaml" and not any(
+        not line.lstrip().startswith("#") and line.strip() != "{}" for line in lines)] == []
+    record = (example / "mlp_regressor" / "__init__.py").read_text()
+    start = record.index("FAMILY = Family(")
+    assert len(record[start:record.index("\n)", start)].splitlines()) + 1 <= 15
