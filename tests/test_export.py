@@ -385,6 +385,10 @@ def test_run_id_export_logs_package_and_report(monkeypatch, capsys, store, check
     }
     metrics = client.get_run(run_id).data.metrics
     assert metrics["export/standard-fp16/rel_err"] <= 1e-2 and metrics["export/standard-fp16/package_mb"] > 0
+    # the readiness report: an artifact and metrics (the LM's embedding gather leaves the Neural Engine)
+    assert f"coreml/{name}.readiness.json" in logged
+    assert 0 < metrics["export/standard-fp16/ane_unready_work_share"] < 1
+    assert metrics["export/standard-fp16/fp16_overflow_tensors"] == 0 and metrics["export/standard-fp16/ane_blockers"] == 2
     user = dict(package_spec(tmp_path / "pkg" / f"{name}.mlpackage")[0].description.metadata.userDefined)
     assert user["sweeplab.run_id"] == run_id and json.loads(user["sweeplab.metrics"]) == {"val/cos": 0.75}
 

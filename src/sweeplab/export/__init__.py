@@ -5,7 +5,8 @@
 - `ane`: the Neural-Engine layout wrappers (`to_ane_layout`);
 - `convert`: tracing, conversion, compression, metadata; `ct_fixes`: coremltools 9.0 converter fixes;
 - `reference`: the Linux reference evaluator (`load_program(path).run(inputs)`);
-- `verify`: inputs, error measures, trained-weight check, macOS prediction and placement; `report`: JSON + Markdown.
+- `verify`: inputs, error measures, trained-weight check, macOS prediction and placement; `report`: JSON + Markdown;
+- `readiness`: the ANE readiness report (ops known to leave the Neural Engine, fp16 range, fp16 against fp32).
 """
 
 from sweeplab.export.ane import to_ane_layout

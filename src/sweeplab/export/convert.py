@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 import warnings
 from collections.abc import Mapping
@@ -27,6 +28,14 @@ from sweeplab.export.reference import import_coremltools
 log = logging.getLogger(__name__)
 
 INPUT_NAMES = ("input_ids", "attention_mask")
+# The converter names each op after its torch.export node ("linear_0", "exp", "sum_1") and its precision passes append
+# "_cast_fp16", "_cast_uint16", ... to the op's name in the saved program; a layer is that name without the suffixes,
+# which is also the name FP16ComputePrecision's op_selector sees (so `export.fp32_layers` takes what the report shows).
+_CAST_SUFFIX = re.compile(r"(_cast_(fp16|fp32|uint16|int16|int32|uint8|int8|bool))+$")
+
+
+def layer_name(op_name: str) -> str:
+    return _CAST_SUFFIX.sub("", op_name)
 
 
 @dataclass
@@ -96,6 +105,7 @@ def convert(
     start = time.perf_counter()
     program, tracer, fallback_reason = trace(module, example, options.seq_lens, options.tracer)
     traced = time.perf_counter()
+    precision, layers_seen = _compute_precision(ct, options)
     try:
         with _quiet_converter():
             mlmodel = ct.convert(
@@ -103,7 +113,7 @@ def convert(
                 inputs=_input_types(ct, options, seq_len),
                 outputs=[ct.TensorType(name=output_name)],
                 convert_to="mlprogram",
-                compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32,
+                compute_precision=precision,
                 minimum_deployment_target=deployment_target(ct, options.deployment_target),
                 skip_model_load=True,  # loading compiles the model: macOS only, and not needed to save it
             )
@@ -113,10 +123,38 @@ def convert(
             f"Core ML conversion ({tracer}, {options.variant}, {options.deployment_target}) failed: {first[:300]}"
         ) from exc
     converted = time.perf_counter()
+    _check_fp32_layers(options.fp32_layers or [], layers_seen)
     mlmodel = compress(mlmodel, options)
     return Converted(
         mlmodel, tracer, traced - start, converted - traced, time.perf_counter() - converted, fallback_reason
     )
+
+
+def _compute_precision(ct, options: ExportOptions):
+    """(coremltools compute_precision, the layer names its fp16 pass visited): `export.fp32_layers` as an op_selector
+    (coremltools' per-op precision: ct.transform.FP16ComputePrecision) that leaves the named layers in fp32."""
+    if options.precision == "fp32":
+        return ct.precision.FLOAT32, set()
+    if not options.fp32_layers:
+        return ct.precision.FLOAT16, set()
+    keep, seen = set(options.fp32_layers), set()
+
+    def to_fp16(op) -> bool:
+        if op.op_type != "const":
+            seen.add(op.name)
+        return op.name not in keep
+
+    return ct.transform.FP16ComputePrecision(op_selector=to_fp16), seen
+
+
+def _check_fp32_layers(requested: list[str], seen: set[str]) -> None:
+    unknown = [name for name in requested if name not in seen]
+    if unknown:
+        examples = ", ".join(sorted(seen)[:6])
+        raise UserError(
+            f"export.fp32_layers: no layer named {unknown[0]!r} in the converted program "
+            f"(layer names are the readiness report's, e.g. {examples})"
+        )
 
 
 @contextlib.contextmanager

@@ -57,6 +57,8 @@ class ExportOptions:
     n_real: int = 4  # real input batches
     tolerance: float | None = None  # null: by variant (fp32 1e-4, fp16 1e-2, int8 5e-2, PALETTIZE_TOLERANCE)
     seed: int = 0
+    readiness: bool = True  # the ANE readiness report (readiness.py): op census, fp16 range, fp16 against fp32
+    fp32_layers: list[str] | None = None  # layers (op names from the readiness report) kept in fp32 in an fp16 export
 
     def __post_init__(self) -> None:
         for key, accepted in (
@@ -92,6 +94,12 @@ class ExportOptions:
                 raise ValueError(f"seq_len={self.seq_len} is not one of seq_lens={self.seq_lens}")
         if self.name is not None and ("/" in self.name or self.name.strip(". ") == ""):
             raise ValueError(f"name={self.name!r} must be a file name (no '/'), e.g. textbridge-ane")
+        if self.fp32_layers is not None:
+            self.fp32_layers = [str(name) for name in self.fp32_layers]
+            if self.precision != "fp16":
+                raise ValueError("fp32_layers needs precision=fp16 (an fp32 program keeps every layer in fp32)")
+            if any(not name.strip() for name in self.fp32_layers):
+                raise ValueError(f"fp32_layers must be layer names, got {self.fp32_layers}")
         if self.tolerance is not None and self.tolerance <= 0:
             raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
 

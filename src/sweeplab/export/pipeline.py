@@ -16,14 +16,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from sweeplab.errors import UserError
+from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
-from sweeplab.export import verify
 from sweeplab.export.ane import to_ane_layout
 from sweeplab.export.convert import convert, describe, nonfinite_constants
 from sweeplab.export.options import ExportOptions, options_from_config
@@ -173,6 +173,7 @@ def export_checkpoint(
         converted.mlmodel.save(str(staged))
         try:
             report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
+            report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases)
         except UserError as exc:  # name the package the user asked for, not the staging copy
             raise UserError(str(exc).replace(str(staged), str(target))) from None
         staged_json, staged_md = report_paths(staged)
@@ -201,6 +202,24 @@ def _cases(family: str, options: ExportOptions, vocab_size: int, seq_lens: list[
     if options.real_data and options.n_real:
         cases += verify.real_cases(family, options.real_data, vocab_size, options.batch_size, seq_lens, options.n_real)
     return cases
+
+
+def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_len: int, vocab_size: int,
+               cases: list[verify.Case]) -> dict:
+    """The ANE readiness report (readiness.py). An fp16 export gets an fp32 twin, converted and saved beside the
+    staged package (the staging directory goes when the export ends): the true values for the fp16 range check, and
+    the reference for the per-layer fp16 against fp32 difference."""
+    if not options.readiness:
+        return {"skipped": "export.readiness=false"}
+    program = load_program(staged)
+    twin = None
+    if options.precision == "fp16":
+        twin_options = replace(options, precision="fp32", compression="none", fp32_layers=None)
+        twin_path = staged.with_name("fp32-twin" + PACKAGE_SUFFIX)
+        convert(module, output, twin_options, seq_len, vocab_size).mlmodel.save(str(twin_path))
+        twin = load_program(twin_path)
+    placement = readiness.compute_plan_placement(staged)
+    return readiness.readiness(program, twin, cases, options.verify_tolerance, placement)
 
 
 def _verify_and_report(staged: Path, target: Path, loaded, options, converted, kind, seq_len, cases, run_id) -> dict:
@@ -322,6 +341,10 @@ def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_pa
         if "skipped" not in reference:
             metrics[f"export/{report['variant']}/rel_err"] = reference["rel_err"]
             metrics[f"export/{report['variant']}/max_abs_err"] = reference["max_abs_err"]
+        if "skipped" not in report.get("readiness", {"skipped": ""}):
+            client.log_dict(run_id, report["readiness"], f"{ARTIFACT_DIR}/{package.name.removesuffix(PACKAGE_SUFFIX)}.readiness.json")
+            for key, value in readiness.metrics(report["readiness"]).items():
+                metrics[f"export/{report['variant']}/{key}"] = value
         for key, value in metrics.items():
             client.log_metric(run_id, key, float(value))
     except Exception as exc:

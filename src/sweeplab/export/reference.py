@@ -31,6 +31,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sweeplab.errors import UserError
 
 COMPRESSION_OP_PREFIX = "constexpr_"
+Observer = Callable[[object, tuple], None]  # (MIL op, its outputs before rounding) -> None
 
 
 def import_coremltools():
@@ -289,8 +290,13 @@ class ReferenceProgram:
                     values[var.name] = np.asarray(value).astype(_numpy_dtype(var))
         return values
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Evaluate the program on `inputs` (name -> array); returns output name -> array in the declared dtypes."""
+    def run(self, inputs: Mapping[str, np.ndarray], observe: Observer | None = None) -> dict[str, np.ndarray]:
+        """Evaluate the program on `inputs` (name -> array); returns output name -> array in the declared dtypes.
+
+        `observe(op, outputs)`, when given, sees every non-const op's outputs as the op computed them (float32,
+        before rounding to the declared dtype, so a value past fp16's range is still finite there), while the op's
+        inputs are still bound (`op.x.val`): the readiness report reads per-op ranges and intermediates through it.
+        """
         missing = self.unsupported_ops()
         if missing:
             raise UserError(f"{self.path}: the reference evaluator has no implementation of op(s) {', '.join(missing)}")
@@ -313,6 +319,8 @@ class ReferenceProgram:
                             _bind(var, _widen(values[var.name]))
                             touched.append(var)
                 outputs = self._evaluate(op)
+                if observe is not None:
+                    observe(op, outputs)
                 for var, value in zip(op.outputs, outputs):
                     values[var.name] = np.asarray(value).astype(_numpy_dtype(var))
         finally:

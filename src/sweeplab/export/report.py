@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sweeplab.export.readiness import markdown_lines
+
 NEURAL_ENGINE_NOTES = {
     "fp32": "fp32 programs never run on the Neural Engine (GPU/CPU only); export fp16 for it.",
     "gather": "gather (the embedding lookup) runs on the CPU on every Apple device.",
@@ -153,6 +155,8 @@ def markdown(report: dict) -> str:
                 f"| {device} | {placement['op_share'].get(device, 0):.1%} | {placement['cost_share'].get(device, 0):.1%} |"
             )
         lines.append("")
+    ready = report.get("readiness", {"skipped": "not computed"})
+    lines += ["## ANE readiness", "", f"skipped: {ready['skipped']}", ""] if "skipped" in ready else markdown_lines(ready)
     lines += ["## Ops", "", "| op | count |", "|---|---|"]
     lines += [f"| {op} | {count} |" for op, count in report["ops"].items()]
     lines += ["", "## Weights", "", "| stored dtype | tensors | elements | bytes |", "|---|---|---|---|"]
