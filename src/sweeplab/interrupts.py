@@ -1,35 +1,57 @@
-"""Ctrl-C and SIGTERM: the run they stop ends KILLED and the process exits with 128 + the signal (130, 143).
+"""Ctrl-C, SIGTERM and SIGHUP: the run they stop ends KILLED and the process exits with 128 + the signal (130, 143, 129).
 
-Left alone, neither ends well. Python turns SIGINT into KeyboardInterrupt, which Lightning's trainer catches and
-turns into `sys.exit(1)`; SIGTERM's default action ends the process on the spot (its run stays RUNNING), and while
-Lightning's handler is in place fit ends with `SIGTERMException`, a SystemExit with status 0 (SLURM, `timeout` and
-`docker stop` read that as success). `install()` (the entry points call it first) makes both signals raise
-`Interrupted` instead, a BaseException that is no KeyboardInterrupt and no SystemExit: Lightning's trainer runs its
-own shutdown for it (callbacks' on_exception, the logger's finalize, teardown, DDP children stopped) and re-raises
-it, `JobRun` ends the run KILLED, the sweep callback closes its parent run, and the entry point exits with
-`exit_status`.
+Left alone, none ends well. Python turns SIGINT into KeyboardInterrupt, which Lightning's trainer catches and turns
+into `sys.exit(1)`; SIGTERM's and SIGHUP's default action ends the process on the spot (its run stays RUNNING), and
+while Lightning's handler is in place fit ends with `SIGTERMException`, a SystemExit with status 0 (SLURM, `timeout`
+and `docker stop` read that as success). `install()` (the entry points call it first) puts `_on_signal` in place.
+
+A stop request is recorded, then acted on at a safe point. The handler records the first signal (`requested()`); the
+code that runs the job calls `check()` at its safe points, which raises `Interrupted` there: a BaseException that is
+no KeyboardInterrupt and no SystemExit, raised from sweeplab's own code, so no weakref callback, `__del__` or
+library's bare `except:` can swallow it. Lightning's trainer runs its own shutdown for it (callbacks' on_exception,
+the logger's finalize, teardown, DDP children stopped) and re-raises it, `JobRun` ends the run KILLED, the sweep
+callback closes its parent run, and the entry point exits with `exit_status`. The safe points: every training batch's
+end, validation's start, batches and end, a checkpoint's save (callbacks/stop.py; the MLX loop: every step and
+validation), and the stages of a job (training.train, job.start_fit, job.finish: before the export, before uploads).
+
+Two modes. Inside `at_safe_points()` (the fit loops, `job.finish`) the handler only records. Outside it (imports,
+config, data indexing, opening the MLflow run: code with no loop to check a flag, possibly blocked in a read) the
+handler also raises `Interrupted` at once, as it always did; should that exception be swallowed where it lands, the
+request stays recorded and the next stage check (or the fit loop's first safe point) raises it again, so it is never
+lost.
+
+A second signal before the first was acted on (the job is inside a stage that cannot look at the flag: coremltools'
+convert, a torch.compile, an upload) raises `Interrupted` at once, skipping what is left of that stage and the
+stages after it; the exit status stays the first signal's. Once `Interrupted` has been raised the run is being closed
+(KILLED): later signals are reported and ignored, so an impatient second Ctrl-C cannot leave the run RUNNING; kill -9
+still works.
+
+SIGHUP (a closed terminal, a dropped SSH session) is handled like SIGTERM, unless it was ignored when the process
+started (`nohup`): then it stays ignored.
 
 Cooperation with other handlers: Lightning chains the SIGTERM handler it finds behind its own notifier and puts it
-back after every fit, so its DDP and SLURM logic still sees the signal. SIGUSR1/SIGUSR2 (Lightning's and submitit's
-requeue signals) are left alone, and submitit's job processes never call `install()` (they start through submitit's
-own entry point, whose SIGTERM bypass and SIGUSR2 checkpoint-and-requeue stay as they are).
-
-Only the first signal interrupts: later ones, while the run is being closed, are reported and ignored (as Lightning
-ignores a second Ctrl-C), so the run cannot be left RUNNING by an impatient second Ctrl-C; kill -9 still works.
+back after every fit, so its DDP and SLURM logic still sees the signal (a `SIGTERMException` it raises itself is turned
+into `Interrupted` by sweeplab.lightning_fit). SIGUSR1/SIGUSR2 (Lightning's and submitit's requeue signals) are left
+alone, and submitit's job processes never call `install()` (they start through submitit's own entry point, whose
+SIGTERM bypass and SIGUSR2 checkpoint-and-requeue stay as they are).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
-import sys
 import threading
+from collections.abc import Iterator
 
-HANDLED = (signal.SIGINT, signal.SIGTERM)
-_first_signal: int | None = None
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_requested: int | None = None  # the first signal's number, once one came
+_stopping = False  # Interrupted has been raised: the run is being closed
+_deferred = 0  # > 0 inside at_safe_points(): the handler only records
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM asked the process to stop."""
+    """SIGINT, SIGTERM or SIGHUP asked the process to stop."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -40,26 +62,71 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
-def _raise_interrupted(signum: int, frame) -> None:
-    global _first_signal
-    if _first_signal is not None:
-        print(
-            f"{signal.Signals(signum).name} ignored: already stopping after {signal.Signals(_first_signal).name}, "
-            "closing the MLflow run",
-            file=sys.stderr,
-            flush=True,
-        )
+def _say(text: str) -> None:
+    """One line on stderr from a signal handler: a plain write(2), no buffered stream that the handler may have
+    interrupted in the middle of a write."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"{text}\n".encode())
+
+
+def _on_signal(signum: int, frame) -> None:
+    global _requested, _stopping
+    name = signal.Signals(signum).name
+    if _stopping:
+        _say(f"{name} ignored: already stopping after {signal.Signals(_requested).name}, closing the MLflow run")
         return
-    _first_signal = signum
-    raise Interrupted(signum)
+    if _requested is None:
+        _requested = signum
+        if _deferred:
+            _say(f"{name}: stopping at the next safe point (a second signal skips what is left)")
+            return
+    else:
+        _say(f"{name}: stopping now after {signal.Signals(_requested).name}, skipping what is left")
+    _stopping = True
+    raise Interrupted(_requested)
+
+
+def requested() -> int | None:
+    """The signal that asked the process to stop, or None."""
+    return _requested
+
+
+def check() -> None:
+    """A safe point: raise `Interrupted` if a stop was requested."""
+    global _stopping
+    if _requested is not None:
+        _stopping = True
+        raise Interrupted(_requested)
+
+
+@contextlib.contextmanager
+def at_safe_points() -> Iterator[None]:
+    """Code that calls `check()` often enough: inside, a signal is only recorded; checked again on the way in and out."""
+    global _deferred
+    check()
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+    check()
 
 
 def install() -> None:
-    """Make SIGINT and SIGTERM raise `Interrupted` in this (main) thread."""
+    """Put `_on_signal` in place for SIGINT, SIGTERM and SIGHUP (not SIGHUP when it is ignored, as under nohup), in
+    this (main) thread."""
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in HANDLED:
-        signal.signal(signum, _raise_interrupted)
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        signal.signal(signum, _on_signal)
+
+
+def reset() -> None:
+    """Forget a stop request (tests that run several jobs in one process)."""
+    global _requested, _stopping, _deferred
+    _requested, _stopping, _deferred = None, False, 0
 
 
 def is_interrupt(exc: BaseException) -> bool:

@@ -5,18 +5,31 @@ hands it to a fit loop: Lightning's (sweeplab.lightning_fit) or sweeplab's own M
 loop calls `start_fit` for the data and the task, trains, and returns a `FitResult`; `finish` then records the fit
 the same way for both: summary metrics, the `checkpoint` tag, the checkpoint artifact, the export, the closing line
 and the job log.
+
+`hold_run_lock` keeps one process per run: the job's output folder is locked (flock) for the job's whole life. A stop
+request (sweeplab.interrupts) is checked between the stages here: after the data is set up, before the export, before
+the uploads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 
+from sweeplab import interrupts
 from sweeplab.devices import release_earlier_jobs
+from sweeplab.errors import UserError
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
@@ -61,6 +74,7 @@ def start_fit(job: Job):
     datamodule = p.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")
+    interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
     model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
     if job.run is not None and job.resume_ckpt is None and p.logger.log_dataset:
         data_path = training_data_path(datamodule)
@@ -74,7 +88,13 @@ def start_fit(job: Job):
 
 def finish(job: Job, result: FitResult) -> float | None:
     """Record a fit that ended: summary metrics (written before anything else is), the best checkpoint as a tag and an
-    artifact, the export, the closing line, the job log. Returns the monitored metric (what a sweeper optimises)."""
+    artifact, the export, the closing line, the job log. Returns the monitored metric (what a sweeper optimises).
+    A stop request is acted on between these stages (the run ends KILLED; what is left is not done)."""
+    with interrupts.at_safe_points():
+        return _finish(job, result)
+
+
+def _finish(job: Job, result: FitResult) -> float | None:
     p, run = job.plan, job.run
     if run is not None:
         if result.clock:
@@ -84,13 +104,16 @@ def finish(job: Job, result: FitResult) -> float | None:
             job.logger.wait_for_writes()
         if result.best_path:
             run.set_tag("checkpoint", result.best_path)
+            interrupts.check()
             if p.logger.log_checkpoint:
                 run.log_artifact_capped(result.best_path, "checkpoints", p.logger.max_artifact_mb)
+    interrupts.check()
     if result.best_path:  # export=coreml: a Core ML package of the best checkpoint; export=none: nothing
         export_after_training(
             p.container.get("export"), result.best_path, job.output_dir / "export", job.run_id,
             run.uri if run is not None else None,
         )
+    interrupts.check()
     log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary))
     if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:
         run.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
@@ -110,6 +133,47 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str
     return f"done: {run.run_name}: {', '.join(parts)}; {url}"
 
 
+LOCK_NAME = ".sweeplab.lock"
+LOCK_UNSUPPORTED = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+
+@contextlib.contextmanager
+def hold_run_lock(directory: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive flock on `<directory>/.sweeplab.lock` (`what`: the run, for the message) while the body runs;
+    the holder's pid and host are written into the file. Another holder: a one-line UserError naming it. A file
+    system that cannot lock: a one-line UserError too (not unguarded training). The kernel releases the lock when
+    the process ends, however it ends; the file is left in place (removing it would race with the next holder)."""
+    path = directory / LOCK_NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{what} is being trained by another process ({_holder(fd)}, lock {path}); wait for it "
+                            "to end or stop it, then resume") from None
+        except OSError as exc:
+            if exc.errno not in LOCK_UNSUPPORTED:
+                raise
+            raise UserError(f"{path}: this file system cannot lock files ({os.strerror(exc.errno)}), so a second "
+                            "process could train the same run; put the outputs on a local disk (hydra.run.dir=...)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    """What the holder wrote into the lock file; it writes right after locking, so a moment may pass."""
+    for _ in range(20):
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if text:
+            return text
+        time.sleep(0.05)
+    return "pid unknown"
+
+
 def job_log_file() -> Path | None:
     """The log file Hydra's job logging writes (<job dir>/<job name>.log); None outside Hydra."""
     try:
@@ -120,4 +184,4 @@ def job_log_file() -> Path | None:
     return path if path.exists() else None
 
 
-__all__ = ["FitResult", "Job", "final_line", "finish", "start_fit"]
+__all__ = ["FitResult", "Job", "final_line", "finish", "hold_run_lock", "start_fit"]

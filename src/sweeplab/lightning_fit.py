@@ -10,11 +10,13 @@ import warnings
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from sweeplab import backends, distributed, tuning
+from sweeplab import backends, distributed, interrupts, tuning
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
+from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.job import FitResult, Job, start_fit
@@ -67,11 +69,17 @@ def fit(job: Job) -> FitResult:
         callbacks.append(fault)
     if p.trainer.enable_progress_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
+    callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
     trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
         job.run.set_tag("tuned.batch_size", str(tuned))
-    trainer.fit(task, datamodule=datamodule, ckpt_path=str(job.resume_ckpt) if job.resume_ckpt else None)
+    with interrupts.at_safe_points():  # a signal is recorded; StopAtSafePoint acts on it
+        try:
+            trainer.fit(task, datamodule=datamodule, ckpt_path=str(job.resume_ckpt) if job.resume_ckpt else None)
+        except SIGTERMException:  # Lightning's own check saw the SIGTERM first (an epoch's end): sweeplab's stop
+            interrupts.check()
+            raise
     return FitResult(
         summary=distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size),
         step=trainer.global_step,

@@ -8,6 +8,7 @@ and its checks are sweeplab.plan; the loops are sweeplab.lightning_fit and sweep
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -17,10 +18,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, devices, distributed, lightning_fit
+from sweeplab import backends, devices, distributed, interrupts, lightning_fit
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import check_writable_dir
-from sweeplab.job import FitResult, Job, finish
+from sweeplab.job import FitResult, Job, finish, hold_run_lock
 from sweeplab.plan import JobPlan, plan
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
@@ -68,7 +69,10 @@ def _preset_tags() -> dict[str, str]:
 
 def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
-    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own."""
+    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
+
+    A stop request (sweeplab.interrupts) that came before the fit loop is checked between these stages."""
+    interrupts.check()
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
@@ -80,9 +84,39 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     job = Job(p, target.output_dir if target is not None else output_dir,
               resume_ckpt=target.checkpoint if target is not None else None)
     check_writable_dir(job.output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
-    if not tracked:
-        return finish(job, _fit(job))
+    interrupts.check()
+    with _one_process(job, target, uri):  # one process per run, before the run is opened or continued
+        if not tracked:
+            return finish(job, _fit(job))
+        return _train_tracked(job, target, cfg, uri, sweep_dir)
 
+
+def _one_process(job: Job, target: resume.ResumePoint | None, uri: str):
+    """The run's lock (job.hold_run_lock) on its output folder, held by rank 0 (DDP's other ranks share its folder).
+    `resume=true` looks again once it holds the lock: the run it found may have been finished by the process that
+    held the lock a moment ago."""
+    if not distributed.is_global_zero():
+        return contextlib.nullcontext()
+    what = f"run {target.run_id} ({job.output_dir})" if target is not None and target.run_id else str(job.output_dir)
+    lock = hold_run_lock(job.output_dir, what)
+    if target is None or job.plan.container.get("resume") is not True:
+        return lock
+
+    @contextlib.contextmanager
+    def locked_and_still_interrupted():
+        with lock:
+            p = job.plan
+            now = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
+            if now != (target.run_id, target.checkpoint):
+                raise UserError(f"resume=true: run {target.run_id} was finished by another process meanwhile; "
+                                "nothing to resume (drop resume to start afresh)")
+            yield
+
+    return locked_and_still_interrupted()
+
+
+def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
+    p = job.plan
     job.run = mlflow_store.JobRun(
         uri,
         p.logger.experiment_name,
@@ -105,6 +139,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
             synchronous=not p.logger.async_logging,
         )
         try:
+            interrupts.check()
             return finish(job, _fit(job))
         finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
             job.logger.send_held()

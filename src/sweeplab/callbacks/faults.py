@@ -5,7 +5,8 @@ SWEEPLAB_FAULT_RAISE_AT_STEP=N raises RuntimeError after optimizer step N (a cra
 SWEEPLAB_FAULT_OOM_AT_STEP=N   raises torch.OutOfMemoryError after optimizer step N (a batch too large).
 SWEEPLAB_FAULT_NAN_GRAD_AT_STEP=N poisons the gradients of step N with NaN (a diverging step).
 SWEEPLAB_FAULT_PAUSE_AT_STEP=N    after optimizer step N, creates the file SWEEPLAB_FAULT_PAUSED_FILE names and waits
-                                  there (up to 10 minutes): a test knows the run is training and sends its signal.
+                                  there (up to 10 minutes, until a stop is requested or the file is removed): a
+                                  test knows the run is training and sends its signal, or lets it go on.
 SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION=1  the same at the start of the validation after fit.
 SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP=N sends SIGKILL during the validation at step N (before its scores
                                reach any checkpoint; at the last step: the run's final validation).
@@ -24,6 +25,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from sweeplab import interrupts
 from sweeplab.channels import (
     FAULT_KILL_AFTER_FIT_ENV,
     FAULT_KILL_ENV,
@@ -78,8 +80,11 @@ class FaultInjection(L.Callback):
         if self.paused_file:
             Path(self.paused_file).write_text(where)
         deadline = time.monotonic() + PAUSE_S
-        while time.monotonic() < deadline:  # a signal's handler runs (and may raise) during the sleep
-            time.sleep(0.1)
+        # until a stop is requested (the next safe point acts on it), the file is removed, or 10 minutes passed
+        while time.monotonic() < deadline and interrupts.requested() is None:
+            if self.paused_file and not Path(self.paused_file).exists():
+                return
+            time.sleep(0.05)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         # the final validation runs inside fit at the last step (callbacks/checkpoints.ValidateAtLastStep)

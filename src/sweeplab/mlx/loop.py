@@ -23,7 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import torch
 
-from sweeplab import distributed
+from sweeplab import distributed, interrupts
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.job import FitResult, Job, start_fit
@@ -94,7 +94,8 @@ def fit(job: Job) -> FitResult:
     ))
     best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
     loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
-    step = loop.run()
+    with interrupts.at_safe_points():  # a signal is recorded; the loop checks it every step and validation
+        step = loop.run()
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
@@ -131,6 +132,7 @@ class _Loop:
         loader = self.datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
         while step < max_steps:
             for batch in loader:
+                interrupts.check()  # a stop request, acted on between steps
                 self.timer.batch_start()
                 if hasattr(self.model, "before_step"):
                     self.model.before_step(step)
@@ -182,6 +184,7 @@ class _Loop:
             self.log_metrics(self.model.logged_values(), step)
 
     def validate(self, step: int, batch_index: int) -> None:
+        interrupts.check()
         self.timer.pause()
         values = _validate(self.task, self.model, self.datamodule, self.p.trainer.limit_val_batches)
         self.log_metrics(values, batch_index)

@@ -1,0 +1,194 @@
+"""Stop requests that cannot be lost, and one process per run: real processes, real signals, no patched handler.
+
+- the flag mechanism (sweeplab.interrupts) in a plain subprocess: a signal swallowed where it landed is acted on at
+  the next safe point; inside `at_safe_points()` the handler only records; a second signal skips what is left;
+  SIGHUP ignored at start (nohup) stays ignored;
+- SIGTERM, SIGINT and SIGHUP sent to `python -m sweeplab.train` of the fast-stepping example family while it
+  trains: the run ends KILLED, the process exits 128 + the signal within 10 s (SIGTERM repeated at seeded moments:
+  before the flag, a signal landing in SQLAlchemy's weakref callback was dropped and the job trained to the end);
+- ten `resume=true` of one interrupted run started together: one trains, nine exit 2 naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from test_families import example_site  # noqa: F401  (the fixture: examples/mlp_regressor installed into tmp)
+
+STOP_WITHIN_S = 10.0
+
+FLAG_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, weakref
+    from sweeplab import interrupts
+
+    interrupts.install()
+    print("hup", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, flush=True)
+
+    class Holder:
+        pass
+
+    def swallowing_callback(ref):  # like SQLAlchemy's _collection_gced: an exception raised in it is dropped
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    holder = Holder()
+    ref = weakref.ref(holder, swallowing_callback)
+    del holder  # the callback runs, the handler raises inside it, Python prints "Exception ignored" and goes on
+    print("went on after the dropped exception", flush=True)
+    try:
+        interrupts.check()
+    except interrupts.Interrupted as exc:
+        print("acted on at the safe point:", exc, flush=True)
+
+    interrupts.reset()
+    with_flag = []
+    try:
+        with interrupts.at_safe_points():
+            os.kill(os.getpid(), signal.SIGINT)  # recorded only
+            with_flag.append(interrupts.requested())
+            os.kill(os.getpid(), signal.SIGHUP)  # the second: raises at once
+            with_flag.append("not reached")
+    except interrupts.Interrupted as exc:
+        print("recorded", with_flag, "then", exc, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)  # a third, while the run is closed: ignored
+        print("third ignored", flush=True)
+        sys.exit(exc.exit_status)
+""")
+
+
+def test_a_stop_request_is_recorded_and_acted_on_at_the_next_safe_point(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", FLAG_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 130, out + err  # the first signal's status (SIGINT), not the second's
+    assert "hup False" in out
+    assert "Exception ignored" in err and "interrupted by SIGTERM" in err  # it did land in the callback
+    assert "went on after the dropped exception\nacted on at the safe point: interrupted by SIGTERM" in out
+    assert f"recorded [{int(signal.SIGINT)}] then interrupted by SIGINT" in out
+    assert "SIGINT: stopping at the next safe point" in err
+    assert "SIGHUP: stopping now after SIGINT, skipping what is left" in err
+    assert "SIGTERM ignored: already stopping after SIGINT" in err and "third ignored" in out
+
+    nohup = subprocess.run([sys.executable, "-c", FLAG_SCRIPT], env=env, capture_output=True, text=True, timeout=60,
+                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert "hup True" in nohup.stdout  # ignored at start (nohup): left ignored, so the SIGHUP changed nothing
+    assert f"recorded [{int(signal.SIGINT)}, 'not reached'] then interrupted by SIGINT" in nohup.stdout
+    assert nohup.returncode == 130 and "SIGHUP" not in nohup.stderr, nohup.stdout + nohup.stderr
+
+
+def _start_example(site: Path, tmp_path: Path, *overrides: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeplab.train", "model=mlp_regressor", "trainer.max_steps=100000",
+         "trainer.log_every_n_steps=5", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'job'}",
+         *overrides],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _wait_until_training(process: subprocess.Popen, db: Path, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"exited {process.returncode} before training:\n{process.stdout.read()[-3000:]}")
+        try:
+            with sqlite3.connect(db) as con:
+                if con.execute("select count(*) from metrics where key = 'train/loss'").fetchone()[0]:
+                    return
+        except sqlite3.Error:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError(f"not training after {timeout_s} s:\n{process.communicate()[0][-3000:]}")
+
+
+def _signal_while_training(site: Path, tmp_path: Path, mlflow_uri: str, signum: int, delay_s: float) -> tuple[float, str]:
+    process = _start_example(site, tmp_path)
+    _wait_until_training(process, tmp_path / "mlflow.db")
+    time.sleep(delay_s)
+    process.send_signal(signum)
+    sent = time.monotonic()
+    try:
+        output, _ = process.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"{signal.Signals(signum).name} not acted on within {STOP_WITHIN_S} s:\n"
+                             f"{process.communicate()[0][-3000:]}") from None
+    took = time.monotonic() - sent
+    assert process.returncode == 128 + signum, output[-3000:]
+    (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    assert run.info.status == "KILLED", output[-3000:]
+    assert run.data.tags["error"] == f"Interrupted: interrupted by {signal.Signals(signum).name}"
+    return took, output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_while_the_example_family_trains_ends_it_killed_within_10_s(example_site, mlflow_uri, tmp_path, signum):  # noqa: F811
+    _, output = _signal_while_training(example_site, tmp_path, mlflow_uri, signum, delay_s=0.5)
+    assert "Traceback" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(8))
+def test_sigterm_at_seeded_moments_of_training_is_never_lost(example_site, mlflow_uri, tmp_path, trial):  # noqa: F811
+    delay_s = random.Random(trial).uniform(0.0, 3.0)
+    took, output = _signal_while_training(example_site, tmp_path, mlflow_uri, signal.SIGTERM, delay_s)
+    print(f"trial {trial}: SIGTERM {delay_s:.2f} s into training, exited after {took:.2f} s")
+
+
+def _train(demo_dir: Path, tmp_path: Path, *overrides: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    common = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=20",
+              "trainer.val_check_interval=10", "trainer.log_every_n_steps=1", "checkpoint.every_n_steps=5"]
+    return subprocess.Popen([sys.executable, "-m", "sweeplab.train", *common, *overrides], cwd=tmp_path,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+@pytest.mark.slow
+def test_ten_resumes_of_one_run_started_together_train_it_once(demo_dir, mlflow_uri, tmp_path):
+    killed = _train(demo_dir, tmp_path, f"hydra.run.dir={tmp_path / 'first'}", env={"SWEEPLAB_FAULT_KILL_AT_STEP": "7"})
+    killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "RUNNING"
+
+    # each resume pauses after step 12 until its file is removed: the one that trains is still training while the
+    # others reach the lock, however slowly they start on a busy machine
+    paused = [tmp_path / f"paused-{i}" for i in range(10)]
+    resumes = [_train(demo_dir, tmp_path, "resume=true", f"hydra.run.dir={tmp_path / f'r{i}'}",
+                      env={"SWEEPLAB_FAULT_PAUSE_AT_STEP": "12", "SWEEPLAB_FAULT_PAUSED_FILE": str(paused[i])})
+               for i in range(10)]
+    deadline = time.monotonic() + 400
+    while sum(p.poll() is not None for p in resumes) < 9 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (trainer,) = [i for i, p in enumerate(resumes) if p.poll() is None]
+    assert paused[trainer].exists()
+    paused[trainer].unlink()  # let it go on
+    outputs = [p.communicate(timeout=300) for p in resumes]
+
+    assert resumes[trainer].returncode == 0, outputs[trainer][1][-3000:]
+    for i, (process, (_, err)) in enumerate(zip(resumes, outputs)):
+        if i == trainer:
+            continue
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert process.returncode == 2 and len(lines) == 1, err[-3000:]
+        assert f"run {run.info.run_id}" in lines[0] and f"pid {resumes[trainer].pid} on " in lines[0], lines[0]
+        assert "Traceback" not in err
+    (after,) = client.search_runs(["1"])
+    assert after.info.status == "FINISHED"
+    for key in ("train/loss", "lr", "val/cos"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, sorted(steps))
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(20))
