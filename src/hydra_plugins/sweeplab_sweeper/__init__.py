@@ -6,7 +6,6 @@ sweeplab.replicates).
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -14,8 +13,8 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class SweeplabSweeperConf:
     _target_: str = "hydra_plugins.sweeplab_sweeper.sweeper.SweeplabSweeper"
-    max_batch_size: Optional[int] = None  # as BasicSweeper's: at most this many jobs per launch (within a round)
-    params: Optional[Dict[str, str]] = None  # the swept keys and their values, as BasicSweeper's
+    max_batch_size: int | None = None  # as BasicSweeper's: at most this many jobs per launch (within a round)
+    params: dict[str, str] | None = None  # the swept keys and their values, as BasicSweeper's
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="sweeplab", node=SweeplabSweeperConf, provider="sweeplab")
