@@ -255,7 +255,7 @@ def test_a_known_effect_is_found_the_faster_named_and_its_speedup_interval_holds
             for c, runs in by_config.items()}
     measured = step["model.sleep_ms=40"] / step["model.sleep_ms=20"]
     parent = next(r for r in MlflowClient(mlflow_uri).search_runs(["1"]) if r.data.tags.get("sweeplab.role") == "sweep")
-    summary = report.sweep_report(mlflow_uri, parent.info.run_id, None).verdict.summary
+    summary = report.sweep_report(mlflow_uri, parent.info.run_id, None, options=VerdictOptions(target=0.6)).verdict.summary
     faster = summary.config("model.sleep_ms=20")
     for estimate in (faster.speedup, faster.speedup_to_target):
         low, high = estimate.interval.low, estimate.interval.high
