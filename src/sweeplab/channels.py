@@ -34,6 +34,17 @@ SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report --multirun-dir` and order_check read it
 
+# A replicated sweep's place of each job (sweeplab.replicates): its replicate r (seed `seed + r`), the round it ran
+# in, its configuration's index in the grid (0: the baseline of the verdict), and how many jobs the launcher ran at
+# once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job, which Hydra's
+# run_job sets in the job's own process wherever the launcher runs it; read by training.run_tags, which records
+# them as the run's tags `replicate`, `round`, `config_index`, `concurrent_jobs`. The environment: the overrides of
+# one batch reach joblib workers and submitit jobs, a Python object from the sweeper would not.
+REPLICATE_ENV = "SWEEPLAB_REPLICATE"
+ROUND_ENV = "SWEEPLAB_ROUND"
+CONFIG_INDEX_ENV = "SWEEPLAB_CONFIG_INDEX"
+CONCURRENT_JOBS_ENV = "SWEEPLAB_CONCURRENT_JOBS"
+
 # --- environment: the user (or a test) -> every process of a run or sweep ----------------------------------------
 # Where prepared data and token caches go. Set by the user or a test; read by conf/train.yaml
 # (`paths.data_dir: ${oc.env:SWEEPLAB_DATA_DIR,data}`) in every job, so all jobs and ranks share one cache.

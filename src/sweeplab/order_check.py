@@ -86,8 +86,10 @@ def passes(rounds: int) -> list[tuple[str, int]]:
 
 
 def run_order(overrides: list[str], log_path: Path) -> int:
+    # replicates=1 after the user's overrides: the check compares one job per configuration and order (its own
+    # --rounds are its replicates), whatever a preset such as sweep=default asks for
     with open(log_path, "w", encoding="utf-8") as log:
-        return subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *overrides], stdout=log,
+        return subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *overrides, "replicates=1"], stdout=log,
                               stderr=subprocess.STDOUT).returncode
 
 

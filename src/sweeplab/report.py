@@ -1,10 +1,15 @@
-"""Comparison tables and plots from MLflow: one row per job of a sweep (or an experiment, or a multirun dir).
+"""Comparison tables and plots from MLflow: the verdict, one row per configuration, one row per job of a sweep (or
+an experiment, or a multirun dir).
 
-    python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN] [--out DIR]
+    python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN]
+                              [--target VALUE] [--quality-tolerance VALUE] [--out DIR]
 
-Writes report.md and report.csv (configuration, backend, device, batch size, precision, compile, median step time,
-samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the baseline row or "within
-noise", stability, final validation metric) and two plots:
+report.md starts with the verdict's lines (which configuration reaches the target fastest among those that keep
+quality, or the tie, or why there is none: sweeplab.report_verdict, docs/verdict.md), then the per-configuration
+table (medians and intervals over the replicates), then the per-job table. report.csv has both, told apart by its
+`row` column (job | configuration). The per-job table: configuration, backend, device, batch size, precision,
+compile, median step time, samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the
+baseline row or "within noise", stability, final validation metric. Two plots:
 throughput.png (samples/s against batch size, one line per backend/precision/compile) and validation.png (the
 family's validation metric against step, one line per job). The sweep callback calls `sweep_report` at the end of
 every multirun and logs `report.files` as artifacts of the sweep's parent run.
@@ -27,6 +32,14 @@ from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
+from sweeplab.report_verdict import (
+    VerdictOptions,
+    VerdictReport,
+    config_csv_rows,
+    config_table_markdown,
+    samples_per_step,
+    sweep_verdict,
+)
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.sweep_plots import _figure, curves_plot
 
@@ -53,6 +66,7 @@ class Report:
     markdown: str
     files: list[Path] = field(default_factory=list)
     failed: int = 0
+    verdict: VerdictReport | None = None  # the sweep's verdict (sweeplab.report_verdict); None without a store
 
 
 def format_number(value: float | None, digits: int = 4) -> str:
@@ -305,19 +319,6 @@ def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Pa
     return out
 
 
-def samples_per_step(run) -> int | None:
-    """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
-    params = run.data.params
-    try:
-        return (
-            int(params["data.batch_size"])
-            * int(params.get("trainer.accumulate_grad_batches", 1))
-            * int(params.get("trainer.devices", 1))
-        )
-    except (KeyError, ValueError):
-        return None
-
-
 def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], str]:
     """Run label -> {"samples": [(samples seen, value)], "seconds": [(seconds since the run started, value)]} of
     the family's validation metric, and that metric's name. Steps are not comparable across batch sizes: at step
@@ -353,11 +354,19 @@ def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
     return files
 
 
-def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None) -> Report:
+def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None,
+                 options: VerdictOptions | None = None) -> Report:
+    """report.md (the verdict's lines first, then the per-configuration table, then one row per job), report.csv
+    (a `row` column: job | configuration) and the plots."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
     base_index = pick_baseline(runs, baseline)
-    markdown = f"## {title}\n\n{to_markdown(rows, columns, hoist_constants=True)}\n"
+    found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
+    markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
+    markdown += f"## {title}\n\n"
+    if found is not None and found.summary is not None:
+        markdown += f"### per configuration\n\n{config_table_markdown(found.summary)}\n\n### per job\n\n"
+    markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n"
     if base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
     markdown += f"\n{STABILITY_NOTE}\n"
@@ -369,15 +378,40 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
         plots = write_plots(uri, runs, out_dir)
         if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
             markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
-        for name, text in (("report.md", markdown), ("report.csv", to_csv(rows, columns))):
+        for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found))):
             write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
         files += plots
-    return Report(rows, columns, markdown, files, failed)
+    return Report(rows, columns, markdown, files, failed, found)
 
 
-def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None) -> Report:
-    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline)
+def _csv_with_configurations(runs, rows: list[dict], columns: list[str], found: VerdictReport | None) -> str:
+    """The jobs' table as numbers (`row` job, with its `configuration` tag), then one row per configuration with
+    each figure's median (or ratio) and interval bounds, in columns of their own where the jobs have none."""
+    for run, row in zip(runs, rows):
+        row["row"], row["configuration"] = "job", run.data.tags.get("config", "")
+    table = list(csv.reader(io.StringIO(to_csv(rows, ["row", "configuration", *columns]))))
+    header, body = table[0], table[1:]
+    extra = config_csv_rows(found.summary) if found is not None and found.summary is not None else []
+    for row in extra:
+        header += [key for key in row if key not in header]
+    body = [cells + [""] * (len(header) - len(cells)) for cells in body]
+    body += [[_csv_cell(row.get(key)) for key in header] for row in extra]
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([header, *body])
+    return buffer.getvalue()
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    return repr(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
+                 options: VerdictOptions | None = None) -> Report:
+    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline,
+                        options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment-name", default=None, help="where to look for the latest sweep (default: every experiment)")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="the monitored metric's value to reach (default: the worst median final metric among the "
+                             "configurations that keep quality)")
+    parser.add_argument("--quality-tolerance", type=float, default=0.0,
+                        help="how much worse than the baseline's final metric still keeps quality (metric units)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     try:
@@ -400,11 +439,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     uri = mlflow_store.resolve_uri(args.tracking_uri)
+    options = VerdictOptions(args.target, args.quality_tolerance, args.baseline)
     mlflow_store.open_existing_store(uri)  # read-only: an unreachable server or a missing sqlite file fails now
 
     if args.experiment:
         out = Path(args.out or Path("reports") / args.experiment)
-        report = write_report(experiment_runs(uri, args.experiment), out, args.experiment, uri, args.baseline)
+        report = write_report(experiment_runs(uri, args.experiment), out, args.experiment, uri, args.baseline, options)
     else:
         parent = args.sweep
         out = Path(args.out) if args.out else None
@@ -423,7 +463,7 @@ def _report(args: argparse.Namespace) -> int:
         sweep_dir = mlflow_store.get_run(uri, parent, "--sweep").data.tags.get("sweep_dir")
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
-        report = sweep_report(uri, parent, out, args.baseline)
+        report = sweep_report(uri, parent, out, args.baseline, options)
         client = mlflow_store.client(uri)
         for path in report.files:  # the plots and tables travel with the sweep's parent run too
             try:

@@ -33,13 +33,15 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import channels, distributed
+from sweeplab import channels, distributed, replicates
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
 from sweeplab.report import sweep_report
+from sweeplab.report_verdict import VerdictOptions
 from sweeplab.tracking import mlflow_store, naming, sweep_plots
+from sweeplab.verdict import SweepSummary
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -102,6 +104,8 @@ class MLflowSweepCallback(Callback):
 
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
+        _check_replicates(config)
+        verdict_options(config)  # a wrong report.target fails now, not after the sweep
         os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
         os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
         uri, experiment, enabled = self._settings(config)
@@ -189,9 +193,10 @@ class MLflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         status = "FINISHED"
         try:
-            report = sweep_report(uri, self.parent_run_id, sweep_dir)
+            report = sweep_report(uri, self.parent_run_id, sweep_dir, options=verdict_options(config))
             children = mlflow_store.sweep_jobs(uri, self.parent_run_id)
-            best = record_best(client, self.parent_run_id, children, config)
+            summary = report.verdict.summary if report.verdict is not None else None
+            best = record_best(client, self.parent_run_id, children, config, summary)
             files = list(report.files) + _objective_plot(children, sweep_dir, config)
             if (sweep_dir / OPTUNA_RESULTS).exists():
                 files.append(sweep_dir / OPTUNA_RESULTS)
@@ -268,13 +273,15 @@ def planned_jobs(config: DictConfig) -> int | None:
     sweeper = OmegaConf.select(config, "hydra.sweeper")
     if sweeper is None:
         return None
-    if "BasicSweeper" in str(sweeper.get("_target_", "")):
+    target = str(sweeper.get("_target_", ""))
+    if "BasicSweeper" in target or "SweeplabSweeper" in target:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
-        return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+        grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+        return grid * replicates.replicates_setting(config) if "SweeplabSweeper" in target else grid
     n_trials = sweeper.get("n_trials")
     return int(n_trials) if isinstance(n_trials, int) else None
 
@@ -298,6 +305,30 @@ def _check_required(config: DictConfig) -> None:
             raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
 
 
+def _check_replicates(config: DictConfig) -> None:
+    """replicates=N needs the sweeplab sweeper, and sets the seed itself: one line otherwise, before any job."""
+    count = replicates.replicates_setting(config)
+    if count == 1:
+        return
+    if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
+        choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get("hydra/sweeper", "")
+        raise UserError(f"replicates={count} needs hydra/sweeper=sweeplab; the {choice} sweeper runs each job once "
+                        "(run it with replicates=1)")
+    if "seed" in naming.swept_keys(config):
+        raise UserError(f"replicates={count} gives replicate r the seed seed + r: sweep seed with replicates=1, or "
+                        "leave it out")
+
+
+def verdict_options(config: DictConfig) -> VerdictOptions:
+    """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
+    target = OmegaConf.select(config, "report.target", default=None)
+    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=0.0)
+    try:
+        return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
+
+
 def _objective_of(config: DictConfig) -> tuple[str, str]:
     """(metric, "max"|"min") the job's return value is: the family's monitored metric."""
     try:
@@ -316,8 +347,13 @@ def _direction(config: DictConfig, children) -> str:
     return modes.pop() if len(modes) == 1 else ""
 
 
-def record_best(client, parent_run_id: str, children, config: DictConfig) -> str | None:
-    """Mark the best finished job on the parent run; returns a one-line description, or None."""
+def record_best(client, parent_run_id: str, children, config: DictConfig,
+                summary: SweepSummary | None = None) -> str | None:
+    """Mark the best on the parent run; returns a one-line description, or None. With replicates (`summary` of
+    configurations with more than one job) the best is the verdict's: one configuration, a tie, or none; else the
+    finished job with the best objective."""
+    if summary is not None and max(c.jobs for c in summary.configs) > 1:
+        return _record_verdict_best(client, parent_run_id, summary)
     scored = [r for r in children if r.info.status == "FINISHED" and "objective" in r.data.metrics]
     mode = _direction(config, scored)
     if not scored or not mode:
@@ -346,6 +382,21 @@ def record_best(client, parent_run_id: str, children, config: DictConfig) -> str
     shown = ", ".join(f"{k[5:]}={v}" for k, v in params.items())
     line = f"job {tags['best_job']} ({name}): {metric or 'objective'} {value:.4g} ({mode})"
     return f"{line}; {shown}" if shown else line
+
+
+def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary) -> str:
+    """Tags `best_verdict` (fastest | tie | no verdict) and `best_config` (the configuration, the tied ones joined
+    by " | ", or empty): a tie stays a tie, never a pick by the last digit."""
+    verdict = summary.verdict
+    client.set_tag(parent_run_id, "best_verdict", verdict.kind)
+    client.set_tag(parent_run_id, "best_config", " | ".join(verdict.fastest))
+    client.set_tag(parent_run_id, "objective", summary.metric_name)
+    client.set_tag(parent_run_id, "objective_mode", summary.mode)
+    if verdict.kind == "fastest":
+        return f"{verdict.fastest[0]} ({verdict.lines[0]})"
+    if verdict.kind == "tie":
+        return f"tie between {', '.join(verdict.fastest)} (intervals overlap: not ranked)"
+    return f"none ({verdict.lines[0]})"
 
 
 def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:

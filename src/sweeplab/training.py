@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import platform
 from pathlib import Path
 
 import lightning as L
@@ -18,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, devices, distributed, interrupts, lightning_fit
+from sweeplab import backends, channels, devices, distributed, interrupts, lightning_fit
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import check_writable_dir
 from sweeplab.job import FitResult, Job, finish, hold_run_lock
@@ -54,7 +56,21 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "sweep_id": Path(sweep_dir).name if sweep_dir else "",
         **backends.mps_fallback_tags(p.backend),
         **_preset_tags(),
+        **_replicate_tags(p, sweep_dir),
     }
+
+
+def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
+    """What the verdict groups and pairs a sweep job by (sweeplab.replicates): its configuration (the swept values,
+    the same in every replicate), seed, host, and the replicate, round, configuration index and concurrency the
+    sweeplab sweeper set in this job's environment. None outside a sweep."""
+    if sweep_dir is None:
+        return {}
+    tags = {"config": naming.config_key(), "seed": str(p.container.get("seed", 0)), "host": platform.node()}
+    placed = {"replicate": channels.REPLICATE_ENV, "round": channels.ROUND_ENV,
+              "config_index": channels.CONFIG_INDEX_ENV, "concurrent_jobs": channels.CONCURRENT_JOBS_ENV}
+    tags |= {tag: os.environ[name] for tag, name in placed.items() if os.environ.get(name)}
+    return tags
 
 
 def _preset_tags() -> dict[str, str]:

@@ -785,18 +785,18 @@ def _table_row(config: ConfigSummary) -> tuple[str, ...]:
     return (
         config.config,
         str(config.jobs),
-        _estimate_text(config.samples_per_sec, "{:.4g}"),
-        _estimate_text(config.speedup, "{:.2f}"),
-        _estimate_text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs} reached]",
-        _estimate_text(config.time_to_target, "{:.4g}"),
-        _estimate_text(config.speedup_to_target, "{:.2f}"),
-        _estimate_text(config.final_metric, "{:.4g}"),
-        _estimate_text(config.quality_difference, "{:+.3g}"),
+        estimate_text(config.samples_per_sec, "{:.4g}"),
+        estimate_text(config.speedup, "{:.2f}"),
+        estimate_text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs} reached]",
+        estimate_text(config.time_to_target, "{:.4g}"),
+        estimate_text(config.speedup_to_target, "{:.2f}"),
+        estimate_text(config.final_metric, "{:.4g}"),
+        estimate_text(config.quality_difference, "{:+.3g}"),
         config.quality,
     )
 
 
-def _estimate_text(estimate: Estimate, number: str) -> str:
+def estimate_text(estimate: Estimate, number: str) -> str:
     def show(value: float) -> str:
         return ("∞" if value > 0 else "-∞") if math.isinf(value) else number.format(value)
 

@@ -12,10 +12,11 @@ class MLPConfig:
     in_dim: int = 32
     hidden: int = 128
     n_layers: int = 2
+    sleep_ms: float = 0.0  # a known cost per training step (sweeplab's tests of the verdict); 0: none
 
     def __post_init__(self) -> None:
-        if min(self.in_dim, self.hidden, self.n_layers) < 1:
-            raise ValueError(f"in_dim, hidden and n_layers must be >= 1, got {self}")
+        if min(self.in_dim, self.hidden, self.n_layers) < 1 or self.sleep_ms < 0:
+            raise ValueError(f"in_dim, hidden and n_layers must be >= 1 and sleep_ms >= 0, got {self}")
 
 
 class MLPRegressor(nn.Module):

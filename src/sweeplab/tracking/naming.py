@@ -67,6 +67,13 @@ def _swept_values() -> dict[str, str]:
     return values
 
 
+def config_key() -> str:
+    """A sweep job's configuration as its swept values, "key=value ..." in the swept keys' order: the same in every
+    replicate of it (the seed a replicate sets is not a swept key), so the verdict groups its jobs by it. "(no
+    swept key)" for a sweep of replicates only."""
+    return " ".join(f"{key}={value}" for key, value in _swept_values().items()) or "(no swept key)"
+
+
 def _conf_default(group_file: str, key: str) -> Any:
     """A key's value in one of conf/'s group files (what a run without overrides or presets gets)."""
     try:

@@ -1,0 +1,20 @@
+"""Hydra sweeper plugin `hydra/sweeper=sweeplab` (conf/train.yaml selects it): Hydra's grid, run in replicated rounds.
+
+Hydra imports every module under the `hydra_plugins` namespace package when it starts and instantiates plugins from
+there only; this module registers the sweeper's config, sweeper.py holds the sweeper (the replicate arithmetic is
+sweeplab.replicates).
+"""
+
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class SweeplabSweeperConf:
+    _target_: str = "hydra_plugins.sweeplab_sweeper.sweeper.SweeplabSweeper"
+    max_batch_size: int | None = None  # as BasicSweeper's: at most this many jobs per launch (within a round)
+    params: dict[str, str] | None = None  # the swept keys and their values, as BasicSweeper's
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="sweeplab", node=SweeplabSweeperConf, provider="sweeplab")

@@ -1,0 +1,96 @@
+"""Replicates as a sweep dimension (issue 26): which job runs with which seed, in which round, in which order.
+
+`replicates=N` (a top-level config key; `sweep` is a config group) runs every configuration of the grid N times.
+Replicate r uses seed `seed + r` in every configuration (data order and initialisation), so the configurations of
+one round differ only in what was swept. Round r runs each configuration once; the order is reversed every other
+round (round 0 as listed, round 1 reversed, ...), so a drift of the machine over the sweep weighs on every
+configuration alike and the paired comparisons of sweeplab.verdict cancel it.
+
+Pure: the sweeper (hydra_plugins/sweeplab_sweeper) launches what `rounds` returns; the jobs learn their replicate, round and
+configuration index through the environment variables named in sweeplab.channels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sweeplab.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, REPLICATE_ENV, ROUND_ENV
+from sweeplab.errors import ConfigError
+
+MAX_REPLICATES = 1000  # a typo guard (replicates=300000 would queue a sweep nobody meant)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of a replicated sweep: the grid's overrides of configuration `config_index`, run as replicate
+    `replicate` (seed `seed + replicate`) in round `round`."""
+
+    config_index: int
+    replicate: int
+    round: int
+    seed: int
+    overrides: tuple[str, ...]
+
+
+def replicates_setting(config: Mapping[str, Any]) -> int:
+    """The `replicates` key as a count; one line naming the key when it is not one."""
+    value = config.get("replicates", 1)
+    if value == "auto":
+        raise ConfigError("replicates", "auto (replicate until decided) is not available yet; give a number, e.g. 3")
+    if type(value) is not int or not 1 <= value <= MAX_REPLICATES:
+        raise ConfigError("replicates", f"expected an integer in [1, {MAX_REPLICATES}], got {value!r}")
+    return value
+
+
+def round_order(configurations: int, round_number: int) -> list[int]:
+    """The configurations' indices in the order round `round_number` runs them: as listed, then reversed, ..."""
+    order = list(range(configurations))
+    return order if round_number % 2 == 0 else order[::-1]
+
+
+def rounds(grid: Sequence[Sequence[str]], replicates: int, seed: int) -> list[list[PlannedJob]]:
+    """The sweep's jobs, round by round. `grid`: each configuration's overrides (BasicSweeper's expansion).
+
+    With one replicate the overrides are the grid's own (today's sweep, unchanged); with more, each job's `seed`
+    override is replaced by `seed=<seed + r>`."""
+    planned = []
+    for round_number in range(replicates):
+        jobs = []
+        for index in round_order(len(grid), round_number):
+            overrides = tuple(grid[index])
+            if replicates > 1:
+                overrides = (*(o for o in overrides if _key(o) != "seed"), f"seed={seed + round_number}")
+            jobs.append(PlannedJob(index, round_number, round_number, seed + round_number, overrides))
+        planned.append(jobs)
+    return planned
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def job_environment(job: PlannedJob, concurrent_jobs: int) -> tuple[str, ...]:
+    """Hydra overrides that set the job's replicate variables in its own process (hydra.job.env_set, applied by
+    Hydra's run_job wherever the launcher runs it: in process, a joblib worker, a submitit job)."""
+    values = {
+        REPLICATE_ENV: job.replicate,
+        ROUND_ENV: job.round,
+        CONFIG_INDEX_ENV: job.config_index,
+        CONCURRENT_JOBS_ENV: concurrent_jobs,
+    }
+    return tuple(f"++hydra.job.env_set.{name}={value}" for name, value in values.items())
+
+
+def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:
+    """How many of a batch's jobs run at once on one host: joblib's n_jobs (negative: CPUs + 1 + n_jobs, as
+    joblib reads it), capped by the batch; 1 for the basic launcher and for cluster launchers (one job per node)."""
+    target = str((launcher or {}).get("_target_", ""))
+    if "joblib" not in target.lower():
+        return 1
+    n_jobs = int((launcher or {}).get("n_jobs", -1) or 1)
+    if n_jobs < 0:
+        n_jobs = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return max(1, min(n_jobs, batch_size))

@@ -1,0 +1,192 @@
+"""The verdict part of a sweep's report: MLflow runs into sweeplab.verdict's `Job` records, the summary, its lines,
+the per-configuration table (Markdown) and rows (CSV).
+
+A job's curve is its family's monitored metric (e.g. val/cos) at each validation against the training samples seen
+by then: Lightning logs the validation after n optimizer steps at step n - 1, so samples seen = (step + 1) x
+samples per step (batch size x gradient accumulation x data-parallel devices). Its samples/s is
+`summary/samples_per_sec`, which leaves validation and checkpoint pauses out; its wall seconds at each validation
+(time since the run started) give the wall time to target beside it. Jobs are grouped by their `config` tag and
+paired by their `round` tag (tags the sweeplab sweeper gives every job: sweeplab.replicates); a sweep recorded
+without them has one job per configuration as far as anyone can tell, and gets "one replicate: no verdict".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from sweeplab import verdict
+from sweeplab.errors import UserError
+from sweeplab.families import get_family
+from sweeplab.tracking import mlflow_store
+
+THROUGHPUT = "summary/samples_per_sec"
+CONFIG_TAG, REPLICATE_TAG, ROUND_TAG, CONFIG_INDEX_TAG = "config", "replicate", "round", "config_index"
+NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (", "one replicate: no verdict (this "
+                                                  "sweep's jobs carry no replicate tags: it ran before replicates "
+                                                  "existed, or with a sweeper that runs each job once; ", 1)
+
+
+@dataclass(frozen=True)
+class VerdictOptions:
+    """What the report's verdict is asked (`report.target`, `report.quality_tolerance` of the sweep's config, or
+    the flags of `python -m sweeplab.report`). baseline_run: a run whose configuration is the baseline (None: the
+    first configuration of the grid)."""
+
+    target: float | None = None
+    quality_tolerance: float = 0.0
+    baseline_run: str | None = None
+
+
+@dataclass(frozen=True)
+class VerdictReport:
+    """summary: None when the sweep has no replicate tags or too little to summarize; lines: the verdict's text,
+    first line first (always at least one)."""
+
+    summary: verdict.SweepSummary | None
+    lines: tuple[str, ...]
+
+
+def samples_per_step(run) -> int | None:
+    """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
+    params = run.data.params
+    try:
+        return (
+            int(params["data.batch_size"])
+            * int(params.get("trainer.accumulate_grad_batches", 1))
+            * int(params.get("trainer.devices", 1))
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def monitored_metric(runs) -> tuple[str, verdict.Mode]:
+    """The monitored metric and its direction of the family most of the runs trained."""
+    families = Counter(r.data.tags.get("family", "") for r in runs)
+    try:
+        family = get_family(families.most_common(1)[0][0]) if families else None
+    except UserError:  # the family is not installed where the report runs
+        family = None
+    if family is None:
+        return "val/loss", "min"
+    return family.monitor, "max" if family.monitor_mode == "max" else "min"
+
+
+def has_replicate_tags(runs) -> bool:
+    return any(REPLICATE_TAG in r.data.tags and CONFIG_TAG in r.data.tags for r in runs)
+
+
+def verdict_job(client, run, metric: str) -> verdict.Job | None:
+    """One finished run as a verdict Job; None when it has no throughput, batch size or replicate tags."""
+    tags, rate, per_step = run.data.tags, run.data.metrics.get(THROUGHPUT), samples_per_step(run)
+    if run.info.status != "FINISHED" or not rate or not per_step or REPLICATE_TAG not in tags:
+        return None
+    history = sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: (m.step, m.timestamp))
+    start_ms = run.info.start_time or (history[0].timestamp if history else 0)
+    curve = [verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp - start_ms) / 1000)
+             for m in history if math.isfinite(m.value)]
+    return verdict.Job(
+        config=tags.get(CONFIG_TAG, ""),
+        replicate=int(tags[REPLICATE_TAG]),
+        round=int(tags.get(ROUND_TAG, tags[REPLICATE_TAG])),
+        samples_per_sec=float(rate),
+        final_metric=curve[-1].value if curve else None,
+        curve=curve,
+        host=tags.get("host") or None,
+        concurrent_jobs=int(tags.get("concurrent_jobs", "1") or 1),
+    )
+
+
+def baseline_config(runs, jobs: list[verdict.Job], baseline_run: str | None) -> str:
+    """The configuration of `baseline_run` (a run-name substring or run-id prefix) when given, else the grid's
+    first (config_index 0), else the first job's."""
+    configs = {j.config for j in jobs}
+    if baseline_run is not None:
+        for r in runs:
+            name = r.data.tags.get("mlflow.runName", "")
+            if (baseline_run in name or r.info.run_id.startswith(baseline_run)) and r.data.tags.get(CONFIG_TAG) in configs:
+                return r.data.tags[CONFIG_TAG]
+        raise UserError(f"--baseline {baseline_run!r}: no finished run of this sweep matches it")
+    first = [r.data.tags.get(CONFIG_TAG) for r in runs if r.data.tags.get(CONFIG_INDEX_TAG) == "0"]
+    return next((c for c in first if c in configs), jobs[0].config)
+
+
+def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) -> VerdictReport:
+    """The sweep's summary and verdict lines from its job runs."""
+    runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
+    if not has_replicate_tags(runs):
+        return VerdictReport(None, (NO_REPLICATE_TAGS,))
+    metric, mode = monitored_metric(runs)
+    client = mlflow_store.client(uri)
+    jobs = [j for r in runs if (j := verdict_job(client, r, metric)) is not None]
+    if not jobs:
+        return VerdictReport(None, ("no verdict: no job of this sweep finished with a throughput",))
+    try:
+        summary = verdict.summarize(
+            jobs, baseline=baseline_config(runs, jobs, options.baseline_run), mode=mode, target=options.target,
+            quality_tolerance=options.quality_tolerance, metric_name=metric,
+        )
+    except ValueError as exc:  # e.g. no final metric to derive a target from
+        return VerdictReport(None, (f"no verdict: {exc}",))
+    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in summary.notes)))
+
+
+# --- the per-configuration table --------------------------------------------------------------------------------------
+
+CONFIG_COLUMNS = ("configuration", "n", "samples/s", "speedup", "samples to target", "time to target (s)",
+                  "wall time to target (s)", "speedup to target", "final metric", "Δ vs baseline", "quality")
+
+
+def config_table_markdown(summary: verdict.SweepSummary) -> str:
+    """One row per configuration, each cell `median (low–high)`; the header line names the target and the
+    intervals' levels."""
+    lines = [verdict.render_table(summary).splitlines()[0], ""]
+    lines += ["| " + " | ".join(CONFIG_COLUMNS) + " |", "|" + "|".join("---" for _ in CONFIG_COLUMNS) + "|"]
+    for config in summary.configs:
+        cells = _config_cells(config, summary.baseline)
+        lines.append("| " + " | ".join(cells[c] for c in CONFIG_COLUMNS) + " |")
+    lines.append("")
+    lines.append("medians over the replicates with 95 % t intervals; speedup and speedup to target: paired with the "
+                 "baseline's job of the same round, simultaneous intervals (Bonferroni); samples to target: linear "
+                 "between the two validations around it; time to target: samples to target / samples/s "
+                 "(validation and checkpoint pauses excluded); docs/verdict.md")
+    return "\n".join(lines)
+
+
+def _config_cells(config: verdict.ConfigSummary, baseline: str) -> dict[str, str]:
+    text = verdict.estimate_text  # the same cell format as verdict.render_table
+    wall = config.wall_time_to_target
+    return {
+        "configuration": config.config + (" (baseline)" if config.config == baseline else ""),
+        "n": str(config.jobs),
+        "samples/s": text(config.samples_per_sec, "{:.4g}"),
+        "speedup": text(config.speedup, "{:.2f}"),
+        "samples to target": text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
+        "time to target (s)": text(config.time_to_target, "{:.4g}"),
+        "wall time to target (s)": text(wall, "{:.4g}") if wall is not None else "",
+        "speedup to target": text(config.speedup_to_target, "{:.2f}"),
+        "final metric": text(config.final_metric, "{:.4g}"),
+        "Δ vs baseline": text(config.quality_difference, "{:+.3g}"),
+        "quality": config.quality,
+    }
+
+
+def config_csv_rows(summary: verdict.SweepSummary) -> list[dict[str, object]]:
+    """One CSV row per configuration: each figure's point, low and high as numbers."""
+    rows = []
+    for config in summary.configs:
+        row: dict[str, object] = {"row": "configuration", "configuration": config.config, "jobs": config.jobs,
+                                  "reached target": config.reached_target, "quality": config.quality}
+        figures = {
+            "samples/s": config.samples_per_sec, "speedup": config.speedup,
+            "samples to target": config.samples_to_target, "time to target (s)": config.time_to_target,
+            "wall time to target (s)": config.wall_time_to_target, "speedup to target": config.speedup_to_target,
+            f"final {summary.metric_name}": config.final_metric, "Δ vs baseline": config.quality_difference,
+        }
+        for name, estimate in figures.items():
+            if estimate is not None:
+                row[name] = estimate.point
+                row[f"{name} low"], row[f"{name} high"] = estimate.interval.low, estimate.interval.high
+        rows.append(row)
+    return rows

@@ -1,0 +1,273 @@
+"""Replicates as a sweep dimension (issue 26): seeds and round order of the sweeplab sweeper, its refusals, the
+verdict in the report and at the end of a sweep. The real sweeps with a known effect and an A/A pair are slow."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf, open_dict
+
+from conftest import compose_train
+from sweeplab import channels, replicates, report, sweep_callback
+from sweeplab.errors import ConfigError, UserError
+from sweeplab.report_verdict import VerdictOptions
+from sweeplab.tracking import mlflow_store
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
+GRID = [["data.batch_size=32", "loss.alpha=1.0"], ["data.batch_size=64", "loss.alpha=1.0"],
+        ["data.batch_size=32", "loss.alpha=0.7"]]
+
+
+# --- seeds and order (no training) --------------------------------------------------------------------------------
+
+
+def test_replicate_r_runs_every_configuration_with_seed_plus_r_in_rounds_whose_order_reverses():
+    planned = replicates.rounds(GRID, 3, seed=5)
+    assert [[job.config_index for job in round_jobs] for round_jobs in planned] == [[0, 1, 2], [2, 1, 0], [0, 1, 2]]
+    for round_number, round_jobs in enumerate(planned):
+        for job in round_jobs:
+            assert job.round == job.replicate == round_number and job.seed == 5 + round_number
+            assert job.overrides == (*GRID[job.config_index], f"seed={5 + round_number}")
+
+
+def test_one_replicate_keeps_the_grid_and_its_overrides_as_they_are():
+    (only,) = replicates.rounds(GRID, 1, seed=0)
+    assert [job.overrides for job in only] == [tuple(g) for g in GRID]
+
+
+def test_a_seed_override_on_the_command_line_gives_way_to_the_replicates_seed():
+    planned = replicates.rounds([["seed=7", "data.batch_size=32"]], 2, seed=7)
+    assert [job.overrides for (job,) in planned] == [("data.batch_size=32", "seed=7"), ("data.batch_size=32", "seed=8")]
+
+
+def test_each_job_learns_its_place_through_hydra_env_set():
+    job = replicates.PlannedJob(config_index=2, replicate=1, round=1, seed=1, overrides=())
+    assert replicates.job_environment(job, 2) == (
+        f"++hydra.job.env_set.{channels.REPLICATE_ENV}=1", f"++hydra.job.env_set.{channels.ROUND_ENV}=1",
+        f"++hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=2", f"++hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2",
+    )
+
+
+@pytest.mark.parametrize("launcher, batch, expected", [
+    (None, 4, 1),
+    ({"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, 4, 1),
+    ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": 2}, 4, 2),
+    ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": 8}, 3, 3),
+    ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}, 4, 1),
+])
+def test_concurrent_jobs_are_joblibs_workers_capped_by_the_batch(launcher, batch, expected):
+    assert replicates.concurrent_jobs(launcher, batch) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, "3", 2.5, "auto"])
+def test_replicates_must_be_a_positive_count(value):
+    with pytest.raises(ConfigError, match="replicates"):
+        replicates.replicates_setting({"replicates": value})
+
+
+def test_the_sweeper_launches_each_round_on_its_own_with_the_replicates_environment(monkeypatch, tmp_path):
+    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+
+    launched = []
+
+    class RecordingLauncher:
+        def launch(self, batch, initial_job_idx):
+            launched.append((initial_job_idx, [list(job) for job in batch]))
+            return [SimpleNamespace(return_value=0.0) for _ in batch]
+
+    sweeper = SweeplabSweeper(max_batch_size=None, params={"data.batch_size": "32,64"})
+    sweeper.config = OmegaConf.create({"seed": 3, "replicates": 2, "hydra": {"sweep": {"dir": str(tmp_path)},
+                                       "launcher": {"_target_": "JoblibLauncher", "n_jobs": 2}}})
+    sweeper.launcher = RecordingLauncher()
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)
+    sweeper.sweep(["optim.lr=0.01"])
+
+    assert [start for start, _ in launched] == [0, 2]
+    (_, first), (_, second) = launched
+    assert [job[:3] for job in first] == [["data.batch_size=32", "optim.lr=0.01", "seed=3"],
+                                          ["data.batch_size=64", "optim.lr=0.01", "seed=3"]]
+    assert [job[:3] for job in second] == [["data.batch_size=64", "optim.lr=0.01", "seed=4"],
+                                           ["data.batch_size=32", "optim.lr=0.01", "seed=4"]]
+    assert f"++hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in second[0]
+    assert f"++hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in second[0]
+    assert (tmp_path / "multirun.yaml").exists()
+
+
+def test_the_default_sweeper_is_sweeplabs_and_counts_replicates_in_the_planned_jobs():
+    config = compose_train(["sweep=default"], return_hydra_config=True)
+    assert config.hydra.sweeper._target_.endswith("SweeplabSweeper") and config.replicates > 1
+    grid = 1
+    for values in config.hydra.sweeper.params.values():
+        grid *= len(str(values).split(","))
+    assert sweep_callback.planned_jobs(config) == grid * config.replicates
+
+
+def test_optuna_refuses_replicates_in_one_line():
+    config = compose_train(["hparams_search=optuna_alpha_beta", "replicates=3"], return_hydra_config=True)
+    with pytest.raises(UserError, match=r"^replicates=3 needs hydra/sweeper=sweeplab; the optuna sweeper"):
+        sweep_callback._check_replicates(config)
+    sweep_callback._check_replicates(compose_train(["hparams_search=optuna_alpha_beta"], return_hydra_config=True))
+
+
+def test_a_swept_seed_and_replicates_refuse_each_other():
+    config = compose_train(["replicates=2"], return_hydra_config=True)
+    with open_dict(config):
+        config.hydra.overrides.task = ["replicates=2", "seed=0,1"]  # what `-m ... seed=0,1` records
+    with pytest.raises(UserError, match="seed"):
+        sweep_callback._check_replicates(config)
+
+
+# --- the report (MLflow runs made here, no training) ---------------------------------------------------------------
+
+
+def _recorded_sweep(uri: str, tmp_path: Path, jobs: list[dict]) -> str:
+    experiment_id = mlflow_store.init_store(uri, "sweeplab")
+    client = MlflowClient(uri)
+    parent = client.create_run(experiment_id, tags={"sweeplab.role": "sweep"}).info.run_id
+    for i, job in enumerate(jobs):
+        tags = {"mlflow.parentRunId": parent, "mlflow.runName": f"job{i} {job.get('config', '')}",
+                "family": "textbridge", "backend": "cpu", **job.get("tags", {})}
+        run_id = client.create_run(experiment_id, tags=tags).info.run_id
+        client.log_param(run_id, "data.batch_size", str(job["batch"]))
+        client.log_metric(run_id, "summary/samples_per_sec", job["rate"])
+        client.log_metric(run_id, "summary/step_time_s_median", job["batch"] / job["rate"])
+        for step, value in job["curve"]:
+            client.log_metric(run_id, "val/cos", value, step=step)
+        client.set_terminated(run_id, "FINISHED")
+    return parent
+
+
+def test_a_sweep_recorded_before_replicates_reports_one_replicate_no_verdict(mlflow_uri, tmp_path):
+    parent = _recorded_sweep(mlflow_uri, tmp_path, [
+        {"batch": 32, "rate": 100.0, "curve": [(9, 0.5), (19, 0.7)]},
+        {"batch": 64, "rate": 180.0, "curve": [(9, 0.5), (19, 0.72)]},
+    ])
+    result = report.sweep_report(mlflow_uri, parent, tmp_path / "out")
+    assert result.markdown.startswith("one replicate: no verdict (this sweep's jobs carry no replicate tags")
+    rows = list(csv.DictReader((tmp_path / "out" / "report.csv").open()))
+    assert [r["row"] for r in rows] == ["job", "job"]
+
+
+def _replicated_jobs(rate_b: float, rounds: int = 4) -> list[dict]:
+    """Two configurations, a (the baseline) at 100 samples/s and b at `rate_b`, the same curves (same seeds), a
+    drift of the machine from round to round that weighs on both."""
+    jobs = []
+    for r in range(rounds):
+        drift = 1.0 + 0.15 * (r % 2)
+        for index, (name, rate) in enumerate((("bs=32 a", 100.0), ("bs=32 b", rate_b))):
+            tags = {"config": name, "replicate": str(r), "round": str(r), "config_index": str(index), "host": "h"}
+            jobs.append({"config": name, "batch": 32, "rate": rate / drift * (1 + 0.01 * index * (r - 1.5)),
+                         "curve": [(9, 0.3 + 0.01 * r), (19, 0.6 + 0.01 * r), (29, 0.7 + 0.01 * r)], "tags": tags})
+    return jobs
+
+
+def test_the_report_puts_the_verdict_first_then_configurations_then_jobs(mlflow_uri, tmp_path):
+    parent = _recorded_sweep(mlflow_uri, tmp_path, _replicated_jobs(rate_b=200.0))
+    result = report.sweep_report(mlflow_uri, parent, tmp_path / "out", options=VerdictOptions(target=0.65))
+    first = result.markdown.splitlines()[0]
+    assert first.startswith("fastest to val/cos ≥ 0.65: bs=32 b, 2.0"), first
+    assert result.markdown.index("### per configuration") < result.markdown.index("### per job")
+    assert "| bs=32 a (baseline) | 4 |" in result.markdown
+    rows = list(csv.DictReader((tmp_path / "out" / "report.csv").open()))
+    assert [r["row"] for r in rows] == ["job"] * 8 + ["configuration"] * 2
+    b = next(r for r in rows if r["row"] == "configuration" and r["configuration"] == "bs=32 b")
+    assert float(b["speedup to target low"]) < 2.0 < float(b["speedup to target high"])
+    assert float(b["samples to target"]) > 0 and b["quality"] == "keeps"
+
+
+def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_path):
+    parent = _recorded_sweep(mlflow_uri, tmp_path, _replicated_jobs(rate_b=101.0))
+    summary = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65)).verdict.summary
+    client = MlflowClient(mlflow_uri)
+    config = compose_train([], return_hydra_config=True)
+    line = sweep_callback.record_best(client, parent, mlflow_store.sweep_jobs(mlflow_uri, parent), config, summary)
+    assert line.startswith("tie between "), line
+    tags = client.get_run(parent).data.tags
+    assert tags["best_verdict"] == "tie" and set(tags["best_config"].split(" | ")) == {"bs=32 a", "bs=32 b"}
+    assert "best_run_id" not in tags
+
+
+# --- real sweeps (slow) --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own."""
+    source = tmp_path_factory.mktemp("example") / EXAMPLE.name
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
+         str(source)], check=True, capture_output=True, text=True,
+    )
+    return site
+
+
+def _sweep(site: Path, cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "sweeplab.train", "-m", "debug=smoke", "model=mlp_regressor",
+               "trainer.max_steps=40", "trainer.val_check_interval=10", "timing.warmup_steps=5", "timing.window=30",
+               "logger.system_metrics_after_s=null", f"hydra.sweep.dir={cwd / 'sweep'}", *overrides]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _verdict_lines(stdout: str) -> list[str]:
+    """The sweep's closing lines: what it printed after Hydra's log lines (which go to stdout too)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line and not line.startswith(("[", " ", "\t")))
+    print("\n".join(lines[start:start + 8]))
+    return lines[start:]
+
+
+def _jobs_by_config(uri: str) -> dict[str, list]:
+    runs = [r for r in MlflowClient(uri).search_runs(["1"]) if r.data.tags.get("sweeplab.role") != "sweep"]
+    by_config: dict[str, list] = {}
+    for run in runs:
+        by_config.setdefault(run.data.tags["config"], []).append(run)
+    return by_config
+
+
+@pytest.mark.slow
+def test_a_known_effect_is_found_the_faster_named_and_its_speedup_interval_holds_the_measured_ratio(
+    example_site, mlflow_uri, tmp_path
+):
+    # an explicit target every replicate reaches: the default one (the worst median final metric) is reached by
+    # about half of them, and a round where neither side reaches it gives no pair
+    sweep = _sweep(example_site, tmp_path, "model.sleep_ms=40,20", "replicates=5", "report.target=0.6",
+                   "trainer.max_steps=60", "timing.window=50")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    first = _verdict_lines(sweep.stdout)[0]
+    assert first.startswith("fastest to val/loss ≤ ") and ": model.sleep_ms=20, " in first, sweep.stdout[-4000:]
+
+    by_config = _jobs_by_config(mlflow_uri)
+    step = {c: statistics.median(r.data.metrics["summary/step_time_s_median"] for r in runs)
+            for c, runs in by_config.items()}
+    measured = step["model.sleep_ms=40"] / step["model.sleep_ms=20"]
+    parent = next(r for r in MlflowClient(mlflow_uri).search_runs(["1"]) if r.data.tags.get("sweeplab.role") == "sweep")
+    summary = report.sweep_report(mlflow_uri, parent.info.run_id, None, options=VerdictOptions(target=0.6)).verdict.summary
+    faster = summary.config("model.sleep_ms=20")
+    for estimate in (faster.speedup, faster.speedup_to_target):
+        low, high = estimate.interval.low, estimate.interval.high
+        print(f"measured step-cost ratio {measured:.3f}; interval {low:.3f}-{high:.3f} (point {estimate.point:.3f})")
+        assert low / 1.1 <= measured <= high * 1.1
+    assert parent.data.tags["best_verdict"] == "fastest" and parent.data.tags["best_config"] == "model.sleep_ms=20"
+
+
+@pytest.mark.slow
+def test_an_aa_sweep_names_no_configuration_faster(example_site, mlflow_uri, tmp_path):
+    sweep = _sweep(example_site, tmp_path, "+label=a,b", "replicates=3")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    first = _verdict_lines(sweep.stdout)[0]
+    assert first.startswith("tie for fastest to val/loss ≤ "), sweep.stdout[-4000:]
+    assert "all of" in first and "label=a" in first and "label=b" in first
