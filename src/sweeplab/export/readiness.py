@@ -55,11 +55,11 @@ RULES = {
     "fp32": Rule(
         "fp32-typed compute op: the Neural Engine computes in fp16, an fp32 op runs on the GPU or CPU",
         "coremltools docs, Typed Execution (a float 32 typed model executes on the GPU and CPU): "
-        "apple.github.io/coremltools/docs-guides/source/typed-execution-example.html; hollance/neural-engine docs/16-bit.md",
+        "apple.github.io/coremltools/docs-guides/source/typed-execution-example.html; github.com/hollance/neural-engine/blob/master/docs/16-bit.md",
     ),
     "gather": Rule(
         "gather / embedding lookup (gather, gather_nd, gather_along_axis, scatter)",
-        "apple/coremltools#1103 (gather as slow with ALL as CPU-only); hollance/neural-engine docs/unsupported-layers.md; "
+        "apple/coremltools#1103 (gather as slow with ALL as CPU-only); github.com/hollance/neural-engine/blob/master/docs/unsupported-layers.md; "
         "roboflow/rf-detr#1495 (MLComputePlan, M3 Pro: gather_along_axis on the CPU)",
     ),
     "topk": Rule(
