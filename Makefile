@@ -70,4 +70,4 @@ ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000
 	$(PY) -m sweeplab.tracking.ui $(ARGS)
 
 clean: ## remove everything sweeplab writes: outputs, sweeps, reports, exports, the local MLflow store and its artifacts (keeps .venv and data/)
-	rm -rf outputs multirun/*/ mlflow.db mlruns mlartifacts reports exports lightning_logs
+	rm -rf outputs multirun/*/ mlflow.db mlflow.db.lock mlruns mlartifacts reports exports lightning_logs
