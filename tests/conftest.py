@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,18 @@ def _empty_mlflow_db(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
     MlflowClient(f"sqlite:///{path}").search_experiments()
     return path
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to reach a hub fails loudly instead of quietly downloading (the teacher tests use it)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access attempted in an offline test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.fixture

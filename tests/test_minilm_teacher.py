@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from importlib import metadata
 from pathlib import Path
 
@@ -35,16 +34,7 @@ needs_wheel = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to reach a hub fails loudly instead of quietly downloading."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def refuse(*args, **kwargs):
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # conftest: any hub access fails loudly
 
 
 # --- the digest check ----------------------------------------------------------------------------

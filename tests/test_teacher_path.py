@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +19,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY = {"n_sentences": 24, "vocab_size": 300, "progress": False}
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to reach a hub fails loudly instead of quietly downloading."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def refuse(*args, **kwargs):
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # conftest: any hub access fails loudly
 
 
 def save_tiny_encoder(directory: Path, architecture: str) -> Path:
