@@ -389,6 +389,16 @@ def test_run_id_export_logs_package_and_report(monkeypatch, capsys, store, check
     assert f"coreml/{name}.readiness.json" in logged
     assert 0 < metrics["export/standard-fp16/ane_unready_work_share"] < 1
     assert metrics["export/standard-fp16/fp16_overflow_tensors"] == 0 and metrics["export/standard-fp16/ane_blockers"] == 2
+    # ... and the sweep report shows them beside the run's speed and quality: a column and the verdict line
+    from sweeplab.report import write_report
+
+    run = client.get_run(run_id)
+    verdict = run.data.tags["export/standard-fp16/ane_verdict"]
+    assert verdict.startswith("blockers: ") and "gather" in verdict
+    shown = write_report([run], None, "exports")
+    share = metrics["export/standard-fp16/ane_unready_work_share"]
+    assert shown.rows[0]["ANE readiness"] == f"standard-fp16: 2 blockers, {share:.1%} of work off the ANE"
+    assert f"standard-fp16: {verdict}" in shown.markdown
     user = dict(package_spec(tmp_path / "pkg" / f"{name}.mlpackage")[0].description.metadata.userDefined)
     assert user["sweeplab.run_id"] == run_id and json.loads(user["sweeplab.metrics"]) == {"val/cos": 0.75}
 

@@ -14,6 +14,8 @@ CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).res
 # An ordinary `import sweeplab` (tests, notebooks, another program) sees another argv[0] and changes nothing.
 if getattr(sys, "argv", [])[:1] == ["-m"]:
     # deferred: only an app run with -m sets the env var, before its imports load torch
+    from sweeplab.host_arch import exit_if_translated
     from sweeplab.mps_fallback import set_before_torch
 
+    exit_if_translated()  # an x86_64 Python under Rosetta: one line, before torch (which it cannot have) loads
     set_before_torch(sys.argv[1:])

@@ -73,6 +73,13 @@ def apple_gpu(device_name: str) -> tuple[str, int] | None:
     return key if key in APPLE_GPU_FLOPS_ESTIMATE else None
 
 
+def apple_gpu_peak(device_name: str) -> float | None:
+    """The estimated peak FLOP/s (`APPLE_GPU_FLOPS_ESTIMATE`) of an Apple GPU by its device name, the same at every
+    precision; None for a name the table does not hold."""
+    chip = apple_gpu(device_name)
+    return APPLE_GPU_FLOPS_ESTIMATE[chip] if chip is not None else None
+
+
 def _mps_device_name() -> str:
     """The Metal device's name and GPU core count, as torch reports them ("Apple M4 Max (40-core GPU)")."""
     try:
@@ -81,12 +88,21 @@ def _mps_device_name() -> str:
         return "Apple MPS"
 
 
+def mlx_gpu_name() -> str | None:
+    """The Apple GPU MLX runs on, or None where it runs on the CPU. MLX's `device_info` names the chip but not its GPU
+    core count, which the peak table needs; torch reads both from the same Metal device ("Apple M4 Max (40-core
+    GPU)"), so its name is used where torch has one, else MLX's ("Apple M4 Max": no peak, so no MFU)."""
+    mx = import_mlx()
+    if mx.default_device().type != mx.gpu:
+        return None
+    name = _mps_device_name()
+    return name if apple_gpu(name) is not None else str(mx.device_info().get("device_name", "Apple GPU"))
+
+
 def device_name(backend: str) -> str:
     if backend == "mlx":
-        mx = import_mlx()
-        if mx.default_device().type == mx.gpu:
-            return f"MLX gpu ({mx.device_info().get('device_name', 'Apple GPU')})"
-        return f"MLX cpu ({device_name('cpu')})"
+        gpu = mlx_gpu_name()
+        return f"MLX gpu ({gpu})" if gpu is not None else f"MLX cpu ({device_name('cpu')})"
     if backend == "cuda":
         return torch.cuda.get_device_name()
     if backend == "mps":
@@ -265,8 +281,7 @@ def peak_flops(device: torch.device, precision: str, device_name: str | None = N
     """Theoretical dense peak FLOP/s of the device at this precision, where known: CUDA, and MPS from the estimated
     `APPLE_GPU_FLOPS_ESTIMATE` (the same figure at every precision)."""
     if device.type == "mps":
-        chip = apple_gpu(device_name if device_name is not None else _mps_device_name())
-        return APPLE_GPU_FLOPS_ESTIMATE[chip] if chip is not None else None
+        return apple_gpu_peak(device_name if device_name is not None else _mps_device_name())
     if device.type != "cuda":
         return None
     dtype = PRECISION_DTYPES.get(str(precision), torch.float32)
@@ -295,6 +310,50 @@ def peak_memory_mb(device: torch.device) -> float:
         return torch.mps.driver_allocated_memory() / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+def mps_driver_mb() -> float:
+    """What the Metal driver has allocated for this process, MiB (`torch.mps.driver_allocated_memory`): the MPS
+    allocator's heaps and MPS/MPSGraph's own buffers, the compiled-graph cache among them (torch 2.13 exposes no
+    count of cached graphs; the cache grows with every new (op, dtype, shape), pytorch#77753, and shows here)."""
+    return torch.mps.driver_allocated_memory() / 2**20
+
+
+class TorchMemory:
+    """A torch device's memory as the timer reads it: `reset` and `peak_mb` (peak_memory_mb), and `driver_mb`, read
+    at the edges of every timed stretch to see growth inside them: MPS only (None elsewhere)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def reset(self) -> None:
+        reset_peak_memory(self.device)
+
+    def peak_mb(self) -> float:
+        return peak_memory_mb(self.device)
+
+    def driver_mb(self) -> float | None:
+        return mps_driver_mb() if self.device.type == "mps" else None
+
+
+class MlxMemory:
+    """MLX's memory: on the GPU, MLX's own peak of what its allocator holds (`mx.get_peak_memory`, reset when timing
+    starts); on the CPU, or an MLX without it, the process's peak RSS, as a CPU job reports."""
+
+    def __init__(self, on_gpu: bool):
+        mx = import_mlx()
+        self._peak = getattr(mx, "get_peak_memory", None) if on_gpu else None
+        self._reset = getattr(mx, "reset_peak_memory", None) if on_gpu else None
+
+    def reset(self) -> None:
+        if self._reset is not None:
+            self._reset()
+
+    def peak_mb(self) -> float:
+        return self._peak() / 2**20 if self._peak is not None else peak_memory_mb(torch.device("cpu"))
+
+    def driver_mb(self) -> float | None:
+        return None
 
 
 def release_earlier_jobs() -> None:

@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ class FitResult:
     step: int
     best_path: str | None = None
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
-    clock: str | None = None  # which clock timed the steps ("device" or "host": StepTimer.clock_name)
+    tags: dict[str, str] = field(default_factory=dict)  # the timer's (StepTimer.run_tags: timing.clock, ...)
 
 
 def start_fit(job: Job):
@@ -97,8 +97,8 @@ def finish(job: Job, result: FitResult) -> float | None:
 def _finish(job: Job, result: FitResult) -> float | None:
     p, run = job.plan, job.run
     if run is not None:
-        if result.clock:
-            run.set_tag("timing.clock", result.clock)
+        for key, value in result.tags.items():
+            run.set_tag(key, value)
         run.log_metrics(result.summary, step=result.step)
         if job.logger is not None:
             job.logger.wait_for_writes()

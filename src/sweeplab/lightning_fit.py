@@ -85,7 +85,7 @@ def fit(job: Job) -> FitResult:
         step=trainer.global_step,
         best_path=best.best_model_path or None,
         monitored=_monitored(trainer, best, p.family.monitor),
-        clock=timer.clock_name,
+        tags=timer.run_tags(),
     )
 
 

@@ -14,7 +14,7 @@ import lightning as L
 from annotated_types import Ge, Interval
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, rules, tuning
+from sweeplab import backends, host_arch, rules, tuning
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer
 from sweeplab.config import bind, build
@@ -98,6 +98,7 @@ MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything en
 
 def plan(cfg: DictConfig) -> JobPlan:
     """Check every group before any work happens; a mistake raises ConfigError naming the key."""
+    host_arch.check_native()  # `python -m` refused already; a notebook or another program calling train() here
     try:
         container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except Exception as exc:  # an interpolation or a ??? value

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, stability
+from sweeplab import channels, report_apple, stability
 from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
@@ -188,7 +188,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
             "tokens/s": format_number(m.get("summary/tokens_per_sec")),
             "MFU": f"{m['summary/mfu']:.1%}" if "summary/mfu" in m else "",
             "speedup": speedup,
-            "stability": ("; ".join(stability.problems(m)) or "ok") if stability.has_stability_data(m) else "",
+            "stability": ("; ".join(stability.problems(m, tags)) or "ok") if stability.has_stability_data(m) else "",
             "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
@@ -360,13 +360,14 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     (a `row` column: job | configuration) and the plots."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
+    columns += report_apple.ane_column(runs, rows)  # exported runs: their Neural Engine readiness
     base_index = pick_baseline(runs, baseline)
     found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
     markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
     markdown += f"## {title}\n\n"
     if found is not None and found.summary is not None:
         markdown += f"### per configuration\n\n{config_table_markdown(found.summary)}\n\n### per job\n\n"
-    markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n"
+    markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(runs)
     if base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
     markdown += f"\n{STABILITY_NOTE}\n"

@@ -32,6 +32,15 @@ UNSTEADY_HOST = 0.50
 NOISE_FLOOR = 0.05
 # `python -m sweeplab.order_check`: a configuration's samples/s in the two orders must agree within this.
 ORDER_TOLERANCE = 0.05
+# The timer's time for a window under this share of the host's time until a result of that window was read back:
+# the timer's device sync did not wait for the work (issue #30; an unsynchronised MPS clock reads up to 10x fast,
+# pytorch#152199).
+UNSYNCHRONISED = 0.5
+# MPS: the Metal driver's allocation grew by more than this (MiB) inside timed steps: MPSGraph compiled and cached
+# graphs for new (op, dtype, shape) keys, never evicted (pytorch#77753: a run went from 8 s to 45 s a step), or the
+# allocator took new heaps. Past the shape warm-up a steady run allocates nothing new; the MPS allocator's larger
+# heaps come in tens of MiB, so growth below this is not called.
+MPS_DRIVER_GROWTH_MB = 64.0
 
 
 def deciles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -50,8 +59,9 @@ def _over(value: float, threshold: float) -> str:
     return f"{value:.{digits}%} > {threshold:.0%}"
 
 
-def problems(metrics: Mapping[str, float]) -> list[str]:
-    """Why a run's speed cannot be trusted (empty: nothing known against it)."""
+def problems(metrics: Mapping[str, float], tags: Mapping[str, str] | None = None) -> list[str]:
+    """Why a run's speed cannot be trusted (empty: nothing known against it); `tags`: the run's, for what it records
+    as tags (the MPS fallback)."""
     found = []
     spread = metrics.get("summary/step_time_spread")
     if spread is not None and spread > NOISY_SPREAD:
@@ -66,6 +76,21 @@ def problems(metrics: Mapping[str, float]) -> list[str]:
         found.append(f"{compiles:g} compilation(s) in timed steps")
     if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):
         found.append(f"{new_shapes:g} new batch shape(s) in timed steps")
+    return found + apple_problems(metrics, tags or {})
+
+
+def apple_problems(metrics: Mapping[str, float], tags: Mapping[str, str]) -> list[str]:
+    """The MPS (and any host-clock) pitfalls a run records: a timer that does not wait for the device, MPS driver
+    memory growing in timed steps, ops MPS lacks run on the CPU (`mps_fallback`)."""
+    found = []
+    ratio = metrics.get("summary/timer_readback_ratio")
+    if ratio is not None and ratio < UNSYNCHRONISED:
+        found.append(f"unsynchronised clock (timer {ratio:.0%} of a result's read-back time)")
+    growth = metrics.get("summary/mps_driver_growth_mb")
+    if growth is not None and growth > MPS_DRIVER_GROWTH_MB:
+        found.append(f"MPS driver memory grew {growth:,.0f} MiB in timed steps (graph cache or new buffers)")
+    if tags.get("mps_fallback") == "true":
+        found.append("MPS fallback on (ops MPS lacks ran on the CPU)")
     return found
 
 

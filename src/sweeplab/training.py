@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, channels, devices, distributed, interrupts, lightning_fit
+from sweeplab import backends, channels, devices, distributed, host_arch, interrupts, lightning_fit
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import check_writable_dir
 from sweeplab.job import FitResult, Job, finish, hold_run_lock
@@ -55,6 +55,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "git_commit": mlflow_store.git_commit(),
         "sweep_id": Path(sweep_dir).name if sweep_dir else "",
         **backends.mps_fallback_tags(p.backend),
+        **host_arch.host_tags(),
         **_preset_tags(),
         **_replicate_tags(p, sweep_dir),
     }

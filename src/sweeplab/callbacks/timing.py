@@ -43,17 +43,16 @@ from annotated_types import Ge
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
 from sweeplab.devices import (
     HostTimeline,
+    TorchMemory,
     host_cpus,
     host_speed_spread,
     load_average,
     peak_flops,
-    peak_memory_mb,
-    reset_peak_memory,
     synchronize,
 )
 from sweeplab.devices import timeline as device_timeline
 from sweeplab.lightning_private import logging_step
-from sweeplab.stability import deciles
+from sweeplab.stability import UNSYNCHRONISED, deciles
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +98,8 @@ class TimedFit:
     # one forward/backward of each batch shape the run will meet (passes) -> the batches warmed up; None: no warm-up
     warm_up_shapes: Callable[[int], Sequence] | None = None
     log_artifacts: Callable[[list[Path]], None] = lambda files: None
+    peak_flops: float | None = None  # the device's peak FLOP/s where the loop knows it (MLX); None: devices.peak_flops
+    memory: object | None = None  # reset/peak_mb/driver_mb (devices.MlxMemory); None: devices.TorchMemory(device)
 
 
 class StepTimer:
@@ -157,6 +158,7 @@ class StepTimer:
         self._accumulate = 1  # training batches per optimizer step
         self._steps_per_batch = 1  # optimizer steps per training batch
         self._peak: float | None = None
+        self._memory = TorchMemory(torch.device("cpu"))
         self._reset_totals()
 
     @property
@@ -165,6 +167,16 @@ class StepTimer:
         CPU, MPS, MLX, or CUDA without timed events); None before training starts or for an injected timeline that
         does not say. For the run's `timing.clock` tag."""
         return getattr(self._timeline, "clock", None)
+
+    def run_tags(self) -> dict[str, str]:
+        """What the run records as tags about its timing: `timing.clock` (`clock_name`) and, once the read-back check
+        ran, `timing.sync_check`: `agrees`, or `unsynchronised` where the timer's window time was under half the
+        read-back time (`_check_readback`)."""
+        tags = {"timing.clock": self.clock_name} if self.clock_name else {}
+        if self._readback is not None:
+            timer_s, readback_s = self._readback
+            tags["timing.sync_check"] = "unsynchronised" if timer_s < UNSYNCHRONISED * readback_s else "agrees"
+        return tags
 
     def _reset_totals(self) -> None:
         self._batches_seen = 0
@@ -180,6 +192,11 @@ class StepTimer:
         self._timed_shapes: set[tuple] = set()
         self._new_timed_shapes = 0  # shapes a timed step met first
         self._load_start: float | None = None
+        self._driver_growth_mb = 0.0  # MPS: growth of the driver's allocation inside timed stretches
+        self._driver_at: float | None = None  # ... at the running stretch's start
+        self._host_t0: float | None = None  # the host clock at the running window's start (the read-back check)
+        self._readback: tuple[float, float] | None = None  # (timer seconds, read-back seconds) of the checked window
+        self._readback_done = False
 
     @staticmethod
     def _empty_window() -> dict:
@@ -194,6 +211,8 @@ class StepTimer:
     def _start(self) -> None:
         self._t0 = self._timeline.mark()
         self._graphs_at_start = compiled_graphs()
+        self._driver_at = self._memory.driver_mb()
+        self._host_t0 = self._clock() if not self._readback_done else None
 
     def _count_compiles(self) -> None:  # at the end of a timed stretch (a pause or the end of training)
         self._compiles_timed += compiled_graphs() - self._graphs_at_start
@@ -202,6 +221,10 @@ class StepTimer:
         """Close the running stretch at a new mark (no wait for the device); the mark is returned."""
         end = self._timeline.mark()
         self._win["stretches"].append((self._t0, end))
+        if self._driver_at is not None:  # MPS: what the driver allocated during the stretch (graphs, new buffers)
+            now = self._memory.driver_mb()
+            self._driver_growth_mb += max(0.0, now - self._driver_at)
+            self._driver_at = now  # the next window goes on from this mark
         return end
 
     def _batches(self, steps: int) -> int:
@@ -224,12 +247,13 @@ class StepTimer:
         self._load_start = load_average()
         self._host_spreads = [host_speed_spread(self.host_probe_s)] if self.host_probe_s else []
         self._timeline = self._new_timeline(fit.device)
-        self._peak = peak_flops(fit.device, fit.precision)
+        self._peak = fit.peak_flops if fit.peak_flops is not None else peak_flops(fit.device, fit.precision)
+        self._memory = fit.memory if fit.memory is not None else TorchMemory(fit.device)
         if self.warmup_per_shape and fit.warm_up_shapes is not None:
             batches = fit.warm_up_shapes(self.warmup_per_shape)
             self._shapes_seen.update(batch_shape(batch) for batch in batches)
             self._sync(fit.device)
-        reset_peak_memory(fit.device)
+        self._memory.reset()
         if self.profiler is not None:
             self.profiler.device = fit.device
         if self._untimed_batches == 0:
@@ -247,8 +271,10 @@ class StepTimer:
         if self.profiler is not None:
             self.profiler.active = on
 
-    def batch_end(self, batch, step: int) -> None:
-        """A training batch ended; `step`: the step its metrics are logged at (a window closing here logs there)."""
+    def batch_end(self, batch, step: int, result=None) -> None:
+        """A training batch ended; `step`: the step its metrics are logged at (a window closing here logs there);
+        `result`: something the step computed on the device (its loss: `.item()` reads it back to the host), for the
+        run's one read-back check (`_check_readback`), or None."""
         fit = self._fit
         self._batches_seen += 1
         shape = batch_shape(batch, self._steps_per_batch)
@@ -270,12 +296,30 @@ class StepTimer:
         win["flops"] += fit.flops_in(batch) or 0.0
         if win["batches"] >= self._batches(self.window):
             self._t0 = self._end_stretch()  # the next window starts where this one ended
+            self._check_readback(result)
             self._close_window(step, log=True)
             self._read_windows(keep=1)  # the one before: the device is past it, this one is queued behind
 
+    def _check_readback(self, result) -> None:
+        """Once per run, on the host clock: does the timer's figure cover the device's work? The first window timed
+        in one stretch is also timed from its start on the host clock to the moment `result` (computed by its last
+        step) has been read back to the host, which cannot happen before the device has done that step. A timer whose
+        device sync does not wait (the clock reads launches only: up to 10x too fast on MPS, pytorch#152199) times
+        the window at a fraction of that; the summary keeps the ratio (`summary/timer_readback_ratio`) and
+        sweeplab.stability flags the run below half. CUDA's event timeline is the device's own clock: not checked."""
+        if self._readback_done or result is None or self._host_t0 is None or len(self._win["stretches"]) != 1:
+            self._host_t0 = self._clock() if not self._readback_done else None  # the next window's start
+            return
+        if self.clock_name != "host":
+            self._readback_done, self._host_t0 = True, None
+            return
+        result.item()  # waits for the device to have computed it
+        self._win["readback_s"] = self._clock() - self._host_t0
+        self._readback_done, self._host_t0 = True, None
+
     def _close_window(self, step: int, log: bool) -> None:
         """Queue the current window to be read once the device is past its end (`_read_windows`)."""
-        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self.device))
+        self._peak_mem_mb = max(self._peak_mem_mb, self._memory.peak_mb())
         # logged at this batch's step (the loop's own step for this batch, as train/loss gets), whenever it is read
         self._pending.append((self._win, step, log))
         self._win = self._empty_window()
@@ -289,6 +333,8 @@ class StepTimer:
 
     def _read_window(self, win: dict, step: int, log: bool) -> None:
         elapsed = win["elapsed"] = sum(self._timeline.seconds(start, end) for start, end in win["stretches"])
+        if win.get("readback_s"):
+            self._readback = (elapsed, win["readback_s"])
         win["tokens"] = float(win["tokens"].item() if torch.is_tensor(win["tokens"]) else win["tokens"])
         for key in self._total:
             self._total[key] += win[key]
@@ -346,7 +392,7 @@ class StepTimer:
         self._set_profiling(False)
         if self._trace is not None:
             self._stop_trace()
-        self._peak_mem_mb = max(self._peak_mem_mb, peak_memory_mb(self.device))
+        self._peak_mem_mb = max(self._peak_mem_mb, self._memory.peak_mb())
         self.summary = self.summarize()
         if self.host_probe_s:
             self._host_spreads.append(host_speed_spread(self.host_probe_s))
@@ -384,6 +430,10 @@ class StepTimer:
             "summary/batch_shapes": float(len(self._timed_shapes)),
             "summary/new_shapes_in_timed_steps": float(self._new_timed_shapes),
         }
+        if self._driver_at is not None or self._driver_growth_mb:
+            summary["summary/mps_driver_growth_mb"] = self._driver_growth_mb
+        if self._readback is not None:
+            summary["summary/timer_readback_ratio"] = self._readback[0] / self._readback[1]
         total = self._total
         steps = self._steps(total["batches"])
         if total["elapsed"] > 0:
@@ -474,7 +524,8 @@ class ThroughputTimer(StepTimer, L.Callback):
         self.batch_start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.batch_end(batch, logging_step(trainer))
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs  # the step's loss, on the device
+        self.batch_end(batch, logging_step(trainer), loss if torch.is_tensor(loss) else None)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:

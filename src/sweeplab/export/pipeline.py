@@ -345,6 +345,7 @@ def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_pa
             client.log_dict(run_id, report["readiness"], f"{ARTIFACT_DIR}/{package.name.removesuffix(PACKAGE_SUFFIX)}.readiness.json")
             for key, value in readiness.metrics(report["readiness"]).items():
                 metrics[f"export/{report['variant']}/{key}"] = value
+            client.set_tag(run_id, f"export/{report['variant']}/ane_verdict", report["readiness"]["verdict"][:5000])
         for key, value in metrics.items():
             client.log_metric(run_id, key, float(value))
     except Exception as exc:

@@ -23,7 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import torch
 
-from sweeplab import distributed, interrupts
+from sweeplab import devices, distributed, interrupts
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.job import FitResult, Job, start_fit
@@ -82,9 +82,12 @@ def fit(job: Job) -> FitResult:
             each.log_metrics(metrics, step=step)
 
     timer = StepTimer(**p.timing, sync=lambda device: mx.synchronize())
+    gpu = devices.mlx_gpu_name()  # None on the CPU
     timer.start(TimedFit(
-        device=torch.device("cpu"),  # the timer's device-side calls (peak memory: the process's RSS) see the host
+        device=torch.device("cpu"),  # the timer's torch-side calls see the host; MLX's peak and memory come below
         precision="32-true",
+        peak_flops=devices.apple_gpu_peak(gpu) if gpu is not None else None,
+        memory=devices.MlxMemory(on_gpu=gpu is not None),
         log_metrics=log_metrics,
         samples_in=task.samples_in,
         tokens_in=task.tokens_in,
@@ -99,7 +102,7 @@ def fit(job: Job) -> FitResult:
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
-    return FitResult(summary, step, str(best.path) if best.path else None, best.score, clock=timer.clock_name)
+    return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags())
 
 
 def _shape_warm_up(datamodule, step_fn, max_steps: int):
@@ -140,7 +143,7 @@ class _Loop:
                 mx.async_eval(loss, metrics, norm, finite, self.step_fn.state)  # one evaluation per step, not waited for
                 self.check_finite(step, loss, norm, finite)
                 batch_index, step = step, step + 1
-                self.timer.batch_end(batch, batch_index)
+                self.timer.batch_end(batch, batch_index, result=loss)
                 if step % self.p.trainer.log_every_n_steps == 0:
                     lr = lr_at(batch_index, self.p.optim, max_steps)
                     self.log_metrics({"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr},

@@ -1,0 +1,63 @@
+"""The sweep report's Apple additions: the Neural Engine readiness of every run that exported (`export=coreml`).
+
+An export logs its readiness report on the training run (sweeplab/export/pipeline.py): the figures as metrics
+`export/<variant>/ane_*` and `fp16_*` (export/readiness.metrics), the verdict line as the tag
+`export/<variant>/ane_verdict`, the whole report as an artifact. The report shows them beside each run's speed and
+quality, so a sweep weighs the three together: one column in the per-job table (`ane_column`) and one line per
+exported run under it (`ane_lines`). docs/export.md explains each figure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+COLUMN = "ANE readiness"
+_METRIC = re.compile(r"^export/(?P<variant>[^/]+)/(?P<name>ane_\w+|fp16_\w+)$")
+
+
+def readiness_figures(run) -> dict[str, dict[str, float | str]]:
+    """{variant: {figure: value, "verdict": line}} of a run's exports; empty for a run that exported nothing."""
+    found: dict[str, dict[str, float | str]] = {}
+    for key, value in run.data.metrics.items():
+        if match := _METRIC.match(key):
+            found.setdefault(match["variant"], {})[match["name"]] = value
+    for variant, figures in found.items():
+        if verdict := run.data.tags.get(f"export/{variant}/ane_verdict"):
+            figures["verdict"] = verdict
+    return found
+
+
+def _cell(variant: str, figures: dict) -> str:
+    """"ane-fp16: 1 blocker, 0.1% of work off the ANE" (the figures behind the verdict, in a table's width)."""
+    blockers = int(figures.get("ane_blockers", 0))
+    parts = [f"{blockers} blocker{'s' if blockers != 1 else ''}" if blockers else "no known blocker"]
+    if (share := figures.get("ane_unready_work_share")) is not None and share > 0:
+        parts.append(f"{share:.1%} of work off the ANE")
+    if overflows := int(figures.get("fp16_overflow_tensors", 0) + figures.get("fp16_hidden_overflows", 0)):
+        parts.append(f"{overflows} fp16 overflow{'s' if overflows != 1 else ''}")
+    return f"{variant}: {', '.join(parts)}"
+
+
+def ane_column(runs: Sequence, rows: list[dict[str, str]]) -> list[str]:
+    """Fill each row's `ANE readiness` cell from its run (rows and runs in the same order); returns the column to add
+    to the table, or none when no run exported."""
+    cells = ["; ".join(_cell(v, f) for v, f in sorted(readiness_figures(run).items())) for run in runs]
+    if not any(cells):
+        return []
+    for row, cell in zip(rows, cells):
+        row[COLUMN] = cell
+    return [COLUMN]
+
+
+def ane_lines(runs: Sequence) -> str:
+    """The readiness verdict of every exported run, one line each, as Markdown ("" when no run exported)."""
+    lines = []
+    for run in runs:
+        label = run.data.tags.get("mlflow.runName", run.info.run_id[:8])
+        for variant, figures in sorted(readiness_figures(run).items()):
+            verdict = figures.get("verdict", "verdict not recorded (an export before sweeplab logged it)")
+            lines.append(f"- {label}, {variant}: {verdict}")
+    if not lines:
+        return ""
+    return "\n### ANE readiness of the exports\n\n" + "\n".join(lines) + "\n"
