@@ -181,3 +181,18 @@ def test_fp32_layers_keeps_the_named_op_in_fp32(tmp_path):
     report = readiness.census(kept.function, dynamic=False)
     assert "exp" in {u["rule"]: u["layers"] for u in report["unready"]}["fp32"]
     assert "fp32" not in {u["rule"] for u in readiness.census(fp32.function, dynamic=False)["unready"]}
+
+
+def test_fp32_layers_auto_keeps_what_the_report_flags(tmp_path):
+    from sweeplab.export.pipeline import auto_fp32_layers
+
+    torch.manual_seed(0)
+    cases = verify.random_cases(VOCAB, 1, [SEQ], 2)
+    options = ExportOptions(fp32_layers="auto")
+    chosen = auto_fp32_layers(Probe(20.0, False).eval(), "out", options, SEQ, VOCAB, cases)
+    assert chosen[0] == "exp"  # the overflowing layer first, then those adding error against fp32
+    assert auto_fp32_layers(Probe(1.0, False).eval(), "out", options, SEQ, VOCAB, cases) == []  # nothing flagged
+    with pytest.raises(UserError, match="export.fp32_layers=auto needs calibration inputs"):
+        auto_fp32_layers(Probe(20.0, False).eval(), "out", options, SEQ, VOCAB, [])
+    with pytest.raises(ValueError):
+        ExportOptions(fp32_layers="sometimes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from sweeplab.config import build
 
@@ -58,7 +59,9 @@ class ExportOptions:
     tolerance: float | None = None  # null: by variant (fp32 1e-4, fp16 1e-2, int8 5e-2, PALETTIZE_TOLERANCE)
     seed: int = 0
     readiness: bool = True  # the ANE readiness report (readiness.py): op census, fp16 range, fp16 against fp32
-    fp32_layers: list[str] | None = None  # layers (op names from the readiness report) kept in fp32 in an fp16 export
+    # layers (op names from the readiness report) kept in fp32 in an fp16 export; auto: the layers the readiness report
+    # of a plain fp16 conversion flags (fp16 overflow, or adding more than the tolerance against fp32)
+    fp32_layers: list[str] | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         for key, accepted in (
@@ -95,7 +98,10 @@ class ExportOptions:
         if self.name is not None and ("/" in self.name or self.name.strip(". ") == ""):
             raise ValueError(f"name={self.name!r} must be a file name (no '/'), e.g. textbridge-ane")
         if self.fp32_layers is not None:
-            self.fp32_layers = [str(name) for name in self.fp32_layers]
+            if isinstance(self.fp32_layers, str) and self.fp32_layers != "auto":
+                raise ValueError(f"fp32_layers must be a list of layer names or auto, got {self.fp32_layers!r}")
+            if self.fp32_layers != "auto":
+                self.fp32_layers = [str(name) for name in self.fp32_layers]
             if self.precision != "fp16":
                 raise ValueError("fp32_layers needs precision=fp16 (an fp32 program keeps every layer in fp32)")
             if any(not name.strip() for name in self.fp32_layers):

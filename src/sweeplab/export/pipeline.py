@@ -150,6 +150,8 @@ def export_checkpoint(
     except ValueError as exc:
         raise UserError(f"export.layout=ane: {exc}") from None
     log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
+    if options.fp32_layers == "auto":
+        options = replace(options, fp32_layers=auto_fp32_layers(module, kind.output, options, seq_len, vocab_size, cases))
     converted = convert(module, kind.output, options, seq_len, vocab_size)
     inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
     describe(
@@ -220,6 +222,23 @@ def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_le
         twin = load_program(twin_path)
     placement = readiness.compute_plan_placement(staged)
     return readiness.readiness(program, twin, cases, options.verify_tolerance, placement)
+
+
+def auto_fp32_layers(module, output: str, options: ExportOptions, seq_len: int, vocab_size: int,
+                     cases: list[verify.Case]) -> list[str]:
+    """`export.fp32_layers=auto`: a plain fp16 conversion and its readiness report (with the fp32 twin) first, in a
+    directory of its own; the layers that report flags (readiness.fp32_candidates) are kept in fp32 in the export,
+    whose own readiness report then says what is left. One pass: a layer that only overflows once its producer is
+    kept in fp32 is named by that second report, not chosen here."""
+    if not cases:
+        raise UserError("export.fp32_layers=auto needs calibration inputs to find the layers: use export.verify=true")
+    plain = replace(options, fp32_layers=None, compression="none", readiness=True)
+    with tempfile.TemporaryDirectory(prefix="sweeplab-fp32-auto-") as scratch:
+        staged = Path(scratch) / ("fp16" + PACKAGE_SUFFIX)
+        convert(module, output, plain, seq_len, vocab_size).mlmodel.save(str(staged))
+        chosen = readiness.fp32_candidates(_readiness(staged, module, output, plain, seq_len, vocab_size, cases))
+    log.info("export.fp32_layers=auto: %s", ", ".join(chosen) if chosen else "no layer flagged; all fp16")
+    return chosen
 
 
 def _verify_and_report(staged: Path, target: Path, loaded, options, converted, kind, seq_len, cases, run_id) -> dict:

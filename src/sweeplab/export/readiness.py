@@ -450,6 +450,15 @@ def blockers(report: dict) -> list[str]:
     return out
 
 
+def fp32_candidates(report: dict) -> list[str]:
+    """The layers `export.fp32_layers=auto` keeps in fp32: each layer with an fp16 overflow the report calls a blocker
+    (its output, or inside the op), and each layer that adds more than the tolerance against fp32."""
+    ranges = report["fp16_range"] if isinstance(report["fp16_range"], list) else []
+    layers = [r["layer"] for r in ranges if r["blocker"]]
+    layers += [r["layer"] for r in report["fp16_vs_fp32"].get("layers", [])]
+    return list(dict.fromkeys(layers))
+
+
 def metrics(report: dict) -> dict[str, float]:
     """What the export logs to MLflow (under export/<variant>/)."""
     ranges = report["fp16_range"] if isinstance(report["fp16_range"], list) else []
@@ -558,6 +567,7 @@ __all__ = [
     "calibration",
     "census",
     "compute_plan_placement",
+    "fp32_candidates",
     "markdown_lines",
     "metrics",
     "op_work",
