@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -252,3 +253,32 @@ def test_an_x86_python_under_rosetta_is_refused_in_one_line_before_torch_loads(t
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: this Python is") and "Rosetta 2 on Apple silicon" in line
     assert not record.exists()  # refused before torch was imported
+
+
+# --- Core ML prediction in a child process (coremltools#2758) ----------------------------------------------------
+def test_a_call_in_a_child_process_returns_its_result_and_its_death_is_an_error():
+    from sweeplab.export.isolated import ChildFailed, in_child
+
+    assert in_child("operator:add", 2, 40) == 42
+    assert in_child("os:getpid") != os.getpid()  # another process
+    with pytest.raises(ChildFailed, match=r"^os:abort was killed by SIGABRT$"):
+        in_child("os:abort")  # as a failed Neural Engine compile ends the process at the first predict
+    with pytest.raises(ChildFailed, match="math:sqrt failed: ValueError: math domain error"):
+        in_child("math:sqrt", -1.0)
+
+
+@pytest.mark.slow  # the child imports torch and coremltools: seconds
+def test_prediction_runs_in_a_child_whose_failure_fails_the_check(tmp_path, monkeypatch):
+    """On Linux the child's Core ML load or predict raises (no Core ML framework): the check fails with the child's
+    reason, and this process goes on."""
+    ct = pytest.importorskip("coremltools")
+    from sweeplab.export import verify
+
+    spec = ct.proto.Model_pb2.Model()
+    spec.specificationVersion = 8
+    (tmp_path / "model.mlmodel").write_bytes(spec.SerializeToString())
+    monkeypatch.setattr(verify, "why_not_here", lambda path, **kwargs: None)  # as on a Mac that can load it
+    cases = verify.random_cases(vocab_size=10, batch_size=1, seq_lens=[3], n=1)
+    result = verify.on_device(tmp_path / "model.mlmodel", "out", cases, [np.ones((1, 3))], tolerance=1e-3)
+    assert result["passed"] is False and "sweeplab.export.verify:predict_all failed" in result["error"]
+    assert "coremltools#2758" in result["error"] and "\n" not in result["error"]

@@ -248,6 +248,14 @@ def fake_mac(monkeypatch, ct):
 
     monkeypatch.setattr(ct.models, "MLModel", FakeMLModel)
     monkeypatch.setattr(ct.models.utils, "compile_model", lambda path: calls["compile"].append(path) or path)
+    # prediction's child process (export/isolated.py: tests/test_apple_checks.py) called in this one, where the fakes live
+    from sweeplab.export import isolated, verify
+
+    def in_this_process(target: str, *args):
+        assert target == "sweeplab.export.verify:predict_all"
+        return verify.predict_all(*args)
+
+    monkeypatch.setattr(isolated, "in_child", in_this_process)
     return SimpleNamespace(as_macos=as_macos, calls=calls)
 
 

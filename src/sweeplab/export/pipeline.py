@@ -329,7 +329,7 @@ def _failures(verification: dict, on_device: dict) -> list[str]:
     if verification["nonfinite_constants"]:
         failures.append(f"non-finite constants: {verification['nonfinite_constants'][:3]}")
     if "skipped" not in on_device and not on_device["passed"]:
-        failures.append(f"Core ML prediction rel_err {on_device['rel_err']:.3g}")
+        failures.append(on_device.get("error") or f"Core ML prediction rel_err {on_device['rel_err']:.3g}")
     return failures
 
 

@@ -96,6 +96,8 @@ def _fmt(value) -> str:
 def _check_lines(title: str, check: dict) -> list[str]:
     if "skipped" in check:
         return [f"**{title}:** skipped: {check['skipped']}", ""]
+    if "error" in check:
+        return [f"**{title}:** FAILED: {check['error']}", ""]
     verdict = "passed" if check["passed"] else "FAILED"
     lines = [
         f"**{title}:** {verdict}: rel_err {_fmt(check['rel_err'])} (tolerance {_fmt(check['tolerance'])}), "

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sweeplab.errors import DataFormatError, UserError
+from sweeplab.export import isolated
 from sweeplab.families import get_family, resolve
 
 NOT_ON_MAC = "needs macOS (the Core ML runtime); this is {platform}"
@@ -237,15 +238,31 @@ def why_not_here(path: Path, needs: tuple[int, ...] | None = None) -> str | None
 
 def on_device(path: Path, output_name: str, cases: list[Case], expected: list[np.ndarray], tolerance: float) -> dict:
     """Core ML's own prediction on the same cases, with the CPU and the Neural Engine (CPU_AND_NE: with ALL, Core ML
-    may run the package on the GPU, whose numerics are not the Neural Engine's); skipped, with the reason, where
-    `why_not_here` says it cannot load."""
+    may run the package on the GPU, whose numerics are not the Neural Engine's), in a child process
+    (`isolated.in_child`): a failed Neural Engine compile can let the load succeed and kill the process at the first
+    predict (coremltools#2758), which then fails this check instead of the export. Skipped, with the reason, where
+    `why_not_here` says the package cannot load."""
     reason = why_not_here(path)
     if reason is not None:
         return {"skipped": reason}
+    try:
+        outputs = isolated.in_child(f"{__name__}:predict_all", str(path), [c.inputs for c in cases], output_name)
+    except isolated.ChildFailed as exc:
+        return {"passed": False, "compute_units": "CPU_AND_NE",
+                "error": f"Core ML prediction (CPU_AND_NE) in a child process: {exc} (a failed Neural Engine compile "
+                         "kills the process at the first predict: coremltools#2758)"}
+    results = iter(outputs)
+    compared = compare_cases(lambda inputs: {output_name: next(results)}, output_name, cases, expected, tolerance)
+    return {**compared, "compute_units": "CPU_AND_NE"}
+
+
+def predict_all(path: str, inputs: list[dict], output_name: str) -> list[np.ndarray]:
+    """What `on_device`'s child process runs: the package loaded for the CPU and the Neural Engine, each input
+    predicted."""
     import coremltools as ct
 
-    model = ct.models.MLModel(str(path), compute_units=ct.ComputeUnit.CPU_AND_NE)
-    return {**compare_cases(model.predict, output_name, cases, expected, tolerance), "compute_units": "CPU_AND_NE"}
+    model = ct.models.MLModel(path, compute_units=ct.ComputeUnit.CPU_AND_NE)
+    return [np.asarray(model.predict(x)[output_name]) for x in inputs]
 
 
 def _device_kind(device) -> str:
@@ -298,6 +315,7 @@ __all__ = [
     "host_macos",
     "on_device",
     "placement",
+    "predict_all",
     "random_cases",
     "real_cases",
     "torch_outputs",
