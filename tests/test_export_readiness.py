@@ -196,3 +196,12 @@ def test_fp32_layers_auto_keeps_what_the_report_flags(tmp_path):
         auto_fp32_layers(Probe(20.0, False).eval(), "out", options, SEQ, VOCAB, [])
     with pytest.raises(ValueError):
         ExportOptions(fp32_layers="sometimes")
+
+
+@pytest.mark.slow  # three conversions of a trained LM
+def test_fp32_layers_auto_through_the_export(checkpoints, tmp_path):  # noqa: F811
+    """The export resolves `auto` before converting and records the choice: the smoke-trained LM has no flagged layer,
+    so it stays all fp16 (the choice itself is tested above on a model with a known overflow)."""
+    result = export_checkpoint(checkpoints["pagating_lm"], ExportOptions(n_random=1, fp32_layers="auto"), tmp_path)
+    assert result.report["options"]["fp32_layers"] == []
+    assert "fp32" not in {u["rule"] for u in result.report["readiness"]["unready"]}

@@ -150,8 +150,7 @@ def export_checkpoint(
     except ValueError as exc:
         raise UserError(f"export.layout=ane: {exc}") from None
     log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
-    if options.fp32_layers == "auto":
-        options = replace(options, fp32_layers=auto_fp32_layers(module, kind.output, options, seq_len, vocab_size, cases))
+    options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
     converted = convert(module, kind.output, options, seq_len, vocab_size)
     inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
     describe(
@@ -161,8 +160,7 @@ def export_checkpoint(
         or f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab",
         version=options.version or str(loaded.global_step),
         metadata=_metadata(loaded, options, run_id, metrics),
-        inputs=inputs_text,
-        outputs=outputs_text,
+        inputs=inputs_text, outputs=outputs_text,
     )
 
     try:
@@ -222,6 +220,14 @@ def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_le
         twin = load_program(twin_path)
     placement = readiness.compute_plan_placement(staged)
     return readiness.readiness(program, twin, cases, options.verify_tolerance, placement)
+
+
+def with_auto_fp32_layers(options: ExportOptions, module, output: str, seq_len: int, vocab_size: int,
+                          cases: list[verify.Case]) -> ExportOptions:
+    """`options`, with `fp32_layers=auto` replaced by the layers `auto_fp32_layers` chooses."""
+    if options.fp32_layers != "auto":
+        return options
+    return replace(options, fp32_layers=auto_fp32_layers(module, output, options, seq_len, vocab_size, cases))
 
 
 def auto_fp32_layers(module, output: str, options: ExportOptions, seq_len: int, vocab_size: int,
