@@ -54,9 +54,15 @@ STABILITY_NOTE = (
     f"stability: ok, or why the row's speed is unreliable (spread over {stability.NOISY_SPREAD:.0%}, host load over "
     f"{stability.LOADED_HOST:g} per CPU, a host whose own speed wavered over {stability.UNSTEADY_HOST:.0%} "
     f"while the run's steps spread {stability.NOISE_FLOOR:.0%} or more, "
-    "compilations or new batch shapes in timed steps). within noise: the two rows "
-    f"differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), so no speedup is claimed."
+    "compilations or new batch shapes in timed steps)."
 )
+WITHIN_NOISE_NOTE = (
+    f"within noise: the two rows differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), "
+    "so no speedup is claimed."
+)
+# With replicates the per-configuration table has the speedups, paired and with intervals: the per-job table shows
+# none, as one job against one other job is exactly the single-run comparison the verdict exists to replace.
+REPLICATED_NOTE = "per job: no speedup column; the speedups are the per-configuration table's, over the replicates."
 
 
 @dataclass
@@ -364,12 +370,16 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
     markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
     markdown += f"## {title}\n\n"
-    if found is not None and found.summary is not None:
+    replicated = found is not None and found.summary is not None
+    if replicated:
         markdown += f"### per configuration\n\n{config_table_markdown(found.summary)}\n\n### per job\n\n"
+        columns = [c for c in columns if c != "speedup"]
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n"
-    if base_index is not None:
+    if replicated:
+        markdown += f"\n{REPLICATED_NOTE}\n"
+    elif base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
-    markdown += f"\n{STABILITY_NOTE}\n"
+    markdown += f"\n{STABILITY_NOTE}{'' if replicated else ' ' + WITHIN_NOISE_NOTE}\n"
     if failed:
         markdown += f"\n{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)\n"
     files: list[Path] = []
