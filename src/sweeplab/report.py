@@ -434,8 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--target", type=float, default=None,
-                        help="the monitored metric's value to reach (default: the worst median final metric among the "
-                             "configurations that keep quality)")
+                        help="the monitored metric's value to reach (default: the worst final metric of any job of "
+                             "the configurations that keep quality)")
     parser.add_argument("--quality-tolerance", type=float, default=0.0,
                         help="how much worse than the baseline's final metric still keeps quality (metric units)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")

@@ -99,6 +99,8 @@ class SweeplabSweeper(BasicSweeper):
 
     def _launch_round(self, round_jobs: list, next_index: int, returns: list) -> int:
         launcher_config = OmegaConf.select(self.config, "hydra.launcher")
+        if not round_jobs:  # a continued sweep's round whose jobs all finished before
+            return next_index
         for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
             at_once = replicated.concurrent_jobs(launcher_config, len(chunk))
             batch = [[*job.overrides, *replicated.job_environment(job, at_once)] for job in chunk]
