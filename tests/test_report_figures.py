@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeplab import report, report_figures
 from sweeplab.report_verdict import VerdictOptions
-from sweeplab.tracking import config_runs, mlflow_store, naming
+from sweeplab.tracking import config_runs, mlflow_store, naming, ui
 from sweeplab.verdict import Job, summarize
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -155,6 +155,8 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     job_runs = mlflow_store.sweep_jobs(mlflow_uri, parent)
     assert len(job_runs) == len(jobs) and all("replicate" in r.data.tags for r in job_runs)
     assert len(report.experiment_runs(mlflow_uri, "sweeplab")) == len(jobs)
+    url = ui.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs
+    assert "configuration" in url and "speedup_to_target" in url
     description = MlflowClient(mlflow_uri).get_run(parent).data.tags["mlflow.note.content"]
     assert description.startswith(f"**{first.verdict.lines[0]}**")
     assert description.endswith("`python -m sweeplab.train -m sweep=default`")

@@ -103,16 +103,18 @@ def _colors(count: int) -> list:
 
 
 def _limits(points: Sequence[float], bounds: Sequence[float], log_scale: bool) -> tuple[float, float]:
-    """The plotted range: every finite point, and the finite bounds within REACH point spans of them, with a little
-    room; on a log axis in log space (non-positive values left out)."""
+    """The plotted range: every finite point, and the finite bounds within REACH spans of them, with a little room;
+    on a log axis in log space (non-positive values left out). The span: the points' spread, or the median width
+    of their intervals where that is larger (points alike, intervals wide), or 5 % of the value (all exact)."""
     to_axis = np.log10 if log_scale else (lambda v: v)
     usable = [v for v in points if math.isfinite(v) and (v > 0 or not log_scale)]
     if not usable:
         return (1.0, 10.0) if log_scale else (0.0, 1.0)
     values = np.asarray(to_axis(np.asarray(usable, dtype=float)))
     low, high = float(values.min()), float(values.max())
-    span = max(high - low, 0.05 * abs(high), 1e-6)
     near = [float(to_axis(b)) for b in bounds if math.isfinite(b) and (b > 0 or not log_scale)]
+    widths = [abs(b - float(np.median(values))) for b in near]
+    span = max(high - low, float(np.median(widths)) if widths else 0.0, 0.05 * abs(high), 1e-6)
     near = [b for b in near if low - REACH * span <= b <= high + REACH * span]
     low, high = min([low, *near]), max([high, *near])
     room = EDGE_ROOM * max(high - low, span)
@@ -142,9 +144,8 @@ def _point_label(name: str) -> str:
 
 
 def _x_scale(speed: Mapping[str, Estimate]) -> bool:
-    """A log speed axis when the figures span more than a factor of 10 (ratios then read evenly), else linear."""
-    values = [v for e in speed.values() if math.isfinite(e.point)
-              for v in (e.point, e.interval.low, e.interval.high) if 0 < v < math.inf]
+    """A log speed axis when the points span more than a factor of 10 (ratios then read evenly), else linear."""
+    values = [e.point for e in speed.values() if 0 < e.point < math.inf]
     return bool(values) and max(values) / min(values) > 10
 
 
@@ -171,9 +172,9 @@ def speed_quality_plot(summary: SweepSummary, names: Mapping[str, str], out: Pat
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     _plane_front(ax, summary, speed, quality, by_time, xlim)
-    for config, color in zip(summary.configs, _colors(len(summary.configs))):
-        _plane_point(ax, config, speed[config.config], quality[config.config], names[config.config], color, xlim,
-                     ylim, summary.baseline)
+    for index, (config, color) in enumerate(zip(summary.configs, _colors(len(summary.configs)))):
+        _plane_point(ax, config, (speed[config.config], quality[config.config]), names[config.config], color,
+                     (xlim, ylim), summary.baseline, below=index % 2 == 1)
     _plane_verdict(ax, summary, speed, quality, xlim)
     metric, sign = summary.metric_name, "≥" if summary.mode == "max" else "≤"
     ax.set_xlabel("time to target (s of training: samples to target ÷ samples/s); faster ←" if by_time else
@@ -196,10 +197,12 @@ PLANE_CAPTION = (
 )
 
 
-def _plane_point(ax, config: ConfigSummary, speed: Estimate, quality: Estimate, name: str, color,
-                 xlim: tuple[float, float], ylim: tuple[float, float], baseline: str) -> None:
-    """One configuration: its point, its two interval bars and its short name; a median that never reached the
-    target is a hollow ▷ at the right edge, without a speed bar (its interval has no upper bound)."""
+def _plane_point(ax, config: ConfigSummary, estimates: tuple[Estimate, Estimate], name: str, color,
+                 limits: tuple[tuple[float, float], tuple[float, float]], baseline: str, below: bool) -> None:
+    """One configuration: its point, its two interval bars and its short name (above the point, or `below` it:
+    every other one, so neighbours' names do not overprint); a median that never reached the target is a hollow ▷
+    at the right edge, without a speed bar (its interval has no upper bound)."""
+    (speed, quality), (xlim, ylim) = estimates, limits
     reached = math.isfinite(speed.point)
     x = speed.point if reached else xlim[1]
     y = quality.point if math.isfinite(quality.point) else sum(ylim) / 2
@@ -211,8 +214,8 @@ def _plane_point(ax, config: ConfigSummary, speed: Estimate, quality: Estimate, 
                edgecolors=color, linewidths=1.8, zorder=4, label=shown, clip_on=False)
     right_side = ax.transAxes.inverted().transform(ax.transData.transform((x, y)))[0] > 0.7  # text to the left
     text = _point_label(name) + (" (baseline)" if config.config == baseline else "")
-    ax.annotate(text, (x, y), xytext=(-8 if right_side else 6, 6), textcoords="offset points", fontsize=7,
-                color="0.15", ha="right" if right_side else "left")
+    ax.annotate(text, (x, y), xytext=(-8 if right_side else 6, -12 if below else 6), textcoords="offset points",
+                fontsize=7, color="0.15", ha="right" if right_side else "left")
 
 
 def _plane_front(ax, summary: SweepSummary, speed: Mapping[str, Estimate], quality: Mapping[str, Estimate],
