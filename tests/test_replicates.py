@@ -304,7 +304,7 @@ def _verdict_lines(stdout: str) -> list[str]:
 
 
 def _jobs_by_config(uri: str) -> dict[str, list]:
-    runs = [r for r in MlflowClient(uri).search_runs(["1"]) if r.data.tags.get("sweeplab.role") != "sweep"]
+    runs = [r for r in MlflowClient(uri).search_runs(["1"]) if mlflow_store.is_job_run(r)]
     by_config: dict[str, list] = {}
     for run in runs:
         by_config.setdefault(run.data.tags["config"], []).append(run)

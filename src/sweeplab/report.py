@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, stability
+from sweeplab import channels, report_figures, stability
 from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
@@ -40,7 +40,7 @@ from sweeplab.report_verdict import (
     samples_per_step,
     sweep_verdict,
 )
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import config_runs, mlflow_store
 from sweeplab.tracking.sweep_plots import _figure, curves_plot
 
 log = logging.getLogger(__name__)
@@ -88,12 +88,11 @@ def experiment_runs(uri: str, experiment_name: str):
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
-    return client.search_runs(
-        [experiment.experiment_id],
-        filter_string="tags.`sweeplab.role` != 'sweep'",
-        max_results=10000,
-        order_by=["attributes.start_time ASC"],
+    runs = client.search_runs(
+        [experiment.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"],
     )
+    # in Python: MLflow's `tags.x != 'y'` leaves out the runs without the tag, i.e. every job
+    return [r for r in runs if mlflow_store.is_job_run(r)]
 
 
 def _run_label(run) -> str:
@@ -386,6 +385,7 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         plots = write_plots(uri, runs, out_dir)
+        plots += report_figures.write_figures(found.summary if found else None, out_dir, report_figures.family_labels(runs))
         if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
             markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found))):
@@ -420,8 +420,12 @@ def _csv_cell(value) -> str:
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
-    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline,
-                        options)
+    runs = mlflow_store.sweep_jobs(uri, parent_run_id)
+    report = write_report(runs, out_dir, f"sweep {parent_run_id[:8]}", uri, baseline, options)
+    # the verdict as the sweep run's description, one run per configuration under it (sweeplab.tracking.config_runs)
+    config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
+                               report_figures.family_labels(runs))
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
