@@ -69,10 +69,60 @@ def test_concurrent_jobs_are_joblibs_workers_capped_by_the_batch(launcher, batch
     assert replicates.concurrent_jobs(launcher, batch) == expected
 
 
-@pytest.mark.parametrize("value", [0, -1, "3", 2.5, "auto"])
-def test_replicates_must_be_a_positive_count(value):
+@pytest.mark.parametrize("value", [0, -1, "3", 2.5, "often"])
+def test_replicates_must_be_a_positive_count_or_auto(value):
     with pytest.raises(ConfigError, match="replicates"):
         replicates.replicates_setting({"replicates": value})
+
+
+@pytest.mark.parametrize("section", [{"first": 1, "most": 5}, {"first": 4, "most": 3}, {"first": 3, "most": "9"},
+                                     {"first": 3, "most": 5, "budget_s": 0}, {"first": 3, "most": 5, "budget_s": True}])
+def test_replicates_auto_refuses_a_budget_that_cannot_give_intervals(section):
+    with pytest.raises(ConfigError, match="replicates_auto"):
+        replicates.replicates_setting({"replicates": "auto", "replicates_auto": section})
+
+
+def test_replicates_auto_runs_first_rounds_whole_then_only_the_undecided_within_the_budget():
+    setting = replicates.replicates_setting({"replicates": "auto", "replicates_auto": {"first": 2, "most": 4}})
+    assert setting == 4  # the most rounds the sweep may plan
+    auto = replicates.auto_setting({"replicates_auto": {"first": 2, "most": 4, "budget_s": 60}})
+    planned = replicates.rounds(GRID, 4, seed=0)
+    assert replicates.auto_round(planned[1], [], auto, 1, 0.0) == (planned[1], None)  # still a first round
+    jobs, stop = replicates.auto_round(planned[2], [0, 2], auto, 2, 10.0)
+    assert [j.config_index for j in jobs] == [0, 2] and stop is None
+    assert replicates.auto_round(planned[2], [], auto, 2, 10.0) == ([], "decided after 2 rounds")
+    assert replicates.auto_round(planned[3], [0, 1], auto, 3, 61.0)[1].startswith("the time budget of 60 s")
+    assert replicates.auto_round([], [0, 1], auto, 4, 0.0)[1] == "the budget of 4 rounds is spent"
+
+
+def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(monkeypatch, tmp_path):
+    """The sweeper's side of replicates=auto; what is undecided comes from the jobs in MLflow (the slow real sweep
+    below runs that part)."""
+    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+
+    launched, answers = [], iter([[0, 2], []])
+
+    class RecordingLauncher:
+        def launch(self, batch, initial_job_idx):
+            launched.append((initial_job_idx, [job[0] for job in batch]))
+            return [SimpleNamespace(return_value=0.0) for _ in batch]
+
+    monkeypatch.setattr(sweep_callback, "undecided_configurations", lambda config: (next(answers), None))
+    sweeper = SweeplabSweeper(max_batch_size=None, params={"data.batch_size": "32,64,128"})
+    sweeper.config = OmegaConf.create({"seed": 0, "replicates": "auto", "replicates_auto": {"first": 2, "most": 6},
+                                       "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": None}})
+    sweeper.launcher = RecordingLauncher()
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)
+    sweeper.sweep([])
+
+    assert launched == [
+        (0, ["data.batch_size=32", "data.batch_size=64", "data.batch_size=128"]),
+        (3, ["data.batch_size=128", "data.batch_size=64", "data.batch_size=32"]),
+        (6, ["data.batch_size=32", "data.batch_size=128"]),  # round 3: the undecided two only
+    ]  # round 4: nothing open, so no round 4 and no asking again
+    with pytest.raises(StopIteration):
+        next(answers)
 
 
 def test_the_sweeper_launches_each_round_on_its_own_with_the_replicates_environment(monkeypatch, tmp_path):
@@ -102,6 +152,29 @@ def test_the_sweeper_launches_each_round_on_its_own_with_the_replicates_environm
     assert f"++hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in second[0]
     assert f"++hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in second[0]
     assert (tmp_path / "multirun.yaml").exists()
+
+
+def test_a_continued_round_skips_finished_jobs_and_tells_each_other_job_whether_it_resumes():
+    (round_jobs,) = replicates.rounds([["data.batch_size=32", "resume=true"], ["data.batch_size=64", "resume=true"],
+                                       ["data.batch_size=128", "resume=true"]], 1, seed=0)
+    jobs = replicates.continue_round(round_jobs, {(0, 0): "finished", (1, 0): "interrupted"})
+    assert [(j.config_index, j.overrides) for j in jobs] == [(1, ("data.batch_size=64", "resume=true")),
+                                                            (2, ("data.batch_size=128", "resume=false"))]
+
+
+def test_a_sweep_is_continued_only_with_the_overrides_it_ran_with(mlflow_uri, tmp_path):
+    client = MlflowClient(mlflow_uri)
+    experiment = mlflow_store.init_store(mlflow_uri, "continued")
+    parent = client.create_run(experiment, tags={"sweep_overrides": "replicates=2 data.batch_size=8,16"}).info.run_id
+    client.set_terminated(parent, "KILLED")
+    with pytest.raises(UserError, match="holds none"):
+        sweep_callback.reopen_sweep(client, tmp_path, ["replicates=2"])
+    (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
+    with pytest.raises(UserError, match=r"ran with overrides 'data.batch_size=8,16 replicates=2', this command has"):
+        sweep_callback.reopen_sweep(client, tmp_path, ["replicates=3", "data.batch_size=8,16", "resume=true"])
+    assert client.get_run(parent).info.status == "KILLED"  # a refusal changes nothing
+    assert sweep_callback.reopen_sweep(client, tmp_path, ["data.batch_size=8,16", "replicates=2", "resume=true"]) == parent
+    assert client.get_run(parent).info.status == "RUNNING" and client.get_run(parent).data.tags["resumed"] == "1"
 
 
 def test_the_default_sweeper_is_sweeplabs_and_counts_replicates_in_the_planned_jobs():
@@ -231,7 +304,7 @@ def _verdict_lines(stdout: str) -> list[str]:
 
 
 def _jobs_by_config(uri: str) -> dict[str, list]:
-    runs = [r for r in MlflowClient(uri).search_runs(["1"]) if r.data.tags.get("sweeplab.role") != "sweep"]
+    runs = [r for r in MlflowClient(uri).search_runs(["1"]) if mlflow_store.is_job_run(r)]
     by_config: dict[str, list] = {}
     for run in runs:
         by_config.setdefault(run.data.tags["config"], []).append(run)
@@ -265,9 +338,69 @@ def test_a_known_effect_is_found_the_faster_named_and_its_speedup_interval_holds
 
 
 @pytest.mark.slow
+def test_replicates_auto_stops_adding_rounds_once_the_known_effect_is_decided(example_site, mlflow_uri, tmp_path):
+    # a 4x effect: decided within the budget also on a busy 2-core host (at load 9, 40 against 20 ms stayed tied)
+    sweep = _sweep(example_site, tmp_path, "model.sleep_ms=80,20", "replicates=auto", "replicates_auto.first=3",
+                   "replicates_auto.most=8", "trainer.max_steps=60", "timing.window=50")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    assert "replicates=auto stops: decided after" in sweep.stderr + sweep.stdout
+    assert _verdict_lines(sweep.stdout)[0].startswith("fastest to val/loss ≤ ")
+    jobs = sum(len(runs) for runs in _jobs_by_config(mlflow_uri).values())
+    assert 6 <= jobs < 16, jobs
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_continues_under_its_run_keeping_the_finished_jobs(example_site, mlflow_uri, tmp_path):
+    """A real SIGINT once two of four jobs finished; then the command the sweep printed, run as it was printed."""
+    import shlex
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(example_site), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "sweeplab.train", "-m", "debug=smoke", "model=mlp_regressor",
+               "model.sleep_ms=30", "trainer.max_steps=40", "trainer.val_check_interval=10", "+label=a,b",
+               "replicates=2", "logger.system_metrics_after_s=null", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client, deadline = MlflowClient(mlflow_uri), time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None:
+        jobs = [r for r in client.search_runs(["1"]) if r.data.tags.get("sweeplab.role") != "sweep"]
+        if sum(r.info.status == "FINISHED" for r in jobs) >= 2:
+            break
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-3000:]
+    finished = {r.info.run_id for r in client.search_runs(["1"], "attributes.status = 'FINISHED'")}
+    (line,) = [li for li in err.splitlines() if "Continue it with: " in li]
+    again = shlex.split(line.partition("Continue it with: ")[2])
+    assert again[:4] == ["python", "-m", "sweeplab.train", "-m"]
+    second = subprocess.run([sys.executable, *again[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    runs = client.search_runs(["1"])
+    (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["resumed"] == "1"
+    done = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep" and r.info.status == "FINISHED"]
+    assert sorted((r.data.tags["config"], r.data.tags["replicate"]) for r in done) == [
+        ("label=a", "0"), ("label=a", "1"), ("label=b", "0"), ("label=b", "1")]
+    assert finished <= {r.info.run_id for r in done}  # the jobs that had finished were kept, not run again
+    assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in done)
+
+
+@pytest.mark.slow
 def test_an_aa_sweep_names_no_configuration_faster(example_site, mlflow_uri, tmp_path):
     sweep = _sweep(example_site, tmp_path, "+label=a,b", "replicates=3")
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     first = _verdict_lines(sweep.stdout)[0]
     assert first.startswith("tie for fastest to val/loss ≤ "), sweep.stdout[-4000:]
     assert "all of" in first and "label=a" in first and "label=b" in first
+
+
+def test_rounds_spread_over_several_hosts_are_paired_by_host_instead():
+    from sweeplab.report_verdict import pair_by
+    from sweeplab.verdict import Job
+
+    one_host = [Job(c, r, r, 100.0, 0.5, [], host="a") for r in range(3) for c in ("x", "y")]
+    assert pair_by(one_host) == "round"
+    cluster = [Job(c, r, r, 100.0, 0.5, [], host=f"node{r}{c}") for r in range(3) for c in ("x", "y")]
+    assert pair_by(cluster) == "host"

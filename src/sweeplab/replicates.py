@@ -21,6 +21,7 @@ from sweeplab.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, REPLICATE_E
 from sweeplab.errors import ConfigError
 
 MAX_REPLICATES = 1000  # a typo guard (replicates=300000 would queue a sweep nobody meant)
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,60 @@ class PlannedJob:
     overrides: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class AutoReplicates:
+    """replicates=auto: `first` rounds of every configuration, then rounds of the undecided ones only, up to `most`
+    rounds in all or `budget_s` seconds since the sweep started (None: no time limit)."""
+
+    first: int
+    most: int
+    budget_s: float | None
+
+
 def replicates_setting(config: Mapping[str, Any]) -> int:
-    """The `replicates` key as a count; one line naming the key when it is not one."""
+    """The `replicates` key as the most rounds the sweep may run (replicates=auto: `replicates_auto.most`); one line
+    naming the key when it is neither a count nor `auto`."""
     value = config.get("replicates", 1)
-    if value == "auto":
-        raise ConfigError("replicates", "auto (replicate until decided) is not available yet; give a number, e.g. 3")
+    if value == AUTO:
+        return auto_setting(config).most
     if type(value) is not int or not 1 <= value <= MAX_REPLICATES:
-        raise ConfigError("replicates", f"expected an integer in [1, {MAX_REPLICATES}], got {value!r}")
+        raise ConfigError("replicates", f"expected an integer in [1, {MAX_REPLICATES}] or auto, got {value!r}")
     return value
+
+
+def auto_setting(config: Mapping[str, Any]) -> AutoReplicates:
+    """`replicates_auto` checked: 2 <= first <= most <= MAX_REPLICATES (an interval needs two replicates)."""
+    section = config.get("replicates_auto") or {}
+    first, most, budget = section.get("first", 3), section.get("most", 10), section.get("budget_s")
+    if type(first) is not int or type(most) is not int or not 2 <= first <= most <= MAX_REPLICATES:
+        raise ConfigError("replicates_auto", f"expected integers 2 <= first <= most <= {MAX_REPLICATES}, got "
+                                             f"first={first!r} most={most!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
+        raise ConfigError("replicates_auto.budget_s", f"expected seconds > 0 or null, got {budget!r}")
+    return AutoReplicates(first, most, None if budget is None else float(budget))
+
+
+def is_auto(config: Mapping[str, Any]) -> bool:
+    return config.get("replicates", 1) == AUTO
+
+
+def auto_round(
+    round_jobs: Sequence[PlannedJob], more: Sequence[int], setting: AutoReplicates, round_number: int,
+    elapsed_s: float,
+) -> tuple[list[PlannedJob], str | None]:
+    """The jobs of round `round_number` that replicates=auto runs: all of them for the first rounds, then those of
+    the configurations in `more` (indices into the grid; the still undecided ones). The second value says why the
+    sweep stops here (None: it goes on)."""
+    if round_number < setting.first:
+        return list(round_jobs), None
+    if not more:
+        return [], f"decided after {round_number} rounds"
+    if round_number >= setting.most:
+        return [], f"the budget of {setting.most} rounds is spent"
+    if setting.budget_s is not None and elapsed_s >= setting.budget_s:
+        return [], f"the time budget of {setting.budget_s:g} s is spent ({round_number} rounds)"
+    chosen = set(more)
+    return [job for job in round_jobs if job.config_index in chosen], None
 
 
 def round_order(configurations: int, round_number: int) -> list[int]:
@@ -66,6 +113,20 @@ def rounds(grid: Sequence[Sequence[str]], replicates: int, seed: int) -> list[li
             jobs.append(PlannedJob(index, round_number, round_number, seed + round_number, overrides))
         planned.append(jobs)
     return planned
+
+
+def continue_round(round_jobs: Sequence[PlannedJob], states: Mapping[tuple[int, int], str]) -> list[PlannedJob]:
+    """A round of a sweep being continued: its finished jobs left out; an interrupted one (a checkpoint to resume
+    from) gets `resume=true`, one that never ran `resume=false`. states: (config index, replicate) -> "finished" |
+    "interrupted"; a job not in it never ran."""
+    jobs = []
+    for job in round_jobs:
+        state = states.get((job.config_index, job.replicate))
+        if state == "finished":
+            continue
+        overrides = (*(o for o in job.overrides if _key(o) != "resume"), f"resume={str(state == 'interrupted').lower()}")
+        jobs.append(PlannedJob(job.config_index, job.replicate, job.round, job.seed, overrides))
+    return jobs
 
 
 def _key(override: str) -> str:

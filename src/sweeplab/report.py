@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, report_apple, stability
+from sweeplab import channels, report_apple, report_figures, stability
 from sweeplab import labels as config_labels
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
@@ -40,7 +40,7 @@ from sweeplab.report_verdict import (
     samples_per_step,
     sweep_verdict,
 )
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import config_runs, mlflow_store
 from sweeplab.tracking.sweep_plots import _figure, curves_plot
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,15 @@ STABILITY_NOTE = (
     f"stability: ok, or why the row's speed is unreliable (spread over {stability.NOISY_SPREAD:.0%}, host load over "
     f"{stability.LOADED_HOST:g} per CPU, a host whose own speed wavered over {stability.UNSTEADY_HOST:.0%} "
     f"while the run's steps spread {stability.NOISE_FLOOR:.0%} or more, "
-    "compilations or new batch shapes in timed steps). within noise: the two rows "
-    f"differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), so no speedup is claimed."
+    "compilations or new batch shapes in timed steps, an unsynchronised clock, MPS memory growth, the MPS fallback)."
 )
+WITHIN_NOISE_NOTE = (
+    f"within noise: the two rows differ by less than the larger of their spreads (at least {stability.NOISE_FLOOR:.0%}), "
+    "so no speedup is claimed."
+)
+# With replicates the per-configuration table has the speedups, paired and with intervals: the per-job table shows
+# none, as one job against one other job is exactly the single-run comparison the verdict exists to replace.
+REPLICATED_NOTE = "per job: no speedup column; the speedups are the per-configuration table's, over the replicates."
 
 
 @dataclass
@@ -82,12 +88,11 @@ def experiment_runs(uri: str, experiment_name: str):
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
-    return client.search_runs(
-        [experiment.experiment_id],
-        filter_string="tags.`sweeplab.role` != 'sweep'",
-        max_results=10000,
-        order_by=["attributes.start_time ASC"],
+    runs = client.search_runs(
+        [experiment.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"],
     )
+    # in Python: MLflow's `tags.x != 'y'` leaves out the runs without the tag, i.e. every job
+    return [r for r in runs if mlflow_store.is_job_run(r)]
 
 
 def _run_label(run) -> str:
@@ -365,18 +370,23 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
     markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
     markdown += f"## {title}\n\n"
-    if found is not None and found.summary is not None:
+    replicated = found is not None and found.summary is not None
+    if replicated:
         markdown += f"### per configuration\n\n{config_table_markdown(found.summary)}\n\n### per job\n\n"
+        columns = [c for c in columns if c != "speedup"]
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(runs)
-    if base_index is not None:
+    if replicated:
+        markdown += f"\n{REPLICATED_NOTE}\n"
+    elif base_index is not None:
         markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
-    markdown += f"\n{STABILITY_NOTE}\n"
+    markdown += f"\n{STABILITY_NOTE}{'' if replicated else ' ' + WITHIN_NOISE_NOTE}\n"
     if failed:
         markdown += f"\n{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)\n"
     files: list[Path] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         plots = write_plots(uri, runs, out_dir)
+        plots += report_figures.write_figures(found.summary if found else None, out_dir, report_figures.family_labels(runs))
         if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
             markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
         for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found))):
@@ -411,8 +421,12 @@ def _csv_cell(value) -> str:
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
-    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline,
-                        options)
+    runs = mlflow_store.sweep_jobs(uri, parent_run_id)
+    report = write_report(runs, out_dir, f"sweep {parent_run_id[:8]}", uri, baseline, options)
+    # the verdict as the sweep run's description, one run per configuration under it (sweeplab.tracking.config_runs)
+    config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
+                               report_figures.family_labels(runs))
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--target", type=float, default=None,
-                        help="the monitored metric's value to reach (default: the worst median final metric among the "
-                             "configurations that keep quality)")
+                        help="the monitored metric's value to reach (default: the worst final metric of any job of "
+                             "the configurations that keep quality)")
     parser.add_argument("--quality-tolerance", type=float, default=0.0,
                         help="how much worse than the baseline's final metric still keeps quality (metric units)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")

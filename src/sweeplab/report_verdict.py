@@ -112,6 +112,16 @@ def baseline_config(runs, jobs: list[verdict.Job], baseline_run: str | None) -> 
     return next((c for c in first if c in configs), jobs[0].config)
 
 
+def pair_by(jobs: list[verdict.Job]) -> verdict.PairBy:
+    """"round" when each round ran on one host (a workstation, one GPU machine: the round order cancels drift);
+    "host" when a round's jobs ran on several (a cluster launcher such as SLURM, where run order means little and
+    hosts differ in speed): then a configuration is compared with the baseline on the same host."""
+    hosts_per_round: dict[int, set] = {}
+    for job in jobs:
+        hosts_per_round.setdefault(job.round, set()).add(job.host)
+    return "host" if any(len(hosts) > 1 for hosts in hosts_per_round.values()) else "round"
+
+
 def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) -> VerdictReport:
     """The sweep's summary and verdict lines from its job runs."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
@@ -125,7 +135,7 @@ def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) ->
     try:
         summary = verdict.summarize(
             jobs, baseline=baseline_config(runs, jobs, options.baseline_run), mode=mode, target=options.target,
-            quality_tolerance=options.quality_tolerance, metric_name=metric,
+            quality_tolerance=options.quality_tolerance, metric_name=metric, pair_by=pair_by(jobs),
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -39,9 +40,9 @@ from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
 from sweeplab.report import sweep_report
-from sweeplab.report_verdict import VerdictOptions
+from sweeplab.report_verdict import CONFIG_INDEX_TAG, CONFIG_TAG, VerdictOptions, sweep_verdict
 from sweeplab.tracking import mlflow_store, naming, sweep_plots
-from sweeplab.verdict import SweepSummary
+from sweeplab.verdict import ReplicatePlan, SweepSummary, plan_replicates
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -77,6 +78,7 @@ class MLflowSweepCallback(Callback):
         self._planned_jobs: int | None = None
         self._jobs_die_with_the_sweep = True
         self._launch_env: dict[str, str | None] | None = None
+        self.continue_command = ""  # how to continue this sweep after an interruption (printed when one stops it)
 
     @staticmethod
     def _settings(config: DictConfig) -> tuple[str, str, bool]:
@@ -117,6 +119,18 @@ class MLflowSweepCallback(Callback):
         client = mlflow_store.client(uri)
         choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+        self.continue_command = shlex.join(["python", "-m", "sweeplab.train", "-m", *_study_overrides(overrides),
+                                            f"hydra.sweep.dir={sweep_dir}", "resume=true"])
+        if config.get("resume") is True:
+            if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
+                raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
+                                "cannot skip the jobs that finished)")
+            self.parent_run_id = reopen_sweep(client, sweep_dir, overrides)
+            channels.open_sweep = self
+            self._jobs_die_with_the_sweep = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+            self._planned_jobs = planned_jobs(config)
+            os.environ[channels.PARENT_RUN_ENV] = self.parent_run_id
+            return
         run = client.create_run(
             experiment_id,
             run_name=naming.sweep_run_name(sweep_dir),
@@ -246,6 +260,9 @@ def end_interrupted_sweep(exc: BaseException) -> None:
         with contextlib.suppress(Exception):
             mlflow_store.client(sweep._uri).set_tag(sweep.parent_run_id, "error", str(exc))
         sweep._close("KILLED")
+        if sweep.continue_command:
+            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {sweep.continue_command}",
+                  file=sys.stderr, flush=True)
 
 
 def record_job_counts(client, parent_run_id: str, children, planned: int | None) -> dict[str, int]:
@@ -281,6 +298,8 @@ def planned_jobs(config: DictConfig) -> int | None:
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
         grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+        if "SweeplabSweeper" in target and replicates.is_auto(config):
+            return None  # replicate until decided: how many rounds is found out on the way
         return grid * replicates.replicates_setting(config) if "SweeplabSweeper" in target else grid
     n_trials = sweeper.get("n_trials")
     return int(n_trials) if isinstance(n_trials, int) else None
@@ -305,18 +324,84 @@ def _check_required(config: DictConfig) -> None:
             raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
 
 
+def _study_overrides(overrides) -> list[str]:
+    """A sweep's command-line overrides without those that may differ when it is continued."""
+    return sorted(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume")
+
+
+def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
+    """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own parent run (RUNNING
+    again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
+    ones (sweep_job_states). The same study only: the overrides must be the ones it ran with."""
+    marker = sweep_dir / channels.PARENT_RUN_FILE
+    if not marker.is_file():
+        raise UserError(f"resume=true with -m continues the sweep in hydra.sweep.dir; {sweep_dir} holds none (no "
+                        f"{channels.PARENT_RUN_FILE}): pass hydra.sweep.dir=<the interrupted sweep's folder>")
+    parent_id = marker.read_text().strip()
+    try:
+        parent = client.get_run(parent_id)
+    except Exception:
+        raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
+    recorded = parent.data.tags.get("sweep_overrides", "").split()
+    if _study_overrides(recorded) != _study_overrides(overrides):
+        raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(_study_overrides(recorded))!r}, this "
+                        f"command has {' '.join(_study_overrides(overrides))!r}: give the same ones")
+    client.update_run(parent_id, status="RUNNING")
+    client.set_tag(parent_id, "resumed", str(int(parent.data.tags.get("resumed", "0")) + 1))
+    log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
+    return parent_id
+
+
+def sweep_job_states(config: DictConfig) -> dict[tuple[int, int], str]:
+    """(configuration index, replicate) -> "finished" | "interrupted" (its run has a last checkpoint to resume
+    from) for the jobs the sweep being continued has run; a job missing here never ran (or left nothing to resume)."""
+    uri = MLflowSweepCallback._settings(config)[0]
+    parent = os.environ.get(channels.PARENT_RUN_ENV)
+    states: dict[tuple[int, int], str] = {}
+    for run in mlflow_store.sweep_jobs(uri, parent) if parent else []:
+        tags = run.data.tags
+        if not (tags.get(CONFIG_INDEX_TAG, "").isdigit() and tags.get("replicate", "").isdigit()):
+            continue
+        key = (int(tags[CONFIG_INDEX_TAG]), int(tags["replicate"]))
+        if run.info.status == "FINISHED":
+            states[key] = "finished"
+        elif states.get(key) != "finished" and (Path(tags.get("output_dir", "")) / "checkpoints" / "last.ckpt").is_file():
+            states[key] = "interrupted"
+    return states
+
+
+def undecided_configurations(config: DictConfig) -> tuple[list[int], ReplicatePlan | None]:
+    """replicates=auto, between two rounds: the grid indices of the configurations whose intervals still straddle a
+    decision (sweeplab.verdict.plan_replicates over the sweep's finished jobs so far), and that plan (None while
+    there is no summary yet: then every configuration runs again)."""
+    uri = MLflowSweepCallback._settings(config)[0]
+    parent = os.environ.get(channels.PARENT_RUN_ENV)
+    runs = mlflow_store.sweep_jobs(uri, parent) if parent else []
+    summary = sweep_verdict(uri, runs, verdict_options(config)).summary if runs else None
+    index_of = {r.data.tags.get(CONFIG_TAG): int(r.data.tags[CONFIG_INDEX_TAG]) for r in runs
+                if r.data.tags.get(CONFIG_INDEX_TAG, "").isdigit()}
+    if summary is None:
+        return sorted(set(index_of.values())), None
+    plan = plan_replicates(summary)
+    return sorted(index_of[name] for name in plan.more if name in index_of), plan
+
+
 def _check_replicates(config: DictConfig) -> None:
-    """replicates=N needs the sweeplab sweeper, and sets the seed itself: one line otherwise, before any job."""
+    """replicates=N needs the sweeplab sweeper, and sets the seed itself: one line otherwise, before any job.
+    replicates=auto reads the jobs' results between rounds: it needs the MLflow logger too."""
     count = replicates.replicates_setting(config)
     if count == 1:
         return
+    if replicates.is_auto(config) and not MLflowSweepCallback._settings(config)[2]:
+        raise UserError("replicates=auto decides from the jobs' results in MLflow: it needs logger.enabled=true "
+                        "(or give a number of replicates)")
+    setting = f"replicates={config.get('replicates')}"
     if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
         choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get("hydra/sweeper", "")
-        raise UserError(f"replicates={count} needs hydra/sweeper=sweeplab; the {choice} sweeper runs each job once "
+        raise UserError(f"{setting} needs hydra/sweeper=sweeplab; the {choice} sweeper runs each job once "
                         "(run it with replicates=1)")
     if "seed" in naming.swept_keys(config):
-        raise UserError(f"replicates={count} gives replicate r the seed seed + r: sweep seed with replicates=1, or "
-                        "leave it out")
+        raise UserError(f"{setting} gives replicate r the seed seed + r: sweep seed with replicates=1, or leave it out")
 
 
 def verdict_options(config: DictConfig) -> VerdictOptions:

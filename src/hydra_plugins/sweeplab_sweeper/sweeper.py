@@ -6,6 +6,14 @@ jobs run side by side and the next round starts after them: a configuration is a
 job of the same round. Every job gets its replicate, round, configuration index and how many jobs ran at once on
 its host through `hydra.job.env_set` (channels.REPLICATE_ENV ...); training.run_tags records them as run tags.
 With replicates=1 the jobs are the BasicSweeper's, in its order, with the same overrides.
+
+`-m ... resume=true` continues the sweep in `hydra.sweep.dir` (sweep_callback.reopen_sweep): its finished jobs are
+skipped, an interrupted one resumes from its last checkpoint (`resume=true`), one that never ran starts afresh
+(`resume=false`), numbered after the sweep's existing job folders so that no two jobs share one.
+
+replicates=auto: after the first `replicates_auto.first` rounds, each further round runs only the configurations
+whose intervals still straddle a decision (sweeplab.verdict.plan_replicates over the jobs so far; the baseline with
+them, as every comparison pairs with it), until none does or the budget of rounds or seconds is spent.
 """
 
 from __future__ import annotations
@@ -31,27 +39,77 @@ class SweeplabSweeper(BasicSweeper):
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         (grid,) = self.split_arguments(overrides, None)
         count = replicated.replicates_setting(self.config)
+        auto = replicated.auto_setting(self.config) if replicated.is_auto(self.config) else None
         planned = replicated.rounds(grid, count, int(self.config.get("seed", 0)))
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        if count > 1:
+        if auto is not None:
+            log.info("sweep: %d configurations, replicates=auto: %d rounds, then only the undecided ones, up to %d",
+                     len(grid), auto.first, auto.most)
+        elif count > 1:
             log.info("sweep: %d configurations x %d replicates, %d rounds", len(grid), count, len(planned))
 
-        launcher_config = OmegaConf.select(self.config, "hydra.launcher")
-        returns, next_index = [], 0
-        for round_jobs in planned:
-            for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
-                at_once = replicated.concurrent_jobs(launcher_config, len(chunk))
-                batch = [[*job.overrides, *replicated.job_environment(job, at_once)] for job in chunk]
-                started = time.perf_counter()
-                self.validate_batch_is_legal(batch)
-                log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - started)
-                results = self.launcher.launch(batch, initial_job_idx=next_index)
-                for result in results:
-                    _ = result.return_value  # a job that raised raises here, as under BasicSweeper
-                next_index += len(batch)
-                returns.append(results)
+        returns, next_index, started = [], 0, time.monotonic()
+        if self.config.get("resume") is True:
+            planned, next_index = self._continued(planned, sweep_dir)
+        for round_number, round_jobs in enumerate(planned):
+            if auto is not None:
+                round_jobs, stop = self._auto_round(auto, round_jobs, round_number, time.monotonic() - started)
+                if stop is not None:
+                    log.info("sweep: replicates=auto stops: %s", stop)
+                    break
+            next_index = self._launch_round(round_jobs, next_index, returns)
+        else:
+            if auto is not None:  # every planned round ran: is anything still open?
+                _, stop = self._auto_round(auto, [], count, time.monotonic() - started)
+                log.info("sweep: replicates=auto stops: %s", stop)
         self.batch_index = len(returns)
         return returns
+
+    def _auto_round(self, auto: replicated.AutoReplicates, round_jobs: list, round_number: int,
+                    elapsed_s: float) -> tuple[list, str | None]:
+        """The jobs of this round that replicates=auto runs, or why it stops; the decisions still open are logged."""
+        if round_number < auto.first:
+            return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
+        from sweeplab.sweep_callback import undecided_configurations
+
+        more, plan = undecided_configurations(self.config)
+        jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s)
+        for decision in plan.open_decisions if plan is not None else ():
+            log.info("sweep: replicates=auto: %s: %s", "open" if stop is None else "stayed open", decision)
+        if stop is None:
+            log.info("sweep: replicates=auto: round %d runs %d of %d configurations", round_number + 1, len(jobs),
+                     len(round_jobs))
+        return jobs, stop
+
+    def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
+        """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""
+        from sweeplab.sweep_callback import sweep_job_states
+
+        states = sweep_job_states(self.config)
+        rounds = [replicated.continue_round(round_jobs, states) for round_jobs in planned]
+        done = sum(states.get((j.config_index, j.replicate)) == "finished" for r in planned for j in r)
+        resumed = sum("resume=true" in j.overrides for r in rounds for j in r)
+        log.info("sweep: continuing: %d jobs finished, %d resume from a checkpoint, %d start afresh", done, resumed,
+                 sum(len(r) for r in rounds) - resumed)
+        numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()]
+        return rounds, max(numbered, default=-1) + 1
+
+    def _launch_round(self, round_jobs: list, next_index: int, returns: list) -> int:
+        launcher_config = OmegaConf.select(self.config, "hydra.launcher")
+        if not round_jobs:  # a continued sweep's round whose jobs all finished before
+            return next_index
+        for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
+            at_once = replicated.concurrent_jobs(launcher_config, len(chunk))
+            batch = [[*job.overrides, *replicated.job_environment(job, at_once)] for job in chunk]
+            started = time.perf_counter()
+            self.validate_batch_is_legal(batch)
+            log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - started)
+            results = self.launcher.launch(batch, initial_job_idx=next_index)
+            for result in results:
+                _ = result.return_value  # a job that raised raises here, as under BasicSweeper
+            next_index += len(batch)
+            returns.append(results)
+        return next_index

@@ -164,16 +164,27 @@ def get_run(uri: str, run_id: str, what: str = "run_id"):
         raise UserError(f"{what}={run_id}: not found in {uri}: {first_line[:200]}") from None
 
 
+ROLE_TAG = "sweeplab.role"  # "sweep": a sweep's parent run; "configuration": one configuration's aggregates; jobs: none
+SWEEP_ROLE, CONFIGURATION_ROLE = "sweep", "configuration"
+
+
+def is_job_run(run) -> bool:
+    """A training job's run: not a sweep's parent run, not a configuration's run (sweeplab.tracking.config_runs)."""
+    return run.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
+
+
 def sweep_jobs(uri: str, parent_run_id: str):
-    """The runs of a sweep's jobs (the children of its parent run), in the order they started."""
+    """The runs of a sweep's jobs (the children of its parent run but its configuration runs), in the order they
+    started."""
     store = client(uri)
     parent = store.get_run(parent_run_id)
-    return store.search_runs(
+    children = store.search_runs(
         [parent.info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
         max_results=10000,
         order_by=["attributes.start_time ASC"],
     )
+    return [run for run in children if is_job_run(run)]
 
 
 def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:

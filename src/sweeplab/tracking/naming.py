@@ -10,6 +10,8 @@ with `name_value`. A run's description is the command that runs it again.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from sweeplab.labels import label
 
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"
+NO_SWEPT_KEY = "(no swept key)"  # the configuration of a sweep of replicates only
 
 
 def name_value(value: Any) -> str:
@@ -71,7 +74,28 @@ def config_key() -> str:
     """A sweep job's configuration as its swept values, "key=value ..." in the swept keys' order: the same in every
     replicate of it (the seed a replicate sets is not a swept key), so the verdict groups its jobs by it. "(no
     swept key)" for a sweep of replicates only."""
-    return " ".join(f"{key}={value}" for key, value in _swept_values().items()) or "(no swept key)"
+    return " ".join(f"{key}={value}" for key, value in _swept_values().items()) or NO_SWEPT_KEY
+
+
+def config_values(key: str) -> dict[str, str]:
+    """A configuration's swept values back from its `config_key` ("data.batch_size=64 loss.alpha=0.7" ->
+    {"data.batch_size": "64", "loss.alpha": "0.7"}); {} for a sweep of replicates only."""
+    if key == NO_SWEPT_KEY:
+        return {}
+    parts = re.split(r"\s+(?=[^\s=]+=)", key.strip())
+    return dict(part.partition("=")[::2] for part in parts if "=" in part)
+
+
+def configuration_run_names(keys: Iterable[str], family_labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{config_key: short name}: the swept values by their short labels ("bs=64 α=0.7"), as job run names show them;
+    the whole key where two configurations would read alike (two keys sharing a label)."""
+    keys = list(keys)
+    short = {
+        key: " ".join(f"{label(k, family_labels)}={name_value(v)}" for k, v in config_values(key).items()) or key
+        for key in keys
+    }
+    clashes = {name for name in short.values() if list(short.values()).count(name) > 1}
+    return {key: key if name in clashes else name for key, name in short.items()}
 
 
 def _conf_default(group_file: str, key: str) -> Any:

@@ -2,7 +2,8 @@
 
     python -m sweeplab.tracking.ui [--host 127.0.0.1] [--port 5000] [--no-serve]
 
-The printed URL opens the runs table of the sweep's experiment, filtered to the sweep's jobs, in MLflow's
+The printed URL opens the runs table of the sweep's experiment, filtered to the sweep's configuration runs (one
+row per configuration, sweeplab.tracking.config_runs) or, for a sweep without replicates, to its jobs, in MLflow's
 "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
 tracking URI the UI is the tracking server's own: only the URL is printed.
 """
@@ -14,15 +15,23 @@ import os
 import shutil
 import sys
 
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import config_runs, mlflow_store
 
 
 def latest_sweep_url(uri: str, base: str) -> str | None:
-    """The runs-table URL of the newest sweep in any experiment of the store; None when there is no sweep."""
+    """The runs-table URL of the newest sweep in any experiment of the store: its configuration runs, fastest to
+    the target first, when it has them (a replicated sweep), else its jobs; None when there is no sweep."""
     parent_id = mlflow_store.latest_sweep(uri)
     if parent_id is None:
         return None
     parent = mlflow_store.client(uri).get_run(parent_id)
+    if config_runs.configuration_runs(uri, parent_id):
+        return mlflow_store.runs_url(
+            base, parent.info.experiment_id,
+            f"tags.mlflow.parentRunId = '{parent_id}' and tags.`{mlflow_store.ROLE_TAG}` = "
+            f"'{mlflow_store.CONFIGURATION_ROLE}'",
+            order_by_metric="speedup_to_target",
+        )
     return mlflow_store.runs_url(
         base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first

@@ -1,0 +1,143 @@
+"""The sweep's verdict in MLflow: one run per configuration, nested under the sweep's parent run, with the
+per-configuration answers as metrics; and the verdict's text as the sweep run's description.
+
+A configuration run (tag `sweeplab.role=configuration`) holds, for its configuration of a replicated sweep: the
+medians over its replicates with their 95 % interval bounds (`samples_per_sec`, `samples_per_sec_low`,
+`samples_per_sec_high`, `samples_to_target...`, `time_to_target_s...`, `wall_time_to_target_s...`,
+`final_<metric>...`), the comparisons with the baseline with their simultaneous bounds (`speedup...`,
+`speedup_to_target...`, `quality_delta...`), `jobs`, `reached_target` and `target`; its swept keys as params (the
+jobs' param names, so the compare view lines them up with the jobs); tags `config`, `quality`, `verdict` (fastest |
+tied for fastest, on those only), `baseline`, `job_run_ids` (its jobs, which stay under the sweep run: the report,
+the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
+target not reached in most replicates, an interval with no bound on a side) is not logged: its cell stays empty.
+
+Writing them again (a report re-run) deletes the sweep's previous configuration runs first: one run per
+configuration, never two. A sweep with one replicate per configuration gets none (its jobs are the rows already).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from sweeplab.tracking import mlflow_store, naming
+from sweeplab.verdict import ConfigSummary, Estimate, SweepSummary
+
+NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
+JOB_IDS_TAG = "job_run_ids"
+MAX_TAG_CHARS = 8000  # MLflow's limit on a tag's value
+
+
+def configuration_runs(uri: str, parent_run_id: str):
+    """The configuration runs under a sweep's parent run (active ones), in the order they were written."""
+    store = mlflow_store.client(uri)
+    parent = store.get_run(parent_run_id)
+    return store.search_runs(
+        [parent.info.experiment_id],
+        filter_string=(f"tags.mlflow.parentRunId = '{parent_run_id}' and "
+                       f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'"),
+        max_results=10000,
+        order_by=["attributes.start_time ASC"],
+    )
+
+
+def metric_key(metric_name: str) -> str:
+    """A metric's name inside another metric's name: `val/cos` -> `val_cos` (`final_val_cos`)."""
+    return metric_name.replace("/", "_")
+
+
+def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[str, float]:
+    """The configuration's figures as MLflow metrics: `<name>` (median, ratio or difference), `<name>_low` and
+    `<name>_high` (its interval); infinite and NaN values left out."""
+    figures: dict[str, Estimate | None] = {
+        "samples_per_sec": config.samples_per_sec,
+        "samples_to_target": config.samples_to_target,
+        "time_to_target_s": config.time_to_target,
+        "wall_time_to_target_s": config.wall_time_to_target,
+        f"final_{metric_key(summary.metric_name)}": config.final_metric,
+        "speedup": config.speedup,
+        "speedup_to_target": config.speedup_to_target,
+        "quality_delta": config.quality_difference,
+    }
+    metrics = {"jobs": float(config.jobs), "reached_target": float(config.reached_target), "target": summary.target}
+    for name, estimate in figures.items():
+        if estimate is not None:
+            metrics.update({name: estimate.point, f"{name}_low": estimate.interval.low,
+                            f"{name}_high": estimate.interval.high})
+    return {name: float(value) for name, value in metrics.items() if math.isfinite(value)}
+
+
+def verdict_description(lines: Sequence[str], command: str | None) -> str:
+    """The sweep run's description (Markdown): the verdict's first line in bold, the rest as a list, where the
+    per-configuration rows are, and the command that launched the sweep."""
+    text = [f"**{lines[0]}**" if lines else "**no verdict**", ""]
+    text += [f"- {line.strip()}" for line in lines[1:]]
+    text += ["", f"Per configuration: the runs under this one tagged `{mlflow_store.ROLE_TAG} = "
+                 f"{mlflow_store.CONFIGURATION_ROLE}` (medians with 95 % intervals as metrics); the report: "
+                 "artifacts `report/`."]
+    if command:
+        text += ["", f"Launched with: `{command}`"]
+    return "\n".join(text)
+
+
+def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: SweepSummary | None, job_runs,
+                   family_labels: Mapping[str, str] | None = None) -> list[str]:
+    """Set the verdict as the sweep run's description and replace its configuration runs by one per configuration
+    of `summary` (none with one replicate or no summary); returns the new runs' ids."""
+    client = mlflow_store.client(uri)
+    parent = client.get_run(parent_run_id)
+    overrides = parent.data.tags.get("sweep_overrides")
+    command = naming.sweep_description(overrides.split(" ")) if overrides is not None else None
+    client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
+    for run in configuration_runs(uri, parent_run_id):
+        client.delete_run(run.info.run_id)
+    if summary is None or max(c.jobs for c in summary.configs) <= 1:
+        return []
+    names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
+    job_ids = _job_ids_by_config(job_runs)
+    return [
+        _create_configuration_run(client, parent, config, summary, names[config.config], job_ids.get(config.config, []))
+        for config in summary.configs
+    ]
+
+
+def _job_ids_by_config(job_runs: Iterable) -> dict[str, list[str]]:
+    ids: dict[str, list[str]] = {}
+    for run in job_runs:
+        ids.setdefault(run.data.tags.get("config", ""), []).append(run.info.run_id)
+    return ids
+
+
+def _create_configuration_run(client, parent, config: ConfigSummary, summary: SweepSummary, name: str,
+                              job_ids: list[str]) -> str:
+    from mlflow.entities import Metric
+
+    verdict = summary.verdict
+    standing = ("fastest" if verdict.kind == "fastest" else "tied for fastest") if config.config in verdict.fastest else ""
+    ids = ",".join(job_ids)
+    tags = {
+        "mlflow.parentRunId": parent.info.run_id,
+        mlflow_store.ROLE_TAG: mlflow_store.CONFIGURATION_ROLE,
+        "config": config.config,
+        "quality": config.quality,
+        "baseline": str(config.config == summary.baseline).lower(),
+        JOB_IDS_TAG: ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
+        "objective": summary.metric_name,
+        "objective_mode": summary.mode,
+        NOTE_TAG: (f"Configuration `{config.config}`: {config.jobs} jobs, {config.reached_target} reached "
+                   f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians with "
+                   "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "
+                   f"simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
+    }
+    if standing:
+        tags["verdict"] = standing
+    for key in ("sweep_id", "sweep_dir"):
+        if key in parent.data.tags:
+            tags[key] = parent.data.tags[key]
+    run = client.create_run(parent.info.experiment_id, run_name=name, tags=tags)
+    now = int(time.time() * 1000)
+    mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
+    client.log_batch(run.info.run_id, metrics=[Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()])
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
