@@ -60,8 +60,12 @@ def hydra_error(exc: BaseException, config_name: str = "train", hint: Hint | Non
     """Hydra's exception as sweeplab's one line. `hint(message)`: more to say about a missing config (a family's)."""
     from hydra.errors import OverrideParseException
 
-    if isinstance(exc, OverrideParseException):
-        return _parse_error(exc)
+    error = _parse_error(exc) if isinstance(exc, OverrideParseException) else _composition_error(exc, config_name, hint)
+    error.__cause__ = exc  # SWEEPLAB_TRACEBACK=1 shows Hydra's own trace above the line
+    return error
+
+
+def _composition_error(exc: BaseException, config_name: str, hint: Hint | None) -> UserError:
     cause = exc.__cause__
     full_key = getattr(cause, "full_key", None)
     parent = getattr(cause, "parent_node", None)

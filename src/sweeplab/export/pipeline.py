@@ -10,6 +10,7 @@ verify that saved package -> write the report -> rename into place (an existing 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -126,11 +127,13 @@ def export_checkpoint(
     metrics: Mapping[str, float] | None = None,
 ) -> ExportResult:
     """Export one checkpoint as `options` say; raises UserError (one line) for every expected failure."""
+    if not options.enabled:
+        raise UserError("export.format=none: nothing to export (use export=coreml)")
+    if out is not None:  # an unwritable target fails before the checkpoint is read
+        check_writable_target(Path(out).parent if Path(out).suffix == PACKAGE_SUFFIX else Path(out))
     # deferred: families.loading imports tasks, so Lightning (seconds); `import sweeplab.export` (plan, job) stays light
     from sweeplab.families.loading import load_model
 
-    if not options.enabled:
-        raise UserError("export.format=none: nothing to export (use export=coreml)")
     loaded = load_model(checkpoint, expect_family=expect_family)
     kind = get_family(loaded.family).export
     if kind is None:
@@ -205,6 +208,18 @@ def _staging(target: Path) -> Iterator[Path]:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         _remove_empty(made)
+
+
+def check_writable_target(folder: Path) -> None:
+    """Can a package be written into `folder` (made if missing)? A temp dir made and removed in its nearest existing
+    folder answers with the OS's reason (read-only, full, not ours); nothing is left behind either way."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        os.rmdir(tempfile.mkdtemp(prefix=".sweeplab-write-check.", dir=existing))
+    except OSError as exc:
+        raise UserError(f"cannot write the package into {folder}: {existing}: {exc.strerror or exc}") from None
 
 
 def _remove_empty(folders: list[Path]) -> None:
