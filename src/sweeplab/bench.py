@@ -18,7 +18,6 @@ set's records into a larger EFB1 file).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import datetime as dt
@@ -36,12 +35,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import CONF_DIR, backends, devices, stability
+from sweeplab import backends, cli, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
 from sweeplab.config import build
 from sweeplab.console import quiet_libraries
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
-from sweeplab.families import check_task, get_family, resolve
+from sweeplab.errors import UserError, exit_on_user_error
+from sweeplab.families import check_task, get_family, missing_config_hint, resolve
 from sweeplab.files import write_text_atomic
 from sweeplab.lightning_fit import fresh_compiler
 from sweeplab.plan import plan
@@ -90,11 +90,8 @@ class BenchSettings:
 
 
 def compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return hydra_compose("train", overrides=list(overrides))
+    """The training config with `overrides`; a mistake in them raises a one-line UserError."""
+    return cli.compose("train", overrides, hint=missing_config_hint)
 
 
 def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]:
@@ -105,7 +102,7 @@ def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]
     row_args = [a for a in argv if not a.startswith(("bench.", "experiment="))]
     cfg = compose([experiment, *bench_args])
     if "bench" not in cfg:
-        raise SystemExit(f"error: {experiment} has no `bench:` section; use experiment=bench or experiment=bench_h100")
+        raise UserError(f"{experiment} has no `bench:` section; use experiment=bench or experiment=bench_h100")
     values = OmegaConf.to_container(cfg.bench, resolve=True)
     if only:
         values["only"] = only[-1].strip("'\"")
@@ -545,17 +542,23 @@ def write_tables(results: list[RowResult], settings: BenchSettings, command: str
 
 # --- entry point ------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.bench", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="experiment=bench|bench_h100, bench.KEY=VALUE, train overrides")
     parser.add_argument("--out", default=None, help="output directory (default: reports/bench/<time>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     quiet_libraries()
-    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-    settings, experiment, row_args = load_settings(args.overrides)
+    try:
+        settings, experiment, row_args = load_settings(args.overrides)
+        chosen = [row for row in settings.rows if wanted(row, settings.only)]
+        if not chosen:
+            raise UserError(f"bench.only={settings.only} matches no row; rows: {', '.join(r.name for r in settings.rows)}")
+        for row in chosen:  # a misspelt override fails now, not when its row comes
+            compose([*experiment, *row.overrides, *row_args])
+        out_dir = cli.check_writable(args.out or Path("reports") / "bench" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    except Exception as exc:
+        exit_on_user_error(exc)
     command = "python -m sweeplab.bench " + " ".join(args.overrides)
-    out_dir = Path(args.out or Path("reports") / "bench" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     has_accelerator = backends.resolve_backend("auto") != "cpu"
     uri = mlflow_store.resolve_uri(None)

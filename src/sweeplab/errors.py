@@ -9,7 +9,9 @@ exception's chain: torch.save, for one, reports a full disk as a RuntimeError wh
 from __future__ import annotations
 
 import errno
+import os
 import sys
+import traceback
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -59,10 +61,17 @@ def user_message(exc: BaseException) -> str:
     return f"{where or 'writing a file'}: {os_error.strerror or errno.errorcode.get(os_error.errno, '?')}"
 
 
-def exit_on_user_error(exc: BaseException) -> NoReturn:
-    """For entry points' `except` clauses: a user error becomes one `error:` line on stderr and exit status 2;
-    anything else is re-raised with its traceback."""
+def report_user_error(exc: BaseException) -> int:
+    """For entry points' `except` clauses: a user error becomes one `error:` line on stderr and the exit status 2
+    (returned); anything else is re-raised with its traceback. SWEEPLAB_TRACEBACK=1 prints a user error's too."""
     if not is_user_error(exc):
         raise exc
+    if os.environ.get("SWEEPLAB_TRACEBACK", "") not in ("", "0"):
+        traceback.print_exception(exc)
     print(f"error: {user_message(exc)}", file=sys.stderr)
-    sys.exit(2)
+    return 2
+
+
+def exit_on_user_error(exc: BaseException) -> NoReturn:
+    """`report_user_error`, then exit with its status."""
+    sys.exit(report_user_error(exc))

@@ -132,3 +132,44 @@ def reset() -> None:
 def is_interrupt(exc: BaseException) -> bool:
     """An exception that stops a run without it having failed: the run ends KILLED, not FAILED."""
     return not isinstance(exc, Exception)  # Interrupted, KeyboardInterrupt, SystemExit (Lightning's SIGTERMException)
+
+
+
+def run_child(command: list[str], name: str, **popen_kwargs) -> int:
+    """Run `command` to its end and return its exit status; SIGINT, SIGTERM and SIGHUP sent to this process meanwhile
+    are passed on to it (it stops at its own safe points and closes its MLflow runs), it is waited for, and then
+    `Interrupted` is raised here with the first signal, so the caller stops too and exits with 128 + that signal.
+
+    The child runs in its own process group, so a terminal's Ctrl-C reaches it once, through this process, not twice
+    (a second signal would make it skip its closing stages). A signal this process ignores (SIGHUP under nohup) stays
+    ignored, and the child inherits that. For local child processes only: a job a cluster scheduler owns is stopped
+    through the scheduler, not from here (the submitit launcher's jobs are never a child of this process)."""
+    import subprocess
+
+    received: list[int] = []
+    children: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame) -> None:
+        if not received:
+            _say(f"{signal.Signals(signum).name}: passed on to the {name}; waiting for it to end")
+        received.append(signum)
+        if children and children[0].poll() is None:
+            children[0].send_signal(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, forward) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        children.append(subprocess.Popen(command, process_group=0, **popen_kwargs))
+        for signum in received:  # came while it started
+            children[0].send_signal(signum)
+        status = children[0].wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if children and children[0].poll() is None:  # torn down by something else: leave no orphan behind
+            children[0].kill()
+            children[0].wait()
+    if received:
+        raise Interrupted(received[0])
+    return status

@@ -31,7 +31,9 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab import CONF_DIR, channels, stability
+from sweeplab import channels, cli, interrupts, stability
+from sweeplab.errors import UserError, report_user_error
+from sweeplab.families import missing_config_hint
 from sweeplab.files import write_text_atomic
 from sweeplab.report import format_number, to_markdown
 from sweeplab.tracking import mlflow_store
@@ -41,10 +43,8 @@ _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # t
 
 
 def _compose(overrides: list[str], with_hydra: bool = False):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("train", overrides=list(overrides), return_hydra_config=with_hydra)
+    """The training config; a mistake in `overrides` raises a one-line UserError."""
+    return cli.compose("train", overrides, return_hydra_config=with_hydra, hint=missing_config_hint)
 
 
 def swept_values(overrides: list[str]) -> tuple[OrderedDict[str, list[str]], list[str]]:
@@ -56,7 +56,10 @@ def swept_values(overrides: list[str]) -> tuple[OrderedDict[str, list[str]], lis
 
     overrides = [o for o in overrides if not o.startswith(_LAUNCHER_KEYS)]
     parser = OverridesParser.create()
-    parsed = parser.parse_overrides(overrides)
+    try:
+        parsed = parser.parse_overrides(overrides)
+    except Exception as exc:  # a syntax error: one line
+        raise cli.hydra_error(exc) if cli.is_hydra_error(exc) else exc from None
     fixed = [text for text, o in zip(overrides, parsed) if not o.is_sweep_override()]
     cfg = _compose(fixed, with_hydra=True)
     params = OmegaConf.select(cfg, "hydra.sweeper.params")
@@ -66,9 +69,18 @@ def swept_values(overrides: list[str]) -> tuple[OrderedDict[str, list[str]], lis
         if not o.is_sweep_override():
             continue
         if not o.is_discrete_sweep():
-            raise SystemExit(f"error: {o.input_line}: the order check runs discrete sweeps only (a,b,c or range)")
+            raise UserError(f"{o.input_line}: the order check runs discrete sweeps only (a,b,c or range)")
         swept[o.get_key_element()] = list(o.sweep_string_iterator())
     return swept, fixed
+
+
+def check_swept_values(swept: OrderedDict[str, list[str]], fixed: list[str]) -> None:
+    """Compose every swept value once (the others at their first), so that a misspelt swept key or option fails here
+    in one line, before any sweep starts, rather than in both child sweeps."""
+    first = {key: values[0] for key, values in swept.items()}
+    for key, values in swept.items():
+        for value in values:
+            _compose([*fixed, *(f"{k}={value if k == key else v}" for k, v in first.items())])
 
 
 def pass_overrides(swept: OrderedDict[str, list[str]], fixed: list[str], order: str, sweep_dir: Path) -> list[str]:
@@ -86,11 +98,12 @@ def passes(rounds: int) -> list[tuple[str, int]]:
 
 
 def run_order(overrides: list[str], log_path: Path) -> int:
+    """One order's sweep as a child process; a signal to this process is passed on to it (interrupts.run_child)."""
     # replicates=1 after the user's overrides: the check compares one job per configuration and order (its own
     # --rounds are its replicates), whatever a preset such as sweep=default asks for
     with open(log_path, "w", encoding="utf-8") as log:
-        return subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *overrides, "replicates=1"], stdout=log,
-                              stderr=subprocess.STDOUT).returncode
+        return interrupts.run_child([sys.executable, "-m", "sweeplab.train", "-m", *overrides, "replicates=1"],
+                                    "sweep", stdout=log, stderr=subprocess.STDOUT)
 
 
 def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
@@ -174,29 +187,48 @@ ROUNDS_COLUMNS = ["runs (forward; reversed)", "run to run"]  # --rounds N > 1: b
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.order_check", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.order_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="what `python -m sweeplab.train -m` takes: sweep=..., a,b values")
     parser.add_argument("--out", default=None, help="output directory (default: multirun/order_check/<time>)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each order this many times, counterbalanced (F R R F ...); medians are compared")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        print(f"error: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
-        return 2
+    interrupts.install()  # a signal while a sweep runs is passed on to it (run_order); otherwise it stops here
+    try:
+        swept, fixed, uri, out = _setup(args)
+        by_pass, failed_passes = _run_passes(args, swept, fixed, uri, out)
+        return _write(args, list(swept), by_pass, failed_passes, out, _job_count(swept))
+    except interrupts.Interrupted as exc:
+        print(f"error: order check {exc}; a sweep it ran was stopped (its MLflow runs end KILLED)", file=sys.stderr)
+        return exc.exit_status
+    except Exception as exc:
+        return report_user_error(exc)
 
-    swept, fixed = swept_values(args.overrides)
-    if not swept:
-        print("error: nothing is swept: give a sweep preset (sweep=default) or comma-separated values "
-              "(data.batch_size=8,16)", file=sys.stderr)
-        return 2
-    keys = list(swept)
-    cfg = _compose(fixed)
-    uri = mlflow_store.resolve_uri(cfg.logger.tracking_uri)
-    out = Path(args.out or Path("multirun") / "order_check" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
-    out.mkdir(parents=True, exist_ok=True)
+
+def _job_count(swept: OrderedDict[str, list[str]]) -> int:
     n_jobs = 1
     for values in swept.values():
         n_jobs *= len(values)
+    return n_jobs
+
+
+def _setup(args: argparse.Namespace) -> tuple[OrderedDict[str, list[str]], list[str], str, Path]:
+    """Everything checked before the first sweep starts: the arguments, the overrides, the output directory."""
+    if args.rounds < 1:
+        raise UserError(f"--rounds must be at least 1, got {args.rounds}")
+    swept, fixed = swept_values(args.overrides)
+    if not swept:
+        raise UserError("nothing is swept: give a sweep preset (sweep=default) or comma-separated values "
+                        "(data.batch_size=8,16)")
+    check_swept_values(swept, fixed)
+    uri = mlflow_store.resolve_uri(_compose(fixed).logger.tracking_uri)
+    out = cli.check_writable(args.out or Path("multirun") / "order_check" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    return swept, fixed, uri, out
+
+
+def _run_passes(args, swept, fixed, uri: str, out: Path) -> tuple[dict, list[str]]:
+    """Each (order, round) as one `train -m` process; (order, round) -> configuration -> result, and the failed."""
+    keys, n_jobs = list(swept), _job_count(swept)
     by_pass, failed_passes = {}, []
     for order, round_ in passes(args.rounds):
         name = f"{order}_{round_}" if args.rounds > 1 else order
@@ -209,23 +241,36 @@ def main(argv: list[str] | None = None) -> int:
             failed_passes.append(name)
             print(f"order check: the {name} sweep exited non-zero; its log: {log_path}", file=sys.stderr)
         by_pass[(order, round_)] = results(uri, sweep_dir, keys)
+    return by_pass, failed_passes
+
+
+def _write(args, keys: list[str], by_pass: dict, failed_passes: list[str], out: Path, n_jobs: int) -> int:
+    """order_check.md: the table and the verdict; the exit status."""
     rows, bad = table(keys, by_pass)
     command = "python -m sweeplab.order_check " + " ".join(args.overrides) + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-    verdict = (
-        f"every configuration within ±{stability.ORDER_TOLERANCE:.0%} in both orders" if not bad
-        else f"{bad} of {len(rows)} configurations differ by more than ±{stability.ORDER_TOLERANCE:.0%} or failed"
-    )
+    if not rows:  # not a single job ran in any order: there is nothing to compare, so no verdict
+        verdict = (f"no configuration ran: all {n_jobs} jobs of every order failed or never started; "
+                   f"see {', '.join(str(out / f'{name}.log') for name in failed_passes) or 'the sweeps logs'}")
+    elif not bad:
+        verdict = f"every configuration within ±{stability.ORDER_TOLERANCE:.0%} in both orders"
+    else:
+        verdict = f"{bad} of {len(rows)} configurations differ by more than ±{stability.ORDER_TOLERANCE:.0%} or failed"
+    if rows and len(rows) < n_jobs:
+        verdict += f"; {n_jobs - len(rows)} of {n_jobs} configurations ran in no order"
     columns = COLUMNS if args.rounds == 1 else [*COLUMNS[:6], *ROUNDS_COLUMNS, *COLUMNS[6:]]
+    rounds_note = (f"; each order {args.rounds} times (F R R F ...), samples/s is the median of its runs, run to run "
+                   f"the largest spread between runs of one order") if args.rounds > 1 else ""
     markdown = (
         f"## order check\n\n`{command}`\n\nsamples/s (at the median window step time) of each configuration, run in "
-        f"the sweep's order and reversed, each order one process"
-        f"{f'; each order {args.rounds} times (F R R F ...), samples/s is the median of its runs, run to run the largest spread between runs of one order' if args.rounds > 1 else ''}.\n\n{to_markdown(rows, columns)}"
+        f"the sweep's order and reversed, each order one process{rounds_note}.\n\n{to_markdown(rows, columns)}"
         f"\n\n{verdict}\n"
     )
     write_text_atomic(out / "order_check.md", markdown)
     print(markdown)
     print(f"written: {out / 'order_check.md'}")
-    return 1 if bad or failed_passes else 0
+    if not rows:
+        print(f"error: order check: {verdict}", file=sys.stderr)
+    return 1 if bad or failed_passes or not rows or len(rows) < n_jobs else 0
 
 
 if __name__ == "__main__":

@@ -22,12 +22,14 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
+from sweeplab import cli
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import exit_on_user_error
+from sweeplab.families import missing_config_hint
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.profile", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="train overrides (model=..., backend=..., data.batch_size=...)")
     parser.add_argument("--steps", type=int, default=30, help="timed, profiled steps (default 30)")
     parser.add_argument("--warmup-steps", type=int, default=5)
@@ -37,13 +39,30 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     quiet_libraries()
 
-    # deferred: bench and training import torch and Lightning (seconds); --help and argument errors answer without them
-    from sweeplab.bench import compose
-    from sweeplab.training import train
-
     out = Path(args.out or Path("reports") / "profile" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
     max_steps = args.warmup_steps + args.trace_steps + args.steps
-    cfg = compose(
+    try:
+        cfg = _config(args, out, max_steps)
+        cli.check_writable(out)
+    except Exception as exc:
+        exit_on_user_error(exc)
+    # deferred: training imports torch and Lightning (seconds); --help and mistakes on the command line answer first
+    from sweeplab.training import train
+
+    try:
+        train(cfg, output_dir=out / "job")  # its own checkpoints, not a shared outputs/checkpoints/
+    except Exception as exc:
+        exit_on_user_error(exc)
+    table = out / "profile.md"
+    print(table.read_text(encoding="utf-8"))
+    print("written: " + ", ".join(str(p) for p in sorted(out.iterdir())))
+    return 0
+
+
+def _config(args: argparse.Namespace, out: Path, max_steps: int):
+    """The profiled job's config: the user's overrides inside the profile's own settings."""
+    cfg = cli.compose(
+        "train",
         [
             "timing=profile",
             "logger.experiment_name=sweeplab-profile",  # profiled runs stay out of the studies' charts
@@ -54,20 +73,14 @@ def main(argv: list[str] | None = None) -> int:
             f"trainer.max_steps={max_steps}",
             f"trainer.val_check_interval={max_steps}",  # one validation, after the profiled steps
             "trainer.limit_val_batches=2",
-        ]
+        ],
+        hint=missing_config_hint,
     )
     with open_dict(cfg):
         cfg.timing.profile_dir = str(out.resolve())
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1
-    try:
-        train(cfg, output_dir=out / "job")  # its own checkpoints, not a shared outputs/checkpoints/
-    except Exception as exc:
-        exit_on_user_error(exc)
-    table = out / "profile.md"
-    print(table.read_text(encoding="utf-8"))
-    print("written: " + ", ".join(str(p) for p in sorted(out.iterdir())))
-    return 0
+    return cfg
 
 
 if __name__ == "__main__":

@@ -21,15 +21,16 @@ import argparse
 import csv
 import io
 import logging
+import math
 import re
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, report_apple, report_figures, stability
+from sweeplab import channels, cli, report_apple, report_figures, stability
 from sweeplab import labels as config_labels
-from sweeplab.errors import UserError
+from sweeplab.errors import UserError, report_user_error
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.report_verdict import (
@@ -430,7 +431,7 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.report", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.report", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
     source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
@@ -446,10 +447,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     try:
+        check_arguments(args)
         return _report(args)
-    except UserError as exc:  # a wrong URI, sweep id or experiment: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # a wrong URI, sweep id or experiment, an unwritable --out: one line, exit status 2
+        return report_user_error(exc)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Options that conflict or could never apply are refused in one line rather than ignored."""
+    picked = [name for name in ("sweep", "multirun_dir", "experiment") if getattr(args, name)]
+    if args.experiment_name is not None and picked:
+        raise UserError(f"--experiment-name picks the latest sweep; it does nothing with --{picked[0].replace('_', '-')}")
+    for name in ("target", "quality_tolerance"):
+        value = getattr(args, name)
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if args.quality_tolerance < 0:
+        raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
+
+
+def check_baseline(runs, baseline: str | None) -> None:
+    """`--baseline` must name a run with a speed (a row number or a run-name/id substring); one line otherwise."""
+    if baseline is not None and pick_baseline(runs, baseline) is None:
+        names = [f"{i}: {_run_label(r)}" for i, r in enumerate(runs) if r.data.metrics.get("summary/samples_per_sec")]
+        shown = "; ".join(names[:12]) + ("; ..." if len(names) > 12 else "")
+        raise UserError(f"--baseline {baseline!r} matches no finished run with a speed; runs: {shown or 'none'}")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -459,7 +481,9 @@ def _report(args: argparse.Namespace) -> int:
 
     if args.experiment:
         out = Path(args.out or Path("reports") / args.experiment)
-        report = write_report(experiment_runs(uri, args.experiment), out, args.experiment, uri, args.baseline, options)
+        runs = experiment_runs(uri, args.experiment)
+        check_baseline(runs, args.baseline)
+        report = write_report(runs, out, args.experiment, uri, args.baseline, options)
     else:
         parent = args.sweep
         out = Path(args.out) if args.out else None
@@ -476,6 +500,7 @@ def _report(args: argparse.Namespace) -> int:
             print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
         sweep_dir = mlflow_store.get_run(uri, parent, "--sweep").data.tags.get("sweep_dir")
+        check_baseline(mlflow_store.sweep_jobs(uri, parent), args.baseline)
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
         report = sweep_report(uri, parent, out, args.baseline, options)

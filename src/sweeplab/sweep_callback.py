@@ -16,7 +16,8 @@ objective-per-job plot are attached to the parent, which also names the best job
 
 However the sweep ends, the parent run is closed with the job counts (metrics `jobs_done`, `jobs_failed`,
 `jobs_killed`, `jobs_planned`, `jobs_not_run`): FINISHED, FAILED when a job failed, KILLED when Ctrl-C or SIGTERM
-stopped the sweep (`end_interrupted_sweep`, called by the entry point).
+stopped the sweep (`end_interrupted_sweep`, called by the entry point), FAILED when the sweep itself failed outside
+its jobs, e.g. a misspelt swept key found when the sweeper checks its first batch (`end_failed_sweep`, likewise).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import channels, distributed, replicates
-from sweeplab.errors import UserError
+from sweeplab.errors import UserError, is_user_error, user_message
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
@@ -263,6 +264,17 @@ def end_interrupted_sweep(exc: BaseException) -> None:
         if sweep.continue_command:
             print(f"sweep interrupted; its finished jobs are kept. Continue it with: {sweep.continue_command}",
                   file=sys.stderr, flush=True)
+
+
+def end_failed_sweep(exc: BaseException) -> None:
+    """Close the parent run of a sweep that failed outside its jobs (FAILED, the reason in its `error` tag, the job
+    counts: `jobs_not_run` says none ran), if this process opened one and nothing closed it yet."""
+    sweep = channels.open_sweep
+    if sweep is not None and sweep.parent_run_id is not None:
+        with contextlib.suppress(Exception):
+            reason = user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
+            mlflow_store.client(sweep._uri).set_tag(sweep.parent_run_id, "error", reason[:5000])
+        sweep._close("FAILED")
 
 
 def record_job_counts(client, parent_run_id: str, children, planned: int | None) -> dict[str, int]:

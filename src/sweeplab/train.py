@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import sys
@@ -10,9 +9,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab import CONF_DIR, channels, interrupts, sweep_callback
+from sweeplab import CONF_DIR, channels, cli, interrupts, sweep_callback
 from sweeplab.console import quiet_libraries
-from sweeplab.errors import ConfigError, UserError, exit_on_user_error, is_user_error, user_message
+from sweeplab.errors import UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
 
 log = logging.getLogger("sweeplab")
@@ -51,44 +50,29 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def composition_error(exc: Exception) -> UserError:
-    """Hydra's composition errors (a misspelt key or option on the command line) as sweeplab's one line."""
-    cause = exc.__cause__
-    full_key = getattr(cause, "full_key", None)
-    parent = getattr(cause, "parent_node", None)
-    if full_key and parent is not None and hasattr(parent, "keys"):  # `model.freze=trunk`: not a key of the group
-        key = str(getattr(cause, "key", full_key.rsplit(".", 1)[-1]))
-        close = difflib.get_close_matches(key, [str(k) for k in parent.keys()], n=1)
-        hint = f"did you mean {full_key.rsplit('.', 1)[0] + '.' if '.' in full_key else ''}{close[0]}? " if close else ""
-        return ConfigError(full_key, f"unknown key; {hint}(`+{full_key}=...` adds a new key)")
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    if "Available options in" in str(exc):  # `model=textbrige`: name the options
-        start = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
-        options = [line for line in lines[start + 1 :] if not line.startswith(("Config search path", "provider="))]
-        text += f"; available: {', '.join(options)}"
-    if (hint := missing_config_hint(str(exc))) is not None:  # a registered family's configs out of Hydra's sight
-        text += f"; {hint}"
-    return UserError(f"config error: {text.removeprefix('In ' + repr('train') + ': ')}")
+    """Hydra's composition and override-syntax errors (a misspelt key or option on the command line) as one line."""
+    return cli.hydra_error(exc, "train", missing_config_hint)
 
 
 def run() -> None:
     interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
-    from hydra.errors import HydraException
-
-    # Hydra prints a composition error as 4 lines and exits 1 unless HYDRA_FULL_ERROR lets it reach us
+    # Hydra prints a composition error as 4 lines and a syntax error as a traceback, and exits 1, unless
+    # HYDRA_FULL_ERROR lets the exception reach us (SWEEPLAB_TRACEBACK=1 shows the trace)
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
         main()
-    except HydraException as exc:
-        if exc.__class__.__name__ not in ("ConfigCompositionException", "MissingConfigException"):
-            raise
-        exit_on_user_error(composition_error(exc))
     except interrupts.Interrupted as exc:
         # the job's run is KILLED already (JobRun); the sweep's parent is closed here, as Hydra calls no callback
         # when a job raises more than an Exception
         sweep_callback.end_interrupted_sweep(exc)
         print(f"error: {exc}; the MLflow runs it stopped are marked KILLED", file=sys.stderr)
         sys.exit(exc.exit_status)
+    except Exception as exc:
+        # a sweep that failed outside its jobs (a misspelt swept key fails when the sweeper checks the first batch):
+        # Hydra calls no on_multirun_end, so its parent run is closed here, FAILED with the reason
+        error = composition_error(exc) if cli.is_hydra_error(exc) else exc
+        sweep_callback.end_failed_sweep(error)
+        exit_on_user_error(error)  # re-raises what is no user error, with its traceback
 
     failed = channels.failed_jobs
     if failed:

@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import CONF_DIR
+from sweeplab import CONF_DIR, cli
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import ConfigError, UserError, exit_on_user_error
 from sweeplab.export.options import ExportOptions
@@ -39,10 +39,41 @@ def check_override_keys(overrides: list[str]) -> None:
             raise ConfigError(key, f"unknown key; accepted: {', '.join(APP_KEYS)}, export.<option>")
 
 
+# (option, what it needs, whether the options have it): an option given without it would select nothing
+_NEEDS = (
+    ("export.nbits", "export.compression=palettize", lambda o, c: o.compression == "palettize"),
+    ("export.palettize_mode", "export.compression=palettize", lambda o, c: o.compression == "palettize"),
+    ("export.weight_threshold", "export.compression=int8 or palettize", lambda o, c: o.compression != "none"),
+    ("export.n_real", "export.real_data=PATH", lambda o, c: bool(o.real_data)),
+    ("export.real_data", "export.verify=true", lambda o, c: o.verify),
+    ("export.n_real", "export.verify=true", lambda o, c: o.verify),
+    ("export.n_random", "export.verify=true", lambda o, c: o.verify),
+    ("export.tolerance", "export.verify=true", lambda o, c: o.verify),
+    ("tracking_uri", "run_id=ID (a checkpoint path is read without MLflow)", lambda o, c: bool(c.get("run_id"))),
+)
+
+
+def given_keys() -> set[str]:
+    """The keys set on the command line (none when not run by Hydra's main)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    return {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task if "=" in o}
+
+
+def check_conflicts(given: set[str], options: ExportOptions, container: dict) -> None:
+    """An option given on the command line that the others make do nothing is refused in one line, not ignored."""
+    for key, needs, holds in _NEEDS:
+        if key in given and not holds(options, container):
+            raise ConfigError(key, f"applies only with {needs}; remove it or add that")
+
+
 def run(cfg: DictConfig) -> Path:
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("hydra", None)
     options = options_from_config(container.get("export"))  # every option checked before any work
+    check_conflicts(given_keys(), options, container)
     ckpt_path, run_id = container.get("ckpt_path"), container.get("run_id")
     if not ckpt_path and not run_id:
         raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
@@ -77,4 +108,4 @@ if __name__ == "__main__":
         check_override_keys(sys.argv[1:])
     except UserError as exc:
         exit_on_user_error(exc)
-    main()
+    cli.run_hydra_main(main, "export_model")

@@ -9,19 +9,22 @@ verify that saved package -> write the report -> rename into place (an existing 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
-from sweeplab.errors import UserError
+from sweeplab.errors import UserError, environment_error
 from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
 from sweeplab.export.ane import to_ane_layout
@@ -124,11 +127,13 @@ def export_checkpoint(
     metrics: Mapping[str, float] | None = None,
 ) -> ExportResult:
     """Export one checkpoint as `options` say; raises UserError (one line) for every expected failure."""
+    if not options.enabled:
+        raise UserError("export.format=none: nothing to export (use export=coreml)")
+    if out is not None:  # an unwritable target fails before the checkpoint is read
+        check_writable_target(Path(out).parent if Path(out).suffix == PACKAGE_SUFFIX else Path(out))
     # deferred: families.loading imports tasks, so Lightning (seconds); `import sweeplab.export` (plan, job) stays light
     from sweeplab.families.loading import load_model
 
-    if not options.enabled:
-        raise UserError("export.format=none: nothing to export (use export=coreml)")
     loaded = load_model(checkpoint, expect_family=expect_family)
     kind = get_family(loaded.family).export
     if kind is None:
@@ -149,28 +154,23 @@ def export_checkpoint(
         module = to_ane_layout(loaded.model, get_family(loaded.family)) if options.layout == "ane" else loaded.model
     except ValueError as exc:
         raise UserError(f"export.layout=ane: {exc}") from None
-    log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
-    options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
-    converted = convert(module, kind.output, options, seq_len, vocab_size)
-    inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
-    describe(
-        converted.mlmodel,
-        author=options.author,
-        description=options.description
-        or f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab",
-        version=options.version or str(loaded.global_step),
-        metadata=_metadata(loaded, options, run_id, metrics),
-        inputs=inputs_text, outputs=outputs_text,
-    )
-
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    except OSError as exc:
-        raise UserError(f"cannot write the package into {target.parent}: {exc.strerror or exc}") from None
-    try:
+    with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
+        log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
+        options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
+        converted = convert(module, kind.output, options, seq_len, vocab_size)
+        inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
+        describe(
+            converted.mlmodel,
+            author=options.author,
+            description=options.description
+            or f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab",
+            version=options.version or str(loaded.global_step),
+            metadata=_metadata(loaded, options, run_id, metrics),
+            inputs=inputs_text,
+            outputs=outputs_text,
+        )
         staged = staging / target.name
-        converted.mlmodel.save(str(staged))
+        save_package(converted.mlmodel, staged, target)
         try:
             report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
             report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases)
@@ -186,13 +186,66 @@ def export_checkpoint(
         _publish(staging, staged, target, (staged_json, json_path), (staged_md, md_path))
         for stale in (failed_json, failed_md):  # an earlier failed attempt's report no longer applies
             stale.unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
     if run_id:
         _log_to_mlflow(run_id, tracking_uri, target, json_path, md_path, report)
     log.info("exported %s: %s", target, report["summary"])
     return ExportResult(target, report, json_path, md_path)
+
+
+@contextlib.contextmanager
+def _staging(target: Path) -> Iterator[Path]:
+    """A temp directory beside `target` for the package and its reports, removed when the export ends; the folders
+    made for it go too unless the export published into them, so a failed export leaves no empty folder behind."""
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # innermost first
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        _remove_empty(made)
+        raise UserError(f"cannot write the package into {target.parent}: {exc.strerror or exc}") from None
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(made)
+
+
+def check_writable_target(folder: Path) -> None:
+    """Can a package be written into `folder` (made if missing)? A temp dir made and removed in its nearest existing
+    folder answers with the OS's reason (read-only, full, not ours); nothing is left behind either way."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        os.rmdir(tempfile.mkdtemp(prefix=".sweeplab-write-check.", dir=existing))
+    except OSError as exc:
+        raise UserError(f"cannot write the package into {folder}: {existing}: {exc.strerror or exc}") from None
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # holds something (the published package), or is gone: keep it and its parents
+            return
+
+
+def save_package(mlmodel, path: Path, shown: Path) -> None:
+    """`mlmodel.save(path)`; a full or unwritable disk is one UserError naming `shown` (the package the user asked
+    for). coremltools copies its package with shutil.copytree, which gathers every failed file into one shutil.Error
+    of (source, destination, reason text) without an errno: the first reason is the one shown."""
+    try:
+        mlmodel.save(str(path))
+    except shutil.Error as exc:
+        failures = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        reason = str(failures[0][2]) if failures and len(failures[0]) == 3 else str(exc)
+        found = re.match(r"\[Errno (\d+)\] ([^:]+)", reason)
+        raise UserError(f"cannot save {shown}: {found.group(2) if found else reason}") from None
+    except OSError as exc:
+        if (os_error := environment_error(exc)) is None:
+            raise
+        raise UserError(f"cannot save {shown}: {os_error.strerror}") from None
 
 
 def _cases(family: str, options: ExportOptions, vocab_size: int, seq_lens: list[int]) -> list[verify.Case]:
@@ -216,7 +269,7 @@ def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_le
     if options.precision == "fp16":
         twin_options = replace(options, precision="fp32", compression="none", fp32_layers=None)
         twin_path = staged.with_name("fp32-twin" + PACKAGE_SUFFIX)
-        convert(module, output, twin_options, seq_len, vocab_size).mlmodel.save(str(twin_path))
+        save_package(convert(module, output, twin_options, seq_len, vocab_size).mlmodel, twin_path, twin_path)
         twin = load_program(twin_path)
     placement = readiness.compute_plan_placement(staged)
     return readiness.readiness(program, twin, cases, options.verify_tolerance, placement)

@@ -10,11 +10,11 @@ tracking URI the UI is the tracking server's own: only the URL is printed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 
+from sweeplab import cli
 from sweeplab.tracking import config_runs, mlflow_store
 
 
@@ -40,7 +40,7 @@ def latest_sweep_url(uri: str, base: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.tracking.ui", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.tracking.ui", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--no-serve", action="store_true", help="print the URL only")

@@ -14,7 +14,6 @@ in a temp directory beside `out_dir` and renamed into place, so a failure never 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -29,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeplab import cli
 from sweeplab.data.corpus import demo_sentences
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import is_user_error, user_message
@@ -362,7 +362,7 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeplab.families.textbridge.prepare", description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="python -m sweeplab.families.textbridge.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data/textbridge_demo", help="output directory (default: %(default)s)")
     parser.add_argument("--n-sentences", type=int, default=None, help="use the first N corpus sentences (default: all)")
     parser.add_argument("--vocab-size", type=int, default=8000)
