@@ -13,15 +13,16 @@ says (a run that diverged with `guard.mode=off` saves them honestly).
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import importlib.util
+import io
 import logging
 import numbers
 import pickle
-import re
+import pickletools
 import sys
 import warnings
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,36 +181,77 @@ def _load(path: Path) -> Any:
     except OSError as exc:
         raise UserError(f"checkpoint {path}: cannot be read: {exc.strerror or exc}") from None
     except pickle.UnpicklingError as exc:
-        if (code := _refused_code(str(exc))) is not None:
-            raise UserError(f"checkpoint {path}: refused: it holds Python code ({code}) that loading it would run; "
-                            "sweeplab loads only tensors and plain data from a checkpoint and never runs code "
-                            "from one") from None
+        code = _pickled_code(path) if str(exc).startswith("Weights only load failed") else []
+        if code:
+            raise UserError(f"checkpoint {path}: refused: it holds Python code ({', '.join(code[:3])}) that loading it "
+                            "would run; sweeplab loads only tensors and plain data from a checkpoint and never runs "
+                            "code from one") from None
         raise UserError(_unreadable(path, exc)) from None
     except Exception as exc:  # noqa: BLE001 (every way an unreadable file makes the reader fail)
         raise UserError(_unreadable(path, exc)) from None
 
 
-def _refused_code(message: str) -> str | None:
-    """The function or class a weights-only refusal names, when it is one that exists (`builtins.print`,
-    `posix.system`): the file holds code. A name that exists nowhere is a damaged file, not code (None). Nothing
-    is imported to find out: a module is looked up, not run."""
-    found = re.search(r"GLOBAL ([\w.]+)", message) if message.startswith("Weights only load failed") else None
-    if found is None:
-        return None
-    name = found.group(1)
-    module, _, attribute = name.rpartition(".")
-    if not module:
-        return f"builtins.{name}" if hasattr(builtins, name) else None
-    top = module.split(".")[0]
+PLAIN_GLOBALS = frozenset({"collections.OrderedDict", "builtins.set", "builtins.frozenset", "builtins.bytearray",
+                           "builtins.complex", "builtins.slice", "builtins.range", "_codecs.encode"})
+PYTHON2_NAMES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+
+
+def _pickled_code(path: Path) -> list[str]:
+    """The functions and classes (other than torch's own and plain containers) that the file's pickle would call
+    when loaded, found by reading its opcodes (pickletools: nothing is run or imported). Only names that exist
+    count: a name that exists nowhere is a damaged file, not code."""
+    found = []
+    for name in _pickled_globals(path):
+        module, _, attribute = name.rpartition(".")
+        module = PYTHON2_NAMES.get(module, module)  # pickle protocols < 3 write Python 2's module names
+        name = f"{module}.{attribute}"
+        if name in PLAIN_GLOBALS or module.split(".")[0] == "torch" or name in found:
+            continue
+        top = module.split(".")[0]
+        try:
+            known = top in sys.modules or importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            known = False
+        if known and attribute.isidentifier():
+            found.append(name)
+    return found
+
+
+def _pickled_globals(path: Path) -> list[str]:
+    """'module.name' of every GLOBAL / STACK_GLOBAL opcode in the checkpoint's pickle(s), in order."""
     try:
-        known = top in sys.modules or importlib.util.find_spec(top) is not None
-    except (ImportError, ValueError):
-        known = False
-    return name if known and attribute.isidentifier() else None
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(member) if member else b""
+        else:
+            data = path.read_bytes()
+    except (OSError, zipfile.BadZipFile):
+        return []
+    names, strings, memo, stream = [], [], {}, io.BytesIO(data)
+    while stream.tell() < len(data):  # the legacy format holds several pickles one after the other
+        try:
+            for opcode, arg, _ in pickletools.genops(stream):
+                if opcode.name == "GLOBAL":
+                    names.append(".".join(str(arg).split(" ", 1)))
+                elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    names.append(f"{strings[-2]}.{strings[-1]}")
+                elif isinstance(arg, str) and "UNICODE" in opcode.name or "STRING" in opcode.name:
+                    strings.append(str(arg))
+                elif opcode.name in ("BINPUT", "LONG_BINPUT", "MEMOIZE") and strings:
+                    memo[arg if arg is not None else len(memo)] = strings[-1]
+                elif opcode.name in ("BINGET", "LONG_BINGET") and arg in memo:
+                    strings.append(memo[arg])
+        except Exception:  # a damaged pickle: what was read so far is what there is
+            break
+    return names
 
 
 def _unreadable(path: Path, exc: BaseException) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):  # not PyTorch's advice to load it unsafely
+        lines = [next((line for line in lines if "Unsupported" in line), "its pickle is not plain data")]
+    first = lines[0] if lines else type(exc).__name__
     return f"checkpoint {path}: not a readable PyTorch checkpoint (truncated or corrupt): {type(exc).__name__}: {first[:200]}"
 
 
