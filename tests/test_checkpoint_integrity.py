@@ -284,7 +284,7 @@ def test_an_extension_that_fails_while_it_trains_leaves_the_finished_run_unchang
     f = finished_example
     before, files = snapshot(f.client, f.run.info.run_id), folder_digest(f.folder)
     failed = _cli(f.site, tmp_path, f.uri, "sweeplab.train", *EXAMPLE, "trainer.max_steps=30", f"resume={f.ckpt}",
-                  f"hydra.run.dir={tmp_path / 'job'}", env={"SWEEPLAB_FAULT_RAISE_AT_STEP": "25"})
+                  f"hydra.run.dir={tmp_path / 'job'}", env={"SWEEPLAB_FAULT_RAISE_AT_STEP": "27"})
     assert failed.returncode != 0
     assert snapshot(f.client, f.run.info.run_id) == before and folder_digest(f.folder) == files
     (new,) = [r for r in f.client.search_runs(["1"]) if r.info.run_id != f.run.info.run_id]

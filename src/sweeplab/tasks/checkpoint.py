@@ -187,7 +187,7 @@ def _load(path: Path) -> Any:
                             "would run; sweeplab loads only tensors and plain data from a checkpoint and never runs "
                             "code from one") from None
         raise UserError(_unreadable(path, exc)) from None
-    except Exception as exc:  # noqa: BLE001 (every way an unreadable file makes the reader fail)
+    except Exception as exc:  # every way an unreadable file makes the reader fail
         raise UserError(_unreadable(path, exc)) from None
 
 
@@ -228,20 +228,23 @@ def _pickled_globals(path: Path) -> list[str]:
             data = path.read_bytes()
     except (OSError, zipfile.BadZipFile):
         return []
-    names, strings, memo, stream = [], [], {}, io.BytesIO(data)
+    names, pushed, memo, stream = [], [], {}, io.BytesIO(data)  # pushed: the strings pushed (None: anything else)
     while stream.tell() < len(data):  # the legacy format holds several pickles one after the other
         try:
             for opcode, arg, _ in pickletools.genops(stream):
-                if opcode.name == "GLOBAL":
+                kind = opcode.name
+                if kind == "GLOBAL":
                     names.append(".".join(str(arg).split(" ", 1)))
-                elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
-                    names.append(f"{strings[-2]}.{strings[-1]}")
-                elif isinstance(arg, str) and "UNICODE" in opcode.name or "STRING" in opcode.name:
-                    strings.append(str(arg))
-                elif opcode.name in ("BINPUT", "LONG_BINPUT", "MEMOIZE") and strings:
-                    memo[arg if arg is not None else len(memo)] = strings[-1]
-                elif opcode.name in ("BINGET", "LONG_BINGET") and arg in memo:
-                    strings.append(memo[arg])
+                elif kind == "STACK_GLOBAL" and len(pushed) >= 2 and None not in pushed[-2:]:
+                    names.append(f"{pushed[-2]}.{pushed[-1]}")
+                elif kind == "MEMOIZE":  # the next memo index, whatever the value
+                    memo[len(memo)] = pushed[-1] if pushed else None
+                elif kind in ("PUT", "BINPUT", "LONG_BINPUT"):
+                    memo[arg] = pushed[-1] if pushed else None
+                elif kind in ("GET", "BINGET", "LONG_BINGET"):
+                    pushed.append(memo.get(arg))
+                elif opcode.stack_after:  # a push: a string's text, else a placeholder
+                    pushed.append(arg if isinstance(arg, str) and ("UNICODE" in kind or "STRING" in kind) else None)
         except Exception:  # a damaged pickle: what was read so far is what there is
             break
     return names
