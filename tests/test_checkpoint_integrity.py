@@ -180,6 +180,15 @@ def test_a_damaged_checkpoint_is_refused_by_resume_export_and_report_and_the_fin
         with pytest.raises(UserError, match=message):
             export_checkpoint(damaged, options_from_config({"format": "coreml"}), tmp_path / "export")
         assert report.main(["--multirun-dir", str(damaged)]) == 2  # the report reads no checkpoint: a path is no sweep
+    best = Path(finished.run.data.tags["checkpoint"])  # a good last.ckpt whose best checkpoint is damaged
+    shutil.copy(finished.ckpt, tmp_path / "last.ckpt")
+    shutil.copy(best, tmp_path / "best.ckpt")
+    try:
+        damage(tmp_path / "best.ckpt", "bitflip", best)
+        with pytest.raises(UserError, match=f"checkpoint {best}: {DAMAGED}"):  # resume brings it along: checked first
+            train(smoke_config(demo_dir, *BASE, "trainer.max_steps=20", "data.batch_size=4096", f"resume={tmp_path / 'last.ckpt'}"))
+    finally:
+        shutil.copy(tmp_path / "best.ckpt", best)
     assert report.main(["--experiment", "sweeplab", "--out", str(tmp_path / "report")]) == 0
     assert capsys.readouterr().err.count("error: ") == len(EXPECTED)
     assert snapshot(finished.client, finished.run.info.run_id) == before

@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends, channels, devices, distributed, interrupts, lightning_fit
+from sweeplab.callbacks.checkpoints import best_files
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import check_writable_dir
 from sweeplab.job import FitResult, Job, finish, hold_run_lock
@@ -220,6 +221,9 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
             ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
         run_id, output_dir = None, own_output_dir
     checkpoint = read_checkpoint(ckpt)  # a missing, truncated, damaged or foreign file; non-finite weights
+    for best in best_files(checkpoint):  # the best checkpoint it brings along is checked the same way
+        if best.resolve() != ckpt.resolve():
+            read_checkpoint(best)
     step = int(checkpoint.get("global_step", 0))
     may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
     resume.check_model(checkpoint, ckpt, p.family.name, p.model_config, p.model_values, may_differ)
