@@ -14,6 +14,7 @@ from conftest import compose_train, smoke_config
 from sweeplab.errors import ConfigError
 from sweeplab.families.loading import load_model
 from sweeplab.plan import plan
+from sweeplab.tasks.checkpoint import CHECKSUM_KEY
 from sweeplab.training import train
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")
@@ -53,6 +54,8 @@ def test_an_mlx_run_matches_the_cpu_run_and_is_recorded_the_same_way(demo_dir, m
     assert loaded.global_step == reference.global_step
     for (name, a), (_, b) in zip(loaded.model.state_dict().items(), reference.model.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=name)
+    for run in (cpu, mlx):  # both loops save through one writer, which adds the checksum load_model checked
+        assert torch.load(run.data.tags["checkpoint"], weights_only=True)[CHECKSUM_KEY]["algorithm"] == "sha256"
 
 
 def test_the_lm_logs_alpha_as_the_lightning_path_does(demo_dir, mlflow_uri):

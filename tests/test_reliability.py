@@ -45,6 +45,17 @@ def test_a_bad_step_after_the_last_check_interval_stops_the_run_at_its_end(demo_
     assert run.info.status == "FAILED"
 
 
+def test_guard_off_lets_a_diverged_run_finish_but_marks_it(demo_dir, mlflow_uri, monkeypatch, caplog):
+    monkeypatch.setenv("SWEEPLAB_FAULT_NAN_GRAD_AT_STEP", "7")
+    with caplog.at_level("INFO", logger="sweeplab.job"):
+        train(smoke_config(demo_dir, "guard.mode=off", "trainer.max_steps=12", "trainer.val_check_interval=6"))
+    _, run = _only_run(mlflow_uri)
+    assert run.info.status == "FINISHED"  # off: not stopped, as asked
+    assert "train/loss" in run.data.tags["diverged"] and "weight tensor(s) with NaN/inf" in run.data.tags["diverged"]
+    (closing,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("done: ")]
+    assert closing.split(": ", 2)[2].startswith("DIVERGED (non-finite "), closing
+
+
 def test_between_checks_the_guard_costs_one_device_op_per_step():
     """On a small batch every launch is host time the step pays: between two checks the guard only keeps a copy of
     the step's loss and gradient norm (one op), whether a batch holds one step or k."""
@@ -114,8 +125,11 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     with open(evil, "wb") as f:
         torch.save({"state_dict": {}, "payload": _Payload(), "hyper_parameters": {"family": "textbridge"}}, f,
                    pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(UserError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(UserError) as refused:
         read_checkpoint(evil)
+    assert str(refused.value) == (f"checkpoint {evil}: refused: it holds Python code (builtins.print) that loading it "
+                                  "would run; sweeplab loads only tensors and plain data from a checkpoint and never "
+                                  "runs code from one")  # not PyTorch's advice to load it with weights_only=False
     foreign = tmp_path / "foreign.ckpt"
     torch.save({"state_dict": {"w": torch.ones(1)}}, foreign)
     with pytest.raises(UserError, match="not written by sweeplab"):

@@ -285,20 +285,30 @@ def test_a_resume_that_does_not_fit_the_checkpoint_or_its_run_is_refused_before_
     assert len(_runs(mlflow_uri, "sweeplab")[1]) == 1 and sorted(p.name for p in ckpt.parent.iterdir()) == files
 
 
-def test_a_resume_may_extend_a_finished_run_and_records_the_change(demo_dir, mlflow_uri, tmp_path):
+def test_extending_a_finished_run_trains_a_new_run_linked_to_it_and_leaves_the_finished_one_as_it_was(
+    demo_dir, mlflow_uri, tmp_path
+):
     from conftest import smoke_config
+    from sweeplab.errors import UserError
     from sweeplab.training import train
 
     base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
     train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
+    client, (finished,) = _runs(mlflow_uri, "sweeplab")
+    before = _snapshot(client, finished.info.run_id)
     ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
-    objective = train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
-    client, (run,) = _runs(mlflow_uri, "sweeplab")
-    assert run.info.status == "FINISHED" and run.data.params["trainer.max_steps"] == "10"  # params cannot change
-    assert run.data.tags["changed_on_resume.trainer.max_steps"] == "10 -> 15 (from step 10)"
-    assert "max_steps: 15" in Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))).read_text()
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(15))
-    assert objective == max(m.value for m in client.get_metric_history(run.info.run_id, "val/cos"))
+    with pytest.raises(UserError, match=r"is FINISHED and its extension is a new run, which needs a folder of its own"):
+        train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))  # into the finished run's folder
+    objective = train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"), output_dir=tmp_path / "longer")
+    client, runs = _runs(mlflow_uri, "sweeplab")
+    (longer,) = [r for r in runs if r.info.run_id != finished.info.run_id]
+    assert _snapshot(client, finished.info.run_id) == before  # never written to again
+    assert longer.info.status == "FINISHED" and longer.data.tags["extends"] == finished.info.run_id
+    assert longer.data.params["trainer.max_steps"] == "15" and longer.data.tags["resumed_from"] == str(ckpt)
+    assert not any(k.startswith("changed_on_resume.") for k in longer.data.tags)  # its params are its own
+    assert [m.step for m in client.get_metric_history(longer.info.run_id, "train/loss")] == list(range(10, 15))
+    scores = [m.value for r in (finished, longer) for m in client.get_metric_history(r.info.run_id, "val/cos")]
+    assert objective == max(scores)  # the best of the whole history: the finished run's best came along
 
 
 def test_a_copied_checkpoint_resumes_into_the_jobs_own_directory_and_the_run_sheds_its_error(

@@ -34,9 +34,12 @@ from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
 from sweeplab.plan import JobPlan
+from sweeplab.report_verdict import BATCH_SIZE_USED_TAG
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
+
+DIVERGED_TAG = "diverged"  # guard.mode=off: what went non-finite
 
 
 @dataclass
@@ -64,6 +67,7 @@ class FitResult:
     best_path: str | None = None
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
     tags: dict[str, str] = field(default_factory=dict)  # the timer's (StepTimer.run_tags: timing.clock, ...)
+    diverged: str | None = None  # guard.mode=off: what was not finite when training ended (guard.nonfinite_at_end)
 
 
 def start_fit(job: Job):
@@ -96,7 +100,11 @@ def finish(job: Job, result: FitResult) -> float | None:
 
 def _finish(job: Job, result: FitResult) -> float | None:
     p, run = job.plan, job.run
+    if result.diverged:
+        log.warning("the run diverged (guard.mode=off let it train on): %s", result.diverged)
     if run is not None:
+        if result.diverged:
+            run.set_tag(DIVERGED_TAG, result.diverged)
         for key, value in result.tags.items():
             run.set_tag(key, value)
         run.log_metrics(result.summary, step=result.step)
@@ -114,15 +122,18 @@ def _finish(job: Job, result: FitResult) -> float | None:
             run.uri if run is not None else None,
         )
     interrupts.check()
-    log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary))
+    log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary, result.diverged))
     if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:
         run.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
     return result.monitored
 
 
-def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str:
-    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it."""
+def final_line(run, monitor: str, monitored: float | None, summary: dict, diverged: str | None = None) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it; a run
+    that diverged says so first."""
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
+    if diverged:
+        parts.insert(0, f"DIVERGED ({diverged})")
     if (rate := summary.get("summary/samples_per_sec")) is not None:
         parts.append(f"{rate:,.0f} samples/s")
     if (step := summary.get("summary/step_time_s_median")) is not None:
@@ -131,6 +142,21 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str
         return "done (not tracked): " + ", ".join(parts)
     url = mlflow_store.run_url(mlflow_store.ui_base(run.uri), run.experiment_id, run.run_id)
     return f"done: {run.run_name}: {', '.join(parts)}; {url}"
+
+
+def record_batch_size(job: Job, loader) -> None:
+    """Record the batch size the job trains with where it is not `data.batch_size`: a training split smaller than
+    the batch is trained on whole, so every batch holds the whole split (tag `data.batch_size_used`, which the
+    report reads; the param keeps what was given). `loader`: the training loader the fit uses."""
+    sampler = getattr(loader, "batch_sampler", None)
+    used = getattr(sampler, "samples_per_batch", None)
+    if used is None or used >= sampler.batch_size:
+        return
+    log.warning("data.batch_size=%d is larger than the training split (%d samples): each batch is the whole split, "
+                "%d samples; the run records %s=%d", sampler.batch_size, sampler.num_samples, used,
+                BATCH_SIZE_USED_TAG, used)
+    if job.run is not None:
+        job.run.set_tag(BATCH_SIZE_USED_TAG, str(used))
 
 
 LOCK_NAME = ".sweeplab.lock"
@@ -184,4 +210,4 @@ def job_log_file() -> Path | None:
     return path if path.exists() else None
 
 
-__all__ = ["FitResult", "Job", "final_line", "finish", "hold_run_lock", "start_fit"]
+__all__ = ["FitResult", "Job", "final_line", "finish", "hold_run_lock", "record_batch_size", "start_fit"]

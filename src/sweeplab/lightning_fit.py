@@ -19,7 +19,7 @@ from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.data.sampling import ResumableDataCheck
-from sweeplab.job import FitResult, Job, start_fit
+from sweeplab.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.plan import JobPlan
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
@@ -60,9 +60,10 @@ def fit(job: Job) -> FitResult:
     checkpoints = job.output_dir / "checkpoints"
     best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode)
     timer = ThroughputTimer(**p.timing)
-    callbacks = [timer, NonFiniteGuard(**p.guard), ValidateAtLastStep(), best,
+    guard = NonFiniteGuard(**p.guard)
+    callbacks = [timer, guard, ValidateAtLastStep(), best,
                  LastCheckpoint(checkpoints, every_n_steps=p.checkpoint.every_n_steps), *task.extra_callbacks(),
-                 ResumableDataCheck(resuming=job.resume_ckpt is not None)]
+                 ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job)]
     if job.run is not None:
         callbacks.append(MetricsStoredAtCheckpoint())
     if (fault := FaultInjection.from_env()) is not None:
@@ -86,7 +87,18 @@ def fit(job: Job) -> FitResult:
         best_path=best.best_model_path or None,
         monitored=_monitored(trainer, best, p.family.monitor),
         tags=timer.run_tags(),
+        diverged=guard.diverged,
     )
+
+
+class _RecordBatchSize(L.Callback):
+    """job.record_batch_size on the loader the fit really uses."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        record_batch_size(self.job, trainer.train_dataloader)
 
 
 def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True) -> L.Trainer:

@@ -36,6 +36,7 @@ from sweeplab.files import write_text_atomic
 from sweeplab.report_verdict import (
     VerdictOptions,
     VerdictReport,
+    batch_size,
     config_csv_rows,
     config_table_markdown,
     samples_per_step,
@@ -198,7 +199,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
             "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
-            row[headers[k]] = r.data.params.get(k, "")
+            row[headers[k]] = batch_size(r) if k == "data.batch_size" else r.data.params.get(k, "")
         # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
         # ratio; the stability column says why it is not claimed)
         row[NUMBERS] = {
@@ -285,7 +286,7 @@ def throughput_points(runs) -> dict[str, list[tuple[int, float]]]:
     series: dict[str, list[tuple[int, float]]] = {}
     for r in runs:
         rate = r.data.metrics.get("summary/samples_per_sec")
-        batch = r.data.params.get("data.batch_size", "")
+        batch = batch_size(r)
         if not rate or not batch.isdigit():
             continue
         tags = r.data.tags

@@ -48,12 +48,21 @@ class VerdictReport:
     lines: tuple[str, ...]
 
 
+BATCH_SIZE_USED_TAG = "data.batch_size_used"  # set by sweeplab.job where a job trained on smaller batches
+
+
+def batch_size(run) -> str:
+    """The batch size a job trained with: `data.batch_size`, or the tag saying it used less (a training split
+    smaller than the batch is trained on whole); '' when neither is recorded."""
+    return run.data.tags.get(BATCH_SIZE_USED_TAG) or run.data.params.get("data.batch_size", "")
+
+
 def samples_per_step(run) -> int | None:
     """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
     params = run.data.params
     try:
         return (
-            int(params["data.batch_size"])
+            int(batch_size(run))
             * int(params.get("trainer.accumulate_grad_batches", 1))
             * int(params.get("trainer.devices", 1))
         )

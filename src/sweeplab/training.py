@@ -9,6 +9,7 @@ and its checks are sweeplab.plan; the loops are sweeplab.lightning_fit and sweep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import platform
@@ -21,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import backends, channels, devices, distributed, host_arch, interrupts, lightning_fit
+from sweeplab.callbacks.checkpoints import best_files
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.files import check_writable_dir
 from sweeplab.job import FitResult, Job, finish, hold_run_lock
@@ -109,27 +111,42 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
 
 
 def _one_process(job: Job, target: resume.ResumePoint | None, uri: str):
-    """The run's lock (job.hold_run_lock) on its output folder, held by rank 0 (DDP's other ranks share its folder).
-    `resume=true` looks again once it holds the lock: the run it found may have been finished by the process that
-    held the lock a moment ago."""
+    """The run's locks (job.hold_run_lock), held by rank 0 (DDP's other ranks share its folder): this job's output
+    folder, and when it continues a run, the folder where that run's trainer holds its lock (the run's recorded
+    `output_dir`): two `resume=PATH` of one checkpoint, or one while the run still trains, take the same lock.
+    Once locked the run is looked at again: another process may have finished it (or moved it to its own folder)
+    a moment ago, and a finished run is never trained again."""
     if not distributed.is_global_zero():
         return contextlib.nullcontext()
-    what = f"run {target.run_id} ({job.output_dir})" if target is not None and target.run_id else str(job.output_dir)
-    lock = hold_run_lock(job.output_dir, what)
-    if target is None or job.plan.container.get("resume") is not True:
-        return lock
+    continued = target is not None and target.run_id is not None
+    locks = [(job.output_dir, f"run {target.run_id} ({job.output_dir})" if continued else str(job.output_dir))]
+    if continued and target.run_folder is not None and target.run_folder.resolve() != job.output_dir.resolve():
+        locks.append((target.run_folder, f"run {target.run_id} ({target.run_folder})"))
 
     @contextlib.contextmanager
-    def locked_and_still_interrupted():
-        with lock:
-            p = job.plan
-            now = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
-            if now != (target.run_id, target.checkpoint):
-                raise UserError(f"resume=true: run {target.run_id} was finished by another process meanwhile; "
-                                "nothing to resume (drop resume to start afresh)")
+    def locked():
+        with contextlib.ExitStack() as held:
+            for folder, what in locks:
+                held.enter_context(hold_run_lock(folder, what))
+            if continued:
+                _check_still_unfinished(job, target, uri)
             yield
 
-    return locked_and_still_interrupted()
+    return locked()
+
+
+def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> None:
+    p = job.plan
+    if p.container.get("resume") is True:
+        now = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
+        unchanged = now == (target.run_id, target.checkpoint)
+    else:
+        run = resume.find_run(uri, target.run_id)
+        recorded = str(target.run_folder) if target.run_folder is not None else None
+        unchanged = run is not None and run.info.status != "FINISHED" and run.data.tags.get("output_dir") == recorded
+    if not unchanged:
+        raise UserError(f"resume: run {target.run_id} was finished or taken over by another process meanwhile; "
+                        "nothing to resume (run the command again: a finished run is extended into a new run)")
 
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
@@ -181,6 +198,8 @@ def _tag_new_run(job: Job, target: resume.ResumePoint | None, continued: bool) -
     run.set_tag("output_dir", str(job.output_dir))
     if target is not None:
         run.set_tag("resumed_from", str(target.checkpoint))
+        if target.extends:
+            run.set_tag(resume.EXTENDS_TAG, target.extends)
         for key, (old, new) in target.changes.items():
             run.set_tag(f"{resume.CHANGED_TAG_PREFIX}{key}", f"{old} -> {new} (from step {target.step})")
 
@@ -202,31 +221,51 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
         if ckpt.is_dir():
             ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
         run_id, output_dir = None, own_output_dir
-    checkpoint = read_checkpoint(ckpt)  # names a missing, truncated or foreign file
+    checkpoint = read_checkpoint(ckpt)  # a missing, truncated, damaged or foreign file; non-finite weights
+    for best in best_files(checkpoint):  # the best checkpoint it brings along is checked the same way
+        if best.resolve() != ckpt.resolve():
+            read_checkpoint(best)
     step = int(checkpoint.get("global_step", 0))
     may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
     resume.check_model(checkpoint, ckpt, p.family.name, p.model_config, p.model_values, may_differ)
     if step > p.trainer.max_steps:
         raise ConfigError("trainer.max_steps", f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")
-    changes: dict[str, tuple[str, str]] = {}
+    point = resume.ResumePoint(ckpt, step, run_id, output_dir, {}, run_folder=output_dir if setting is True else None)
     if setting is not True and tracked:
-        run_id = (checkpoint.get("sweeplab") or {}).get("mlflow_run_id")
-        run = resume.find_run(uri, run_id) if run_id else None
-        if run is None:
-            log.warning("resume: the run of checkpoint %s (%s) is not in %s; its training continues as a new run",
-                        ckpt, run_id or "none recorded", uri)
-            run_id = None
-        else:
-            changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
-            finished_at = run.data.params.get("trainer.max_steps", "0")
-            if run.info.status == "FINISHED" and not p.trainer.max_steps > int(finished_at):
-                raise UserError(
-                    f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "
-                    f"(trainer.max_steps above its {finished_at})"
-                )
-    what = f"run {run_id}" if run_id else ("as a new run" if tracked else "training")
+        point = _run_of_checkpoint(point, checkpoint, p, uri, may_differ)
+    what = f"run {point.run_id}" if point.run_id else ("as a new run" if tracked else "training")
     log.info("resume: continuing %s from %s (step %d); checkpoints go to %s", what, ckpt, step, output_dir / "checkpoints")
-    return resume.ResumePoint(ckpt, step, run_id, output_dir, changes)
+    return point
+
+
+def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, uri: str,
+                       may_differ: set[str]) -> resume.ResumePoint:
+    """`resume=PATH`: the run the checkpoint belongs to, if this store has it. An unfinished run is continued; a
+    FINISHED one is extended into a new run (tracking/resume.py: a finished run is never written to again)."""
+    ckpt = point.checkpoint
+    run_id = (checkpoint.get("sweeplab") or {}).get("mlflow_run_id")
+    run = resume.find_run(uri, run_id) if run_id else None
+    if run is None:
+        log.warning("resume: the run of checkpoint %s (%s) is not in %s; its training continues as a new run",
+                    ckpt, run_id or "none recorded", uri)
+        return point
+    changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
+    recorded = run.data.tags.get("output_dir")
+    if run.info.status != "FINISHED":
+        return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)
+    finished_at = run.data.params.get("trainer.max_steps", "0")
+    if not p.trainer.max_steps > int(finished_at):
+        raise UserError(
+            f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "
+            f"(trainer.max_steps above its {finished_at})"
+        )
+    if recorded and Path(recorded).resolve() == point.output_dir.resolve():
+        raise UserError(f"resume: run {run_id} of checkpoint {ckpt} is FINISHED and its extension is a new run, "
+                        f"which needs a folder of its own; {point.output_dir} is the finished run's (set another "
+                        "hydra.run.dir)")
+    log.info("resume: run %s is FINISHED and stays as it is; training it to step %d goes into a new run (tag %s=%s)",
+             run_id, p.trainer.max_steps, resume.EXTENDS_TAG, run_id)
+    return dataclasses.replace(point, extends=run_id)
 
 
 def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:

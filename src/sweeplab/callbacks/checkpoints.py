@@ -38,6 +38,16 @@ def _plain_state_key(callback: ModelCheckpoint) -> str:
     return callback.__dict__["_sweeplab_state_key"]
 
 
+def best_files(checkpoint: dict) -> list[Path]:
+    """The best checkpoints a checkpoint's ModelCheckpoint states name and that exist: what a resume brings along
+    (BestCheckpoint.load_state_dict), so what a resume checks before it starts."""
+    files: list[Path] = []
+    for state in (checkpoint.get("callbacks") or {}).values():
+        if isinstance(state, dict):
+            files += [Path(p) for p in (state.get("best_k_models") or {}) if Path(p).is_file() and Path(p) not in files]
+    return files
+
+
 class ValidateAtLastStep(L.Callback):
     """Ask Lightning to stop after the last step; a stop request makes it validate that step before leaving fit
     (the same path EarlyStopping takes), so the final validation belongs to fit like every other one."""

@@ -11,12 +11,18 @@ optimizer hooks do not run, and the task leaves the k steps' losses and gradient
 them at the end of the batch and records the first bad one of the k. Their updates already happened, as any step's
 between two checks does with check_every_n_steps > 1; "skip" cannot drop a step inside the batch and is refused at
 plan time.
+
+"off" checks nothing during training; when training ends it looks once at the last logged metrics and the weights,
+and a run that went non-finite is marked (`FitResult.diverged`: a `diverged` tag and the closing line) instead of
+finishing as if nothing happened.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -46,6 +52,7 @@ class NonFiniteGuard(L.Callback):
         self.skipped_steps: list[int] = []
         self._consecutive = 0
         self._unchecked: list[tuple[int, torch.Tensor]] = []  # (first step, [loss; grad norm] x its steps), on the device
+        self.diverged: str | None = None  # mode "off": what was not finite when training ended
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         if self.mode == "off":
@@ -86,6 +93,8 @@ class NonFiniteGuard(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.mode == "stop" and self._unchecked:  # the steps after the last full check interval
             self._stop_at_first_bad(has_loss=getattr(pl_module, "last_loss", None) is not None)
+        if self.mode == "off":
+            self.diverged = nonfinite_at_end(pl_module, trainer.callback_metrics, trainer.global_step)
 
     def _first_bad(self) -> tuple[int, float, float] | None:
         """(step, loss, grad norm) of the first non-finite step kept since the last check, else None; one host
@@ -111,3 +120,20 @@ class NonFiniteGuard(L.Callback):
                 f"non-finite loss or gradient norm at step {step} (loss={loss_text}, "
                 f"grad_norm={grad_norm:.4g}): lower optim.lr, check the data, or set guard.mode=skip"
             )
+
+
+def nonfinite_at_end(model: torch.nn.Module, metrics: Mapping[str, Any], step: int) -> str | None:
+    """What is not finite once training ended (the last logged metrics, the weights), for a run the guard did not
+    stop (guard.mode=off): one host read of each, once per run. None: all finite."""
+    names = sorted(k for k, v in metrics.items() if _is_number(v) and not math.isfinite(float(v)))
+    weights = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+    if not names and not weights:
+        return None
+    found = [f"non-finite {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"] if names else []
+    if weights:
+        found.append(f"{len(weights)} weight tensor(s) with NaN/inf, first {weights[0]}")
+    return f"{'; '.join(found)} at step {step}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1)

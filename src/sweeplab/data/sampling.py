@@ -48,6 +48,15 @@ class ResumableShuffleBatchSampler(Sampler[list[int]]):
             return self.num_samples // global_batch
         return -(-self.num_samples // global_batch)
 
+    @property
+    def samples_per_batch(self) -> int:
+        """The samples a full batch holds on each rank: `batch_size`, or, when the split is smaller than one global
+        batch and drop_last is off, the whole split (one short batch, shared among the ranks)."""
+        world = self.shard()[0]
+        if self.drop_last or self.num_samples >= self.batch_size * world:
+            return self.batch_size
+        return -(-self.num_samples // world)
+
     def permutation(self, epoch: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.num_samples, generator=generator).tolist()

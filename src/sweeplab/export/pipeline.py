@@ -65,12 +65,9 @@ def _val_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(metrics.items()) if k.startswith("val/")}
 
 
-def _checkpoint_metrics(path: Path) -> dict[str, float]:
-    """The best score the checkpoint's ModelCheckpoint recorded (what there is without MLflow)."""
-    try:
-        states = torch.load(path, map_location="cpu", weights_only=True).get("callbacks") or {}
-    except Exception:
-        return {}
+def _checkpoint_metrics(states: Mapping) -> dict[str, float]:
+    """The best score the checkpoint's ModelCheckpoint recorded (what there is without MLflow); `states`: the
+    checkpoint's callback states, as loaded (and checked) with the model."""
     for state in states.values():
         if isinstance(state, dict) and state.get("monitor") and state.get("best_model_score") is not None:
             return {str(state["monitor"]): float(state["best_model_score"])}
@@ -147,7 +144,7 @@ def export_checkpoint(
     json_path, md_path = report_paths(target)
     if target.exists() and not options.overwrite:
         raise UserError(f"{target} exists; pass export.overwrite=true to replace it")
-    metrics = dict(metrics) if metrics is not None else _checkpoint_metrics(loaded.path)
+    metrics = dict(metrics) if metrics is not None else _checkpoint_metrics(loaded.callback_states)
     cases = _cases(loaded.family, options, vocab_size, options.seq_lens or [seq_len])  # bad real_data fails here
 
     try:

@@ -34,7 +34,8 @@ def load_model(path: str | Path, expect_family: str | None = None) -> LoadedMode
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     model.eval()
-    return LoadedModel(family_name, model, model_config, hparams, Path(path), int(checkpoint.get("global_step", 0)))
+    return LoadedModel(family_name, model, model_config, hparams, Path(path), int(checkpoint.get("global_step", 0)),
+                       callback_states=checkpoint.get("callbacks") or {})
 
 
 __all__ = ["load_model"]

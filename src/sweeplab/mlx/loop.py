@@ -24,9 +24,9 @@ import mlx.core as mx
 import torch
 
 from sweeplab import devices, distributed, interrupts
-from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard
+from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
-from sweeplab.job import FitResult, Job, start_fit
+from sweeplab.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
@@ -97,12 +97,16 @@ def fit(job: Job) -> FitResult:
     ))
     best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
     loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
+    loader = datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
+    record_batch_size(job, loader)
     with interrupts.at_safe_points():  # a signal is recorded; the loop checks it every step and validation
-        step = loop.run()
+        step = loop.run(loader)
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
-    return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags())
+    diverged = nonfinite_at_end(task.model, loop.last_values, step) if guard.mode == "off" else None
+    return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags(),
+                     diverged=diverged)
 
 
 def _shape_warm_up(datamodule, step_fn, max_steps: int):
@@ -127,12 +131,12 @@ class _Loop:
         self.step_fn, self.guard, self.timer, self.best, self.log_metrics = step_fn, guard, timer, best, log_metrics
         self.consecutive_skips = 0
         self.first_bad = None  # the first non-finite step, kept on the device until a check reads it
+        self.last_values: dict[str, float] = {}  # the last logged value of each metric
 
-    def run(self) -> int:
+    def run(self, loader) -> int:
         max_steps = self.p.trainer.max_steps
         step = 0
         self.log_model_values(0)
-        loader = self.datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
         while step < max_steps:
             for batch in loader:
                 interrupts.check()  # a stop request, acted on between steps
@@ -146,8 +150,9 @@ class _Loop:
                 self.timer.batch_end(batch, batch_index, result=loss)
                 if step % self.p.trainer.log_every_n_steps == 0:
                     lr = lr_at(batch_index, self.p.optim, max_steps)
-                    self.log_metrics({"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr},
-                                     batch_index)
+                    logged = {"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr}
+                    self.log_metrics(logged, batch_index)
+                    self.last_values.update(logged)
                     self.log_model_values(step)
                 if step % self.p.trainer.val_check_interval == 0 or step >= max_steps:
                     self.validate(step, batch_index)
@@ -191,6 +196,7 @@ class _Loop:
         self.timer.pause()
         values = _validate(self.task, self.model, self.datamodule, self.p.trainer.limit_val_batches)
         self.log_metrics(values, batch_index)
+        self.last_values.update(values)
         if self.p.family.monitor in values:
             self.best.update(values[self.p.family.monitor], step, lambda: self.checkpoint(step))
         self.timer.resume_profiling()

@@ -1,10 +1,30 @@
-"""Loading a trained model back from a sweeplab checkpoint, safely (`weights_only=True`), with clear errors."""
+"""Checkpoints: written atomically with a checksum of their content, read back safely (`weights_only=True`) and
+checked before anything uses them, with one-line errors.
+
+The checksum (`CHECKSUM_KEY`, sha256) covers everything the checkpoint holds, by its place in the dict: every tensor
+(the model's weights and buffers, the optimizer's state, the callbacks' tensors) with its dtype, shape and bytes,
+and every plain value (numbers, strings, booleans, None: the step, the hyperparameters, the schedules' and
+callbacks' state). It is computed by `AtomicCheckpointIO` over the exact dict it writes, after every hook has added
+its part, so Lightning's checkpoints and the MLX loop's (which saves through the same class) carry it alike.
+`read_checkpoint` recomputes it: a changed or corrupted file is refused; a checkpoint written before sweeplab
+recorded checksums is accepted with a warning. Weights that are not finite are refused too, whatever the checksum
+says (a run that diverged with `guard.mode=off` saves them honestly).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import io
+import logging
+import numbers
 import pickle
+import pickletools
+import sys
+import warnings
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +35,13 @@ from torch import nn
 from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
 
+log = logging.getLogger(__name__)
+
+CHECKSUM_KEY = "sweeplab_checksum"
+CHECKSUM_ALGORITHM = "sha256"
+WEIGHT_KEYS = ("state_dict", "optimizer_states")  # where a non-finite value means the weights are broken
+_warned_unchecked: set[str] = set()  # a checkpoint without a checksum is named once per process
+
 
 @dataclass
 class LoadedModel:
@@ -24,35 +51,221 @@ class LoadedModel:
     hparams: dict  # everything the task saved: model, loss/optim, ...
     path: Path
     global_step: int
+    callback_states: dict = field(default_factory=dict)  # the checkpoint's "callbacks" (the best score, ...)
 
 
+# --- the checksum --------------------------------------------------------------------------------
+def content_checksum(checkpoint: Mapping[str, Any]) -> str:
+    """sha256 over the checkpoint's tensors and plain values (the checksum itself left out), in sorted key order:
+    the same for the dict that was saved and the dict that is loaded back, wherever its tensors lived."""
+    digest = hashlib.new(CHECKSUM_ALGORITHM)
+    _feed(digest, "", {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY})
+    return digest.hexdigest()
+
+
+def _feed(digest, place: str, value: Any) -> None:
+    if torch.is_tensor(value):
+        tensor = _plain_tensor(value)
+        digest.update(f"{place}\0tensor\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, Mapping):
+        digest.update(f"{place}\0map\0{len(value)}\0".encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, f"{place}/{key!r}", value[key])
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        digest.update(f"{place}\0seq\0{len(value)}\0".encode())
+        for index, item in enumerate(items):
+            _feed(digest, f"{place}[{index}]", item)
+    else:
+        digest.update(f"{place}\0{_plain_value(value)}\0".encode())
+
+
+def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
+    tensor = value.detach()
+    if tensor.is_quantized:
+        tensor = tensor.int_repr()
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    return tensor.cpu().contiguous()
+
+
+def _plain_value(value: Any) -> str:
+    """A value's text, the same after a save and a load (numpy scalars as Python numbers: their repr changes
+    between numpy versions); a type this cannot render stably counts by its name only."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return f"int {int(value)}"
+    if isinstance(value, numbers.Real):
+        return f"float {float(value)!r}"
+    if isinstance(value, numbers.Complex):
+        return f"complex {complex(value)!r}"
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    return f"<{type(value).__qualname__}>"
+
+
+def with_checksum(checkpoint: Mapping[str, Any]) -> dict:
+    """A shallow copy of the checkpoint with its checksum added (the caller's dict is left as it was)."""
+    return {**checkpoint, CHECKSUM_KEY: {"algorithm": CHECKSUM_ALGORITHM, "digest": content_checksum(checkpoint)}}
+
+
+def check_integrity(checkpoint: Mapping[str, Any], path: Path) -> None:
+    """The checksum written at save time matches the content, and the weights are finite; one-line UserErrors."""
+    recorded = checkpoint.get(CHECKSUM_KEY)
+    if recorded is None:
+        if str(path) not in _warned_unchecked:
+            _warned_unchecked.add(str(path))
+            log.warning("checkpoint %s carries no checksum (written before sweeplab recorded one): its integrity "
+                        "cannot be checked, only that its weights are finite", path)
+    elif not isinstance(recorded, Mapping) or recorded.get("algorithm") != CHECKSUM_ALGORITHM:
+        raise UserError(f"checkpoint {path}: damaged: its checksum record is unreadable ({recorded!r:.60})")
+    elif recorded.get("digest") != content_checksum(checkpoint):
+        raise UserError(f"checkpoint {path}: damaged: its content does not match the checksum written when it was "
+                        "saved (a corrupted or edited file); use another checkpoint")
+    bad = nonfinite_tensors(checkpoint)
+    if bad:
+        raise UserError(f"checkpoint {path}: holds non-finite weights ({', '.join(bad[:3])}"
+                        f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}); refused before anything is touched")
+
+
+def nonfinite_tensors(checkpoint: Mapping[str, Any]) -> list[str]:
+    """'<name>: N NaN/inf' for each floating tensor of the weights and optimizer state that is not all finite."""
+    found: list[str] = []
+
+    def walk(place: str, value: Any) -> None:
+        if torch.is_tensor(value):
+            if value.is_floating_point() or value.is_complex():
+                count = int((~torch.isfinite(value.detach())).sum())
+                if count:
+                    found.append(f"{place}: {count} NaN/inf")
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(f"{place}.{key}" if place else str(key), item)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(f"{place}[{index}]", item)
+
+    for key in WEIGHT_KEYS:
+        walk("" if key == "state_dict" else key, checkpoint.get(key))
+    return found
+
+
+# --- reading -------------------------------------------------------------------------------------
 def read_checkpoint(path: str | Path) -> dict:
-    """The checkpoint dict; one-line UserErrors for a missing, truncated or foreign file."""
+    """The checkpoint dict, checked (checksum, finite weights); one-line UserErrors for a missing, truncated,
+    damaged or foreign file, and for one that holds code."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"checkpoint {path}: not a readable PyTorch checkpoint (truncated or corrupt?): {first}") from None
+    checkpoint = _load(path)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise UserError(f"checkpoint {path}: not a Lightning checkpoint (no state_dict)")
-    family = (checkpoint.get("hyper_parameters") or {}).get("family")
+    hparams = checkpoint.get("hyper_parameters")
+    family = hparams.get("family") if isinstance(hparams, Mapping) else None
     if not family:
         raise UserError(f"checkpoint {path}: not written by sweeplab (no model family in its hyperparameters)")
+    check_integrity(checkpoint, path)
     return checkpoint
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints written to a temporary file and renamed: a kill mid-save never leaves a truncated checkpoint.
+def _load(path: Path) -> Any:
+    """torch.load with weights_only=True. A file that is not a checkpoint fails in whatever way its bytes make the
+    reader fail (a damaged pickle raises KeyError or UnicodeDecodeError as readily as UnpicklingError): all are
+    one line. A pickle that would run code is refused and said so."""
+    try:
+        with warnings.catch_warnings():  # torch's note on an unusual pickle protocol: the error below says enough
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:
+        raise UserError(f"checkpoint {path}: cannot be read: {exc.strerror or exc}") from None
+    except pickle.UnpicklingError as exc:
+        code = _pickled_code(path) if str(exc).startswith("Weights only load failed") else []
+        if code:
+            raise UserError(f"checkpoint {path}: refused: it holds Python code ({', '.join(code[:3])}) that loading it "
+                            "would run; sweeplab loads only tensors and plain data from a checkpoint and never runs "
+                            "code from one") from None
+        raise UserError(_unreadable(path, exc)) from None
+    except Exception as exc:  # every way an unreadable file makes the reader fail
+        raise UserError(_unreadable(path, exc)) from None
 
-    Loading uses weights_only=True: a checkpoint can only hold tensors and plain data, never code.
-    """
+
+PLAIN_GLOBALS = frozenset({"collections.OrderedDict", "builtins.set", "builtins.frozenset", "builtins.bytearray",
+                           "builtins.complex", "builtins.slice", "builtins.range", "_codecs.encode"})
+PYTHON2_NAMES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+
+
+def _pickled_code(path: Path) -> list[str]:
+    """The functions and classes (other than torch's own and plain containers) that the file's pickle would call
+    when loaded, found by reading its opcodes (pickletools: nothing is run or imported). Only names that exist
+    count: a name that exists nowhere is a damaged file, not code."""
+    found = []
+    for name in _pickled_globals(path):
+        module, _, attribute = name.rpartition(".")
+        module = PYTHON2_NAMES.get(module, module)  # pickle protocols < 3 write Python 2's module names
+        name = f"{module}.{attribute}"
+        if name in PLAIN_GLOBALS or module.split(".")[0] == "torch" or name in found:
+            continue
+        top = module.split(".")[0]
+        try:
+            known = top in sys.modules or importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            known = False
+        if known and attribute.isidentifier():
+            found.append(name)
+    return found
+
+
+def _pickled_globals(path: Path) -> list[str]:
+    """'module.name' of every GLOBAL / STACK_GLOBAL opcode in the checkpoint's pickle(s), in order."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(member) if member else b""
+        else:
+            data = path.read_bytes()
+    except (OSError, zipfile.BadZipFile):
+        return []
+    names, pushed, memo, stream = [], [], {}, io.BytesIO(data)  # pushed: the strings pushed (None: anything else)
+    while stream.tell() < len(data):  # the legacy format holds several pickles one after the other
+        try:
+            for opcode, arg, _ in pickletools.genops(stream):
+                kind = opcode.name
+                if kind == "GLOBAL":
+                    names.append(".".join(str(arg).split(" ", 1)))
+                elif kind == "STACK_GLOBAL" and len(pushed) >= 2 and None not in pushed[-2:]:
+                    names.append(f"{pushed[-2]}.{pushed[-1]}")
+                elif kind == "MEMOIZE":  # the next memo index, whatever the value
+                    memo[len(memo)] = pushed[-1] if pushed else None
+                elif kind in ("PUT", "BINPUT", "LONG_BINPUT"):
+                    memo[arg] = pushed[-1] if pushed else None
+                elif kind in ("GET", "BINGET", "LONG_BINGET"):
+                    pushed.append(memo.get(arg))
+                elif opcode.stack_after:  # a push: a string's text, else a placeholder
+                    pushed.append(arg if isinstance(arg, str) and ("UNICODE" in kind or "STRING" in kind) else None)
+        except Exception:  # a damaged pickle: what was read so far is what there is
+            break
+    return names
+
+
+def _unreadable(path: Path, exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):  # not PyTorch's advice to load it unsafely
+        lines = [next((line for line in lines if "Unsupported" in line), "its pickle is not plain data")]
+    first = lines[0] if lines else type(exc).__name__
+    return f"checkpoint {path}: not a readable PyTorch checkpoint (truncated or corrupt): {type(exc).__name__}: {first[:200]}"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file and renamed (a kill mid-save never leaves a truncated checkpoint),
+    with the checksum of their content; read back through `read_checkpoint` (weights_only=True: a checkpoint can
+    only hold tensors and plain data, never code; checksum and finite weights checked)."""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         with atomic_write(path) as f:
-            torch.save(checkpoint, f)
+            torch.save(with_checksum(checkpoint), f)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         return read_checkpoint(path)

@@ -8,7 +8,9 @@ What a resume may change (everything else must equal the run's params, or the ch
   checkpoint's step on. MLflow params cannot change, so the run keeps the values it started with as params and
   gets a `changed_on_resume.<key>` tag (`old -> new (from step N)`) per changed key, its `config.yaml` replaced by
   the new configuration and its config hash updated (`resume=true` with the new configuration finds it).
-A FINISHED run is resumed only to train it longer (a larger `trainer.max_steps`).
+A FINISHED run is resumed only to train it longer (a larger `trainer.max_steps`), and then into a new run tagged
+`extends` (its id): MLflow cannot take metric points back, so a finished run is never written to again, and an
+extension that fails (a damaged checkpoint's weights diverging, a kill, a full disk) leaves it as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ CONFIG_HASH_TAG = "sweeplab.config_hash"
 IGNORED_KEYS = ("resume",)
 MAY_CHANGE = ("trainer.max_steps",)  # and the keys that follow it (`may_change`)
 CHANGED_TAG_PREFIX = "changed_on_resume."
+EXTENDS_TAG = "extends"
 
 
 def config_hash(container: Mapping[str, Any]) -> str:
@@ -68,6 +71,8 @@ class ResumePoint:
     run_id: str | None  # the MLflow run it continues; None: a new run
     output_dir: Path  # where the job writes its checkpoints from now on
     changes: dict[str, tuple[str, str]]  # param -> (the run's value, this config's); only keys that may change
+    extends: str | None = None  # a FINISHED run this job extends into a new run (tagged `extends`)
+    run_folder: Path | None = None  # the continued run's output folder as recorded: where its trainer holds the lock
 
 
 def may_change(raw_config: Mapping[str, Any]) -> set[str]:
