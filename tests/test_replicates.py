@@ -404,3 +404,20 @@ def test_rounds_spread_over_several_hosts_are_paired_by_host_instead():
     assert pair_by(one_host) == "round"
     cluster = [Job(c, r, r, 100.0, 0.5, [], host=f"node{r}{c}") for r in range(3) for c in ("x", "y")]
     assert pair_by(cluster) == "host"
+
+
+def test_the_report_of_an_interrupted_sweep_names_the_jobs_that_never_ran(mlflow_uri, tmp_path):
+    jobs = [job for job in _replicated_jobs(rate_b=200.0) if job["tags"]["replicate"] != "3" or job["config"] == "bs=32 a"]
+    parent = _recorded_sweep(mlflow_uri, tmp_path, jobs)  # round 3 stopped after its first job
+    client = MlflowClient(mlflow_uri)
+    client.set_tag(parent, "sweep_dir", str(tmp_path / "sweep"))
+    client.set_tag(parent, "sweep_overrides", "replicates=4 +x=a,b")
+    client.log_metric(parent, "jobs_planned", 8)
+    client.log_metric(parent, "jobs_not_run", 1)
+    client.set_terminated(parent, "KILLED")
+    result = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65))
+    lines = result.markdown.splitlines()
+    assert "1 of 8 planned jobs never ran (the sweep ended KILLED)" in lines
+    assert "never ran: bs=32 b replicate 3" in lines
+    assert (f"continue it with: python -m sweeplab.train -m +x=a,b replicates=4 hydra.sweep.dir={tmp_path / 'sweep'} "
+            "resume=true") in lines

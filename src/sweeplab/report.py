@@ -23,6 +23,7 @@ import io
 import logging
 import math
 import re
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -362,15 +363,16 @@ def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
 
 
 def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None,
-                 options: VerdictOptions | None = None) -> Report:
-    """report.md (the verdict's lines first, then the per-configuration table, then one row per job), report.csv
-    (a `row` column: job | configuration) and the plots."""
+                 options: VerdictOptions | None = None, never_ran: tuple[str, ...] = ()) -> Report:
+    """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
+    job), report.csv (a `row` column: job | configuration) and the plots."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
     columns += report_apple.ane_column(runs, rows)  # exported runs: their Neural Engine readiness
     base_index = pick_baseline(runs, baseline)
     found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
     markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
+    markdown += "".join(f"{line}\n" for line in never_ran) + ("\n" if never_ran else "")
     markdown += f"## {title}\n\n"
     replicated = found is not None and found.summary is not None
     if replicated:
@@ -421,10 +423,34 @@ def _csv_cell(value) -> str:
     return repr(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+def jobs_never_run(parent, runs) -> tuple[str, ...]:
+    """Lines naming what an interrupted sweep never ran (its parent's `jobs_not_run`, recorded when it closed): how
+    many, which (configuration, replicate) pairs are missing among the configurations that ran, and the command
+    that continues the sweep. Nothing for a sweep that ran every job or is still running."""
+    metrics, tags = parent.data.metrics, parent.data.tags
+    not_run, planned = int(metrics.get("jobs_not_run", 0)), int(metrics.get("jobs_planned", 0))
+    if not_run <= 0 or parent.info.status == "RUNNING":
+        return ()
+    lines = [f"{not_run} of {planned} planned jobs never ran (the sweep ended {parent.info.status})"]
+    configs = sorted({r.data.tags["config"] for r in runs if r.data.tags.get("config")})
+    if configs and planned % len(configs) == 0:
+        present = {(r.data.tags.get("config"), r.data.tags.get("replicate")) for r in runs}
+        missing = [f"{c} replicate {k}" for k in range(planned // len(configs)) for c in configs
+                   if (c, str(k)) not in present]
+        if missing:
+            lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
+    if tags.get("sweep_dir"):
+        overrides = sorted(o for o in tags.get("sweep_overrides", "").split() if not o.startswith("resume="))
+        command = ["python", "-m", "sweeplab.train", "-m", *overrides, f"hydra.sweep.dir={tags['sweep_dir']}", "resume=true"]
+        lines.append(f"continue it with: {shlex.join(command)}")
+    return tuple(lines)
+
+
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
     runs = mlflow_store.sweep_jobs(uri, parent_run_id)
-    report = write_report(runs, out_dir, f"sweep {parent_run_id[:8]}", uri, baseline, options)
+    never_ran = jobs_never_run(mlflow_store.client(uri).get_run(parent_run_id), runs)
+    report = write_report(runs, out_dir, f"sweep {parent_run_id[:8]}", uri, baseline, options, never_ran)
     # the verdict as the sweep run's description, one run per configuration under it (sweeplab.tracking.config_runs)
     config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
                                report_figures.family_labels(runs))
