@@ -24,16 +24,32 @@ EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
 
 
 @pytest.fixture(scope="module")
-def example_site(tmp_path_factory) -> Path:
-    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own."""
+def example_install(tmp_path_factory) -> tuple[Path, str]:
+    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own: (the directory,
+    what pip printed, build output included)."""
     source = tmp_path_factory.mktemp("example") / EXAMPLE.name  # setuptools builds in the source tree: not ours
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     site = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
         check=True, capture_output=True, text=True,
     )
-    return site
+    return site, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def example_site(example_install) -> Path:
+    return example_install[0]
+
+
+def test_the_example_installs_without_a_warning_and_with_its_configs(example_install):
+    """`pip install ./examples/mlp_regressor` is the template authors copy: setuptools' "Package would be ignored"
+    warnings for its conf folders (a later setuptools may leave their YAML out) must not come back."""
+    site, output = example_install
+    assert "warning" not in output.lower(), [line for line in output.splitlines() if "warning" in line.lower()][:5]
+    shipped = sorted(str(p.relative_to(site / "mlp_regressor")) for p in (site / "mlp_regressor").rglob("*.yaml"))
+    assert shipped == sorted(str(p.relative_to(EXAMPLE / "mlp_regressor")) for p in (EXAMPLE / "mlp_regressor").rglob("*.yaml"))
+    assert shipped and (site / "mlp_regressor" / "__init__.py").is_file()
 
 
 def _run(args: list[str], site: Path, cwd: Path) -> subprocess.CompletedProcess:
