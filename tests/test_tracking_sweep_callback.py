@@ -31,7 +31,8 @@ def test_the_parent_run_reaches_jobs_through_the_environment_and_the_sweep_dir(m
     assert os.environ[channels.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
     assert (tmp_path / "multirun/day/time" / channels.PARENT_RUN_FILE).read_text() == parent_id
     parent = MlflowClient(mlflow_uri).get_run(parent_id)
-    assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "time"
+    assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "day/time"
+    assert parent.data.tags["mlflow.runName"] == "sweep day/time"  # one name for the sweep: run name, tag, report
     assert parent.info.status == "RUNNING"
     callback.on_multirun_end(cfg)
     assert MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"

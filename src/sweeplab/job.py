@@ -121,7 +121,8 @@ def _finish(job: Job, result: FitResult) -> float | None:
 
 
 def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str:
-    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it."""
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it (its
+    address where the UI's is known: mlflow_store.ui_base)."""
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
     if (rate := summary.get("summary/samples_per_sec")) is not None:
         parts.append(f"{rate:,.0f} samples/s")
@@ -129,8 +130,9 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict) -> str
         parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
     if run is None:
         return "done (not tracked): " + ", ".join(parts)
-    url = mlflow_store.run_url(mlflow_store.ui_base(run.uri), run.experiment_id, run.run_id)
-    return f"done: {run.run_name}: {', '.join(parts)}; {url}"
+    base = mlflow_store.ui_base(run.uri)
+    where = mlflow_store.run_url(base, run.experiment_id, run.run_id) if base else f"run {run.run_id} (`make ui` shows it)"
+    return f"done: {run.run_name}: {', '.join(parts)}; {where}"
 
 
 LOCK_NAME = ".sweeplab.lock"

@@ -420,8 +420,9 @@ def _csv_cell(value) -> str:
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
-    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, f"sweep {parent_run_id[:8]}", uri, baseline,
-                        options)
+    # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
+    title = f"sweep {mlflow_store.client(uri).get_run(parent_run_id).data.tags.get('sweep_id') or parent_run_id[:8]}"
+    return write_report(mlflow_store.sweep_jobs(uri, parent_run_id), out_dir, title, uri, baseline, options)
 
 
 def main(argv: list[str] | None = None) -> int:
