@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from console_formats import foreign_lines
 from sweeplab.data.sampling import ResumableShuffleBatchSampler, check_resumable
 from sweeplab.errors import ConfigError, UserError
 from sweeplab.families.pagating_lm.task import LMTask
@@ -70,13 +71,19 @@ def test_an_installed_family_trains_reports_and_benches_through_the_cli(example_
         assert run.data.metrics["summary/samples_per_sec"] > 0  # samples counted from the batch's leading dimension
         assert "summary/tokens_per_sec" not in run.data.metrics  # no tokens: none reported, not 0
         assert "val/r2" in run.data.metrics and run.data.tags["objective"] == "val/loss"
-    assert "val R²" in (tmp_path / "sweep" / "report.md").read_text()  # the record's report metric
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert "val R²" in report  # the record's report metric
+    assert foreign_lines(sweep.stdout + sweep.stderr, report) == [], sweep.stdout + sweep.stderr
 
-    bench = _run(["sweeplab.bench", "experiment=bench_mlp", "bench.steps=5", "bench.warmup_steps=1"], example_site, tmp_path)
+    bench = _run(["sweeplab.bench", "experiment=bench_mlp", "bench.steps=5", "bench.warmup_steps=1", "bench.repeats=1"],
+                 example_site, tmp_path)
     assert bench.returncode == 0, bench.stderr[-3000:]
     (written,) = (tmp_path / "reports" / "bench").glob("*/bench.csv")
     (row,) = csv.DictReader(written.open())
-    assert row["row"] == "MLP regressor CPU" and float(row["overhead"]) > 0 and row["status"] == "ok"
+    assert row["row"] == "MLP regressor CPU" and float(row["overhead"]) > 0
+    assert "no noise estimate (1 pair)" in row["status"]  # one pair: an overhead, but not an `ok`
+    bench_md = written.with_name("bench.md").read_text()
+    assert foreign_lines(bench.stdout + bench.stderr, bench_md) == [], bench.stdout + bench.stderr
 
 
 def test_no_sweeplab_file_names_the_example_family():

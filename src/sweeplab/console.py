@@ -19,7 +19,7 @@ import warnings
 _DROPPED_LOG_LINES = {
     "lightning.pytorch.utilities.rank_zero": (
         "GPU available:", "TPU available:", "HPU available:", "💡 Tip:", "You are using a CUDA device",
-        "`Trainer(limit_val_batches=1.0)` was configured", "`Trainer(limit_train_batches=1.0)` was configured",
+        "`Trainer(limit_val_batches=", "`Trainer(limit_train_batches=",
         "`Trainer.fit` stopped:",
     ),
     "lightning.fabric.utilities.rank_zero": ("GPU available:", "TPU available:", "💡 Tip:"),
@@ -36,6 +36,9 @@ _IGNORED_WARNINGS = (
     # cuda_graph=true and steps_per_batch > 1 train with manual optimization, and Lightning then warns that checkpoints
     # hold the weights after the optimizer step: true of every run here, automatic optimization included
     r"Using ModelCheckpoint with manual optimization",
+    # Lightning, when an epoch has fewer batches than trainer.log_every_n_steps: sweeplab runs count steps across
+    # epochs, and Lightning logs every n-th step of the run whatever the epoch's length
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
 )
 # Kineto (torch.profiler's tracer, C++) writes `USDT: ... profiler_start` / `profiler_stop` around every trace at its
 # default level; above its highest level (5) it writes nothing. Read once, when the process first profiles; a value

@@ -23,6 +23,7 @@ from sweeplab.plan import JobPlan
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
+
 class LoggedLossProgressBar(TQDMProgressBar):
     """Lightning's bar, showing the training loss as last logged (a float, converted once per logging step).
     Tasks do not mark the loss prog_bar=True: Lightning would read such a metric back from the device after every

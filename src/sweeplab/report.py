@@ -126,7 +126,7 @@ def _family(name: str):
 def final_metric(family: str) -> tuple[str, str]:
     """(metric, column label) of a family's final metric: its record's, else the validation loss."""
     record = _family(family)
-    return record.final_metric if record else ("val/loss", "val loss")
+    return record.final_metric if record else ("val/loss", "val/loss")
 
 
 def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, str]:
@@ -137,6 +137,17 @@ def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, 
         short = config_labels.label(key, family_labels, whole_key=True)
         headers[key] = key if short in headers.values() else short
     return headers
+
+
+def _follows_backend(key: str, runs) -> bool:
+    """A `backend.*` setting with one value per backend in the table (backend.name; MLX's backend.device, absent
+    elsewhere): it says which backend ran, as the `backend` column does, so a mixed-backend sweep shows one column."""
+    if not key.startswith("backend."):
+        return False
+    values: dict[str, set] = {}
+    for run in runs:
+        values.setdefault(run.data.tags.get("backend", ""), set()).add(run.data.params.get(key))
+    return all(len(seen) == 1 for seen in values.values())
 
 
 def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
@@ -156,6 +167,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         k
         for k in all_keys
         if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in configured}) > 1
+        and not _follows_backend(k, configured)
     ]
     param_keys += varying
     headers = _column_labels(param_keys, labels)
@@ -239,18 +251,23 @@ NUMBERS = "_numbers"  # a row's key holding its numeric cells unformatted (build
 
 
 def csv_number(cell: str) -> tuple[str, float | None]:
-    """A table cell as (label, number): "14,601" -> ("", 14601.0), "1.02× (baseline)" -> ("", 1.02), "12.5%" ->
-    ("", 0.125), "val cos 0.93" -> ("val cos", 0.93); (cell, None) when it is not a number."""
+    """A table cell as (label, number): "32" -> ("", 32) (an integer stays one), "1.02× (baseline)" -> ("", 1.02),
+    "12.5%" -> ("", 0.125), "val/cos 0.93" -> ("val/cos", 0.93); (cell, None) when it is not a number. A cell
+    with thousands separators is a rounded figure (format_number), not an integer."""
     match = _FORMATTED_NUMBER.match(cell.strip())
     if not match or not any(c.isdigit() for c in match["number"]):
         return cell, None
-    value = float(match["number"].replace(",", ""))
+    text = match["number"]
+    if match["unit"] is None and re.fullmatch(r"[-+]?\d+", text):
+        return match["label"].strip(), int(text)
+    value = float(text.replace(",", ""))
     return match["label"].strip(), value / 100 if match["unit"] == "%" else value
 
 
 def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
-    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read floats.
-    A column whose cells carry one label (the final metric's "val cos") is named by it."""
+    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read numbers:
+    integers (a batch size) as integers. A column whose cells carry one label is named by it: the final metric's
+    cells "val/cos 0.93" make the column `final val/cos`, as the per-configuration rows name it."""
     def cell(row: dict, column: str) -> tuple[str, float | None]:
         numbers = row.get(NUMBERS) or {}
         if column in numbers:  # the exact value; its label (the final metric's name) from the formatted cell
@@ -266,8 +283,8 @@ def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
         blank_or_numeric = all(v is not None or label == "" for label, v in cells)
         if numeric and blank_or_numeric and len({label for label, _ in numeric}) == 1:
             label = numeric[0][0]
-            name = label if label else column
-            values[name] = ["" if v is None else repr(float(v)) for _, v in cells]
+            name = (f"final {label}" if column == "final metric" else label) if label else column
+            values[name] = [_csv_cell(v) for _, v in cells]
         else:
             name = column
             values[name] = [str(row.get(column, "")) for row in rows]
@@ -413,9 +430,12 @@ def _csv_with_configurations(runs, rows: list[dict], columns: list[str], found: 
 
 
 def _csv_cell(value) -> str:
+    """A CSV cell: an int as an int (a batch size, a job count), any other number as a float's repr."""
     if value is None:
         return ""
-    return repr(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
