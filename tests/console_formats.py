@@ -5,7 +5,8 @@ train, bench and profile smoke runs).
 A line is sweeplab's when it is
 - a log line of a `sweeplab.*` logger whose message has one of MESSAGES' formats, in the format of a Hydra job's log
   (`[time][logger][LEVEL] - message`) or of the bench's and profile's (`[time][logger] message`);
-- one of Hydra's launch lines (`Launching N jobs locally`, `#N : <overrides>`, the joblib launcher's two);
+- a line of the launching process (`[time][HYDRA] ...`): Hydra's launch lines (`Launching N jobs locally`, `#N :
+  <overrides>`, the joblib launcher's two) and sweeplab's sweeper's (`sweep: ...`);
 - a line of a document sweeplab prints whole (the sweep's report.md, bench.md, profile.md: passed in), or one of
   PRINTED's closing lines.
 """
@@ -16,8 +17,11 @@ import re
 
 _STAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]"
 _LOG_LINE = re.compile(_STAMP + r"\[(?P<logger>[\w.]+)\](?:\[(?:INFO|WARNING|ERROR)\] -)? (?P<message>.*)")
+# the launching process logs every logger's lines as `[time][HYDRA] message`: Hydra's launchers' and sweeplab's
+# sweeper and sweep callback ("sweep: 4 configurations x 5 replicates, 5 rounds")
 _HYDRA_LAUNCH = re.compile(_STAMP + r"\[HYDRA\] (?:Launching \d+ jobs locally|\t#\d+ : .*"  # basic launcher
-                          r"|Joblib\.Parallel\(.*\) is launching \d+ jobs|Launching jobs, sweep output dir : .*)")  # joblib
+                          r"|Joblib\.Parallel\(.*\) is launching \d+ jobs|Launching jobs, sweep output dir : .*"  # joblib
+                          r"|sweep: .+)")
 
 _DURATION = r"\d+(?:\.\d)? (?:s|min|h)"
 _DONE = (
