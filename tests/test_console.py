@@ -48,3 +48,25 @@ def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(d
     (best,) = [line for line in lines if line.startswith("best: job ")]
     number, name = re.match(r"best: job (\d+) \((.+?)\)", best).groups()
     assert [r.data.tags["hydra_job"] for r in jobs if r.info.run_name == name] == [number]
+
+
+def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_replicate():
+    from sweeplab.sweep_callback import progress_line
+
+    assert progress_line(0, "1000 8", 1000.0) == "sweep: job 0 (the 1st of 8)"
+    line = progress_line(4, "1000 8", 1076.0, "configuration 2, replicate 1")
+    assert line == "sweep: job 4 (the 5th of 8; configuration 2, replicate 1; sweep started 76 s ago, about 76 s left)"
+    assert progress_line(11, "1000 20", 1100.0).startswith("sweep: job 11 (the 12th of 20; ")
+
+
+def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir, monkeypatch):
+    from conftest import smoke_config
+    from sweeplab.channels import REPLICATE_ENV
+    from sweeplab.plan import plan
+    from sweeplab.tracking.naming import run_name
+
+    monkeypatch.setenv(REPLICATE_ENV, "2")
+    replicated = smoke_config(demo_dir, "replicates=3")
+    assert " rep=2 " in f" {run_name(plan(replicated), replicated)} "
+    single = smoke_config(demo_dir)
+    assert "rep=" not in run_name(plan(single), single)

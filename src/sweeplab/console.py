@@ -14,14 +14,18 @@ import os
 import sys
 import warnings
 
-# (logger name, message start): Lightning's start-up banner, its advertisement, its note that a whole split is used,
-# its line at the end of every fit (sweeplab's `done:` line says what ended); matplotlib's notes on its font cache
+# (logger name, message start): Lightning's start-up banner, its advertisement, its echo of the validation limit and
+# of mixed precision (the config and the run name say them), its line at the end of every fit (sweeplab's `done:`
+# line says what ended) and on a resume (sweeplab's `resume: continuing ...` says it), the GPUs each fit sees (a
+# sweep job's `cuda_visible_devices` tag has them); matplotlib's notes on its font cache
 _DROPPED_LOG_LINES = {
     "lightning.pytorch.utilities.rank_zero": (
         "GPU available:", "TPU available:", "HPU available:", "💡 Tip:", "You are using a CUDA device",
-        "`Trainer(limit_val_batches=", "`Trainer(limit_train_batches=",
-        "`Trainer.fit` stopped:",
+        "`Trainer(limit_val_batches=", "`Trainer(limit_train_batches=", "`Trainer.fit` stopped:",
+        "Using bfloat16 Automatic Mixed Precision", "Using 16bit Automatic Mixed Precision",
+        "Restoring states from the checkpoint path at", "Restored all states from the checkpoint at",
     ),
+    "lightning.pytorch.accelerators.cuda": ("LOCAL_RANK:",),
     "lightning.fabric.utilities.rank_zero": ("GPU available:", "TPU available:", "💡 Tip:"),
     "matplotlib.font_manager": ("generated new fontManager", "Matplotlib is building the font cache"),
 }

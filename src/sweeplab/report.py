@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sweeplab import channels, stability
 from sweeplab import labels as config_labels
+from sweeplab.console import quiet_libraries
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
@@ -461,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="how much worse than the baseline's final metric still keeps quality (metric units)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
+    quiet_libraries()  # matplotlib's note on building its font cache, on a first run
     try:
         return _report(args)
     except UserError as exc:  # a wrong URI, sweep id or experiment: one line, exit status 2
