@@ -48,6 +48,16 @@ def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp
     assert message in capsys.readouterr().err.splitlines()
 
 
+def test_a_missing_data_path_stops_the_sweep_before_its_run_exists(mlflow_uri, tmp_path, capsys):
+    cfg = _sweep_config(tmp_path, f"data.path={tmp_path / 'nope.jsonl'}")
+    with pytest.raises(SystemExit) as stop:
+        MLflowSweepCallback().on_multirun_start(cfg)
+    assert stop.value.code == 2
+    assert f"error: config error: data.path: {tmp_path / 'nope.jsonl'}: no such file or directory" in capsys.readouterr().err
+    client = MlflowClient(mlflow_uri)
+    assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
+
+
 def _child(client, experiment_id, parent_id, objective, mode, **params):
     run = client.create_run(experiment_id, tags={"mlflow.parentRunId": parent_id, "objective": "val/ppl",
                                                  "objective_mode": mode, "hydra_job": str(len(params))})
