@@ -43,6 +43,8 @@ _IGNORED_WARNINGS = (
     # Lightning, when an epoch has fewer batches than trainer.log_every_n_steps: sweeplab runs count steps across
     # epochs, and Lightning logs every n-th step of the run whatever the epoch's length
     r"The number of training batches \(\d+\) is smaller than the logging interval",
+    # Lightning, when a job's checkpoint folder holds files: a resumed job continues in its own folder on purpose
+    r"Checkpoint directory .+ exists and is not empty",
 )
 # Kineto (torch.profiler's tracer, C++) writes `USDT: ... profiler_start` / `profiler_stop` around every trace at its
 # default level; above its highest level (5) it writes nothing. Read once, when the process first profiles; a value
