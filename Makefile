@@ -69,5 +69,6 @@ profile: data ## where a configuration's step time goes: table + torch.profiler 
 ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's URL
 	$(PY) -m sweeplab.tracking.ui $(ARGS)
 
-clean: ## remove everything sweeplab writes: outputs, sweeps, reports, exports, the local MLflow store and its artifacts (keeps .venv and data/)
-	rm -rf outputs multirun/*/ mlflow.db mlflow.db.lock mlruns mlartifacts reports exports lightning_logs
+clean: ## remove everything sweeplab writes: outputs, sweeps, reports, exports, the bench's data, the local MLflow store and its artifacts, the example's build (keeps .venv and the prepared data/)
+	rm -rf outputs multirun/*/ mlflow.db mlflow.db.lock mlflow.db-journal mlflow.db-wal mlflow.db-shm mlruns mlartifacts \
+		reports exports lightning_logs data/bench examples/*/build examples/*/*.egg-info

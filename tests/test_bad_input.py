@@ -42,6 +42,11 @@ def assert_no_running_runs(uri: str) -> None:
             assert run.info.status != "RUNNING", run.data.tags.get("mlflow.runName")
 
 
+def assert_no_runs_at_all(uri: str) -> None:
+    client = MlflowClient(uri)
+    assert [r.info.run_name for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
+
+
 def assert_failed_cleanly(code: int, err: str, uri: str, *expected: str) -> None:
     """Exit 2, exactly one `error:` line holding each expected text, no traceback, no MLflow run left RUNNING."""
     assert code == 2
@@ -74,6 +79,8 @@ def test_bad_data_files(case, tmp_path, mlflow_uri, monkeypatch, capsys):
     path, expected = bad_files(tmp_path)[case]
     code, err = run_cli(["debug=smoke", f"data.path={path}"], monkeypatch, capsys)
     assert_failed_cleanly(code, err, mlflow_uri, expected, str(path.name))
+    if case == "missing":  # a check that needs no run happens before one exists
+        assert_no_runs_at_all(mlflow_uri)
 
 
 @pytest.mark.parametrize(
@@ -271,7 +278,7 @@ def _lm_dir(tmp, case):
 @pytest.mark.parametrize(
     "case,expected",
     [
-        ("missing", "no such directory"),
+        ("missing", "no such file or directory"),  # checked before a run exists: sweeplab's line
         ("empty", "valid.txt: empty file"),
         ("train_only", "no valid.txt or wiki.valid.raw"),
         ("binary", "train.txt: not valid UTF-8 at byte 128"),
@@ -283,6 +290,8 @@ def test_bad_lm_data_directories(case, expected, tmp_path, mlflow_uri, monkeypat
     path = tmp_path / "nowhere" if case == "missing" else _lm_dir(tmp_path, case)
     code, err = run_cli(["model=pagating_lm", "debug=smoke", f"data.path={path}"], monkeypatch, capsys)
     assert_failed_cleanly(code, err, mlflow_uri, expected)
+    if case == "missing":
+        assert_no_runs_at_all(mlflow_uri)
 
 
 @pytest.mark.parametrize("content", ["", '{"version": "1.0", "model": '])

@@ -40,7 +40,12 @@ def test_raw_loop_trains_exactly_like_the_sweeplab_job(model, demo_dir, mlflow_u
         assert raw.scheduler.last_epoch == 8
 
 
-def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, tmp_path):
+def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, tmp_path, monkeypatch):
+    """A real row, run while the OS reports a load of 40 (the reading mocked, not the rule): its status says so, as
+    the report's stability column does."""
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (40.0, 40.0, 40.0))
     settings = bench.BenchSettings(rows=[], warmup_steps=2, steps=6, repeats=2, experiment_name="bench-test")
     row = bench.BenchRow(name="smoke row", overrides=_smoke(demo_dir), role="cpu")
     cfg = bench.row_config(row, settings, [], [], None)
@@ -63,7 +68,8 @@ def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, t
 
     rows = bench.table_rows([result, bench.RowResult(bench.BenchRow("gpu row", []), cfg, skipped="skipped: no accelerator")])
     assert rows[0]["speedup"] == "1.00×" and rows[0]["overhead"]
-    assert rows[0]["status"] == "ok" or rows[0]["status"].startswith("noisy: pairs")  # 6 steps a run: noise is likely
+    assert f"loaded host (load 40.0 on {os.cpu_count()} CPUs)" in rows[0]["status"], rows[0]["status"]
+    assert all(r["summary/load_avg_start"] == 40.0 for r in result.sweeplab)
     assert rows[1]["status"] == "skipped: no accelerator" and rows[1]["samples/s"] == ""
     markdown = bench.render([result], settings, "python -m sweeplab.bench")
     assert "| smoke row |" in markdown and "overhead" in markdown
@@ -71,15 +77,28 @@ def test_a_bench_row_records_both_sides_and_the_overhead(demo_dir, mlflow_uri, t
 
     recompiled = bench.RowResult(row, cfg, sweeplab=[{"summary/samples_per_sec": 9.0, "summary/compiles_in_timed_steps": 2.0}],
                                  raw=[{"samples_per_sec": 10.0, "compiles": 0}])
-    assert bench.table_rows([recompiled])[0]["status"] == "compiled during timing (sweeplab 2, raw 0)"
+    assert bench.table_rows([recompiled])[0]["status"] == (
+        "compiled during timing (sweeplab 2, raw 0); no noise estimate (1 pair): raise bench.repeats")
     noisy = bench.RowResult(row, cfg, sweeplab=[{"summary/samples_per_sec": v} for v in (9.0, 12.0, 10.0)],
                             raw=[{"samples_per_sec": 10.0}] * 3)
     assert bench.table_rows([noisy])[0]["status"] == "noisy: pairs 0.90-1.20, raise bench.repeats"
     for m, spread in zip(noisy.sweeplab, (0.1, 0.8, None)):
         m["summary/host_speed_spread"] = spread
     assert bench.table_rows([noisy])[0]["status"] == (
-        "noisy: pairs 0.90-1.20, raise bench.repeats; unsteady host (Python speed spread up to 80%)"
+        "noisy: pairs 0.90-1.20, raise bench.repeats; unsteady host (Python speed spread 80% > 50%)"
     )
+
+
+def test_one_pair_does_not_read_ok(demo_dir):
+    """One sweeplab/raw pair gives no estimate of the machine's noise: its overhead is not called ok (the loaded host
+    is test_a_bench_row_records_both_sides_and_the_overhead's, through a real row)."""
+    row = bench.BenchRow(name="one pair", overrides=[], role="cpu")
+    quiet = {"summary/samples_per_sec": 10.0, "summary/load_avg_start": 0.1, "summary/host_cpus": 2.0,
+             "summary/step_time_spread": 0.01, "summary/batch_shapes": 1.0}
+    one = bench.RowResult(row, None, sweeplab=[dict(quiet)], raw=[{"samples_per_sec": 10.0}])
+    assert bench.table_rows([one])[0]["status"] == "no noise estimate (1 pair): raise bench.repeats"
+    two = bench.RowResult(row, None, sweeplab=[dict(quiet), dict(quiet)], raw=[{"samples_per_sec": 10.0}] * 2)
+    assert bench.table_rows([two])[0]["status"] == "ok"  # two close pairs on a quiet host: the only ok here
 
 
 def test_presets_compose_and_every_row_plans(tmp_path):

@@ -149,3 +149,42 @@ def test_every_metric_a_smoke_run_logs_is_documented(demo_dir, mlflow_uri, tmp_p
     logged = {name for r in runs for name in r.data.metrics}
     assert {"train/loss", "val/cos", "val/ppl", "alpha/layer_0", "summary/step_time_s_median"} <= logged
     assert undocumented(logged, documented_metric_patterns()) == []
+
+
+def test_the_readmes_config_group_table_lists_every_group_and_option_in_conf():
+    """README's "The main knobs" table: one row per config group folder of conf/ (hydra/launcher included), naming
+    every option (YAML file) in it, and no group that is not there."""
+    conf = REPO / "conf"
+    groups = {str(d.relative_to(conf)): sorted(p.stem for p in d.glob("*.yaml"))
+              for d in conf.rglob("*") if d.is_dir() and any(d.glob("*.yaml"))}
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The main knobs", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = line.split("|")[1:-1]
+        if len(cells) >= 2 and (group := re.fullmatch(r"\s*`([\w/]+)`\s*", cells[0])):
+            table[group.group(1)] = sorted(re.findall(r"`([\w.]+)`", cells[1]))
+    assert sorted(table) == sorted(groups)
+    assert {g: o for g, o in table.items() if o != groups[g]} == {}, groups
+
+
+def test_make_clean_leaves_nothing_sweeplab_writes(tmp_path):
+    """What a sweep, report, export, bench, profile and order check write under the checkout (tests/conftest.py's
+    list, the store's lock and journal, the bench's tiled data, a pip-built example) is gone after `make clean`;
+    the prepared data and the tracked multirun/.gitkeep stay."""
+    from conftest import WRITTEN_BY_SWEEPLAB
+
+    (tmp_path / "Makefile").write_text((REPO / "Makefile").read_text())
+    written = [name if name.startswith("mlflow.db") else f"{name}/x/file" for name in WRITTEN_BY_SWEEPLAB]
+    written += ["mlflow.db.lock", "mlflow.db-journal", "data/bench/tiled.efb1",
+               "multirun/2026-01-02/03-04-05/0/.sweeplab.lock", "reports/bench/x/bench.md", "reports/profile/x/profile.md",
+               "multirun/order_check/x/forward.log", "examples/mlp_regressor/build/lib/x.py",
+               "examples/mlp_regressor/sweeplab_mlp_regressor.egg-info/PKG-INFO"]
+    kept = ["data/textbridge_demo/train.jsonl", "multirun/.gitkeep", "examples/mlp_regressor/pyproject.toml"]
+    for name in written + kept:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        if not (tmp_path / name).exists():
+            (tmp_path / name).write_text("x")
+    subprocess.run(["make", "clean"], cwd=tmp_path, check=True, capture_output=True)
+    assert [n for n in written if (tmp_path / n).exists()] == []
+    assert [n for n in kept if not (tmp_path / n).exists()] == []

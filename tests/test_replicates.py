@@ -53,8 +53,8 @@ def test_a_seed_override_on_the_command_line_gives_way_to_the_replicates_seed():
 def test_each_job_learns_its_place_through_hydra_env_set():
     job = replicates.PlannedJob(config_index=2, replicate=1, round=1, seed=1, overrides=())
     assert replicates.job_environment(job, 2) == (
-        f"++hydra.job.env_set.{channels.REPLICATE_ENV}=1", f"++hydra.job.env_set.{channels.ROUND_ENV}=1",
-        f"++hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=2", f"++hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2",
+        f"hydra.job.env_set.{channels.REPLICATE_ENV}=1", f"hydra.job.env_set.{channels.ROUND_ENV}=1",
+        f"hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=2", f"hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2",
     )
 
 
@@ -149,8 +149,8 @@ def test_the_sweeper_launches_each_round_on_its_own_with_the_replicates_environm
                                           ["data.batch_size=64", "optim.lr=0.01", "seed=3"]]
     assert [job[:3] for job in second] == [["data.batch_size=64", "optim.lr=0.01", "seed=4"],
                                            ["data.batch_size=32", "optim.lr=0.01", "seed=4"]]
-    assert f"++hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in second[0]
-    assert f"++hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in second[0]
+    assert f"hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in second[0]
+    assert f"hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in second[0]
     assert (tmp_path / "multirun.yaml").exists()
 
 

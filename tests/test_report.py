@@ -61,7 +61,7 @@ def test_sweep_report_table_speedup_and_plots(mlflow_uri, tmp_path):
     assert rows["job0 bs=16 cpu"]["speedup"] == "1.00× (baseline)"  # the first CPU run by default
     assert rows["job3 bs=256 cuda"]["speedup"] == "60.00×"
     assert rows["job3 bs=256 cuda"]["MFU"] == "42.0%" and rows["job0 bs=16 cpu"]["MFU"] == ""
-    assert rows["job2 bs=64 cuda"]["final metric"] == "val cos 0.5"
+    assert rows["job2 bs=64 cuda"]["final metric"] == "val/cos 0.5"  # the metric's one name, as the console's
     assert "plots beside this file: `throughput.png`, `validation.png`" in result.markdown
     assert "![" not in result.markdown  # MLflow's Markdown viewer shows an image as its raw link text
     assert "every run: status FINISHED, α 0.7\n" in result.markdown  # constants above, not in every row
@@ -150,11 +150,30 @@ def test_the_csv_holds_numbers_that_pandas_reads_as_floats(mlflow_uri, tmp_path)
     parent = make_sweep(mlflow_uri, tmp_path)
     report.sweep_report(mlflow_uri, parent, tmp_path / "out")
     table = pd.read_csv(tmp_path / "out" / "report.csv")
-    for column in ("bs", "median step (s)", "samples/s", "tokens/s", "MFU", "speedup", "val cos"):
+    for column in ("bs", "median step (s)", "samples/s", "tokens/s", "MFU", "speedup", "final val/cos"):
         assert pd.api.types.is_float_dtype(table[column]) or pd.api.types.is_integer_dtype(table[column]), column
     by_run = table.set_index("run")
     assert by_run.loc["job3 bs=256 cuda", "samples/s"] == 6000.0  # the Markdown shows "6,000"
     assert by_run.loc["job3 bs=256 cuda", "median step (s)"] == 256 / 6000  # unrounded (the Markdown: 0.04267)
     assert by_run.loc["job3 bs=256 cuda", "speedup"] == 60.0 and by_run.loc["job0 bs=16 cpu", "speedup"] == 1.0
     assert by_run.loc["job3 bs=256 cuda", "MFU"] == 0.42 and pd.isna(by_run.loc["job0 bs=16 cpu", "MFU"])
-    assert by_run.loc["job2 bs=64 cuda", "val cos"] == 0.5
+    assert by_run.loc["job2 bs=64 cuda", "final val/cos"] == 0.5
+
+
+def test_integers_stay_integers_and_a_mixed_backend_sweep_has_one_backend_column(mlflow_uri, tmp_path):
+    """bs is written 16, not 16.0; backend.name (and MLX's backend.device, absent elsewhere) follow the backend
+    column, so they are not columns of their own; a backend setting that differs within one backend still is."""
+    parent = make_sweep(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    for i, run in enumerate(mlflow_store.sweep_jobs(mlflow_uri, parent)):
+        backend = run.data.tags["backend"]
+        client.log_param(run.info.run_id, "backend.name", backend)
+        if backend == "cuda":
+            client.log_param(run.info.run_id, "backend.device", "auto")
+        client.log_param(run.info.run_id, "backend.matmul_precision", "high" if i % 2 else "medium")
+    result = report.sweep_report(mlflow_uri, parent, tmp_path / "out")
+    assert "backend" in result.columns and "backend.name" not in result.columns and "backend.device" not in result.columns
+    assert "backend.matmul_precision" in result.columns
+    with open(tmp_path / "out" / "report.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["row"] == "job"]
+    assert sorted(r["bs"] for r in rows) == ["16", "256", "32", "64"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -119,11 +120,16 @@ def test_make_ui_prints_the_latest_sweeps_runs_in_the_machine_learning_view(demo
     (parent,) = client.search_runs(
         [e.experiment_id for e in client.search_experiments()], "tags.`sweeplab.role` = 'sweep'"
     )
+    env = {k: v for k, v in os.environ.items() if k != mlflow_store.UI_URL_ENV}
     out = subprocess.run(
-        [sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs?workflowType=machine_learning" in out
     assert parent.info.run_id in out  # the filter names this sweep's jobs
+    # where the jobs' closing lines say the UI is (test_console), make ui serves it
+    moved = subprocess.run([sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True,
+                           check=True, env={**env, mlflow_store.UI_URL_ENV: "http://127.0.0.1:5123"}).stdout
+    assert f"http://127.0.0.1:5123/#/experiments/{parent.info.experiment_id}/runs?" in moved
 
 
 def test_metric_points_wait_in_the_process_until_a_pause_or_their_time_is_up(mlflow_uri):

@@ -31,7 +31,8 @@ def test_the_parent_run_reaches_jobs_through_the_environment_and_the_sweep_dir(m
     assert os.environ[channels.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
     assert (tmp_path / "multirun/day/time" / channels.PARENT_RUN_FILE).read_text() == parent_id
     parent = MlflowClient(mlflow_uri).get_run(parent_id)
-    assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "time"
+    assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "day/time"
+    assert parent.data.tags["mlflow.runName"] == "sweep day/time"  # one name for the sweep: run name, tag, report
     assert parent.info.status == "RUNNING"
     callback.on_multirun_end(cfg)
     assert MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"
@@ -45,6 +46,16 @@ def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp
     assert stop.value.code == 2
     message = "error: hydra.launcher.partition is required by hydra/launcher=slurm: add hydra.launcher.partition=..."
     assert message in capsys.readouterr().err.splitlines()
+
+
+def test_a_missing_data_path_stops_the_sweep_before_its_run_exists(mlflow_uri, tmp_path, capsys):
+    cfg = _sweep_config(tmp_path, f"data.path={tmp_path / 'nope.jsonl'}")
+    with pytest.raises(SystemExit) as stop:
+        MLflowSweepCallback().on_multirun_start(cfg)
+    assert stop.value.code == 2
+    assert f"error: config error: data.path: {tmp_path / 'nope.jsonl'}: no such file or directory" in capsys.readouterr().err
+    client = MlflowClient(mlflow_uri)
+    assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
 
 
 def _child(client, experiment_id, parent_id, objective, mode, **params):

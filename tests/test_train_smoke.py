@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
+from console_formats import foreign_lines
 from sweeplab.training import train
 
 TRAIN_METRICS = {"train/loss", "train/cos", "train/mse", "lr", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec"}
@@ -96,21 +100,27 @@ NOISE = ("GPU available", "TPU available", "Tip:", "litlogger", "LeafSpec", "set
 COMMON = ("debug=smoke", "model.out_dim=64", "trainer.max_steps=4")
 
 
-def _assert_clean(result: subprocess.CompletedProcess) -> list[str]:
-    """No library noise; every run ends with one line: its metric, throughput and UI address. Returns the lines."""
+def _assert_clean(result: subprocess.CompletedProcess, *documents: str) -> list[str]:
+    """No library noise (every line one of sweeplab's formats: tests/console_formats.py; `documents`: what it printed
+    whole); every run ends with one line: its metric, throughput and run. Returns the lines."""
     lines = (result.stdout + result.stderr).splitlines()
     assert result.returncode == 0, lines[-40:]
     assert not [line for line in lines if any(n in line for n in NOISE)], lines
+    assert foreign_lines(result.stdout + result.stderr, *documents) == [], lines
     done = [line for line in lines if "done: " in line]
-    assert done and all("best val/cos" in line and "samples/s" in line and "/runs/" in line for line in done), done
+    assert done and all("best val/cos" in line and "samples/s" in line for line in done), done
     return lines
 
 
 def test_a_runs_console_shows_its_result_not_library_noise(demo_dir, mlflow_uri):
+    env = {k: v for k, v in os.environ.items() if k != "SWEEPLAB_UI_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "sweeplab.train", *COMMON, f"data.path={demo_dir}"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "sweeplab.train", *COMMON, f"data.path={demo_dir}"], capture_output=True, text=True,
+        timeout=300, env=env,
     )
-    assert len([line for line in _assert_clean(result) if "done: " in line]) == 1
+    (done,) = [line for line in _assert_clean(result) if "done: " in line]
+    # a local store whose UI address nobody gave: the run, not a link to a port that may serve something else
+    assert re.search(r"; run \w{32} \(`make ui` shows it\)$", done), done
 
 
 @pytest.mark.slow
@@ -120,9 +130,10 @@ def test_a_parallel_sweeps_console_shows_progress_and_results_not_worker_noise(d
         [sys.executable, "-m", "sweeplab.train", "-m", *COMMON, f"data.path={demo_dir}", "data.batch_size=8,16",
          "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], capture_output=True, text=True, timeout=300,
     )
-    lines = _assert_clean(result)
+    (sweep_dir,) = Path.cwd().glob("multirun/*/*")
+    lines = _assert_clean(result, (sweep_dir / "report.md").read_text())
     assert len([line for line in lines if "done: " in line]) == 2
-    assert any("sweep: job 1 of 2" in line for line in lines) and any("sweep: job 2 of 2" in line for line in lines)
+    assert any("sweep: job 0 (the 1st of 2" in line for line in lines) and any("sweep: job 1 (the 2nd of 2" in line for line in lines)
 
 
 def test_no_metric_write_reaches_the_store_during_the_timed_steps(demo_dir, mlflow_uri, monkeypatch):

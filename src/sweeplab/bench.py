@@ -324,6 +324,7 @@ def row_config(
         f"timing.warmup_steps={warmup}",
         f"timing.window={min(20, steps)}",
         f"logger.experiment_name={settings.experiment_name}",
+        "trainer.enable_progress_bar=false",  # the bench prints one line per run (trainer.enable_progress_bar=true wins)
     ]
     cfg = compose([*experiment, *row.overrides, *bench_overrides, *row_args])
     with open_dict(cfg):
@@ -434,18 +435,35 @@ def _compile_note(r: RowResult) -> str:
 
 
 def _noise_note(pairs: list[float], spread: float = stability.NOISY_SPREAD) -> str:
-    """Pairs further apart than `spread` of their median: the machine's noise is larger than a 3 % overhead."""
+    """Pairs further apart than `spread` of their median: the machine's noise is larger than a 3 % overhead. One pair
+    gives no estimate of that noise, so its overhead is not called ok either."""
+    if len(pairs) == 1:
+        return "no noise estimate (1 pair): raise bench.repeats"
     if len(pairs) < 2:
         return ""
     width = (max(pairs) - min(pairs)) / statistics.median(pairs)
     return f"noisy: pairs {min(pairs):.2f}-{max(pairs):.2f}, raise bench.repeats" if width > spread else ""
 
 
-def _host_note(r: RowResult) -> str:
-    """A host whose own speed wavered (stability.UNSTEADY_HOST) during the row's sweeplab jobs moves a host-bound
-    row's pairs whatever either side does."""
-    spreads = [spread for m in r.sweeplab if (spread := stability.unsteady_host(m)) is not None]
-    return f"unsteady host (Python speed spread up to {max(spreads):.0%})" if spreads else ""
+def _stability_notes(r: RowResult) -> list[str]:
+    """The report's rules (sweeplab.stability.problems) over the row's sweeplab jobs, which run between its raw-loop
+    runs: a step-time spread, a loaded or unsteady host during any of them, new batch shapes in timed steps. One
+    note per kind, from the first job it held for (compilations: _compile_note counts both sides)."""
+    notes: dict[str, str] = {}
+    for metrics in r.sweeplab:
+        for problem in stability.problems(metrics):
+            kind = problem.split(" (")[0]
+            if not kind.endswith("compilation(s) in timed steps"):
+                notes.setdefault(kind, problem)
+    return list(notes.values())
+
+
+def _status(r: RowResult) -> str:
+    """ok only when nothing is known against the row's overhead: skipped, failed, or every reason it is unreliable."""
+    if r.skipped or r.failed:
+        return r.skipped or r.failed
+    notes = [_compile_note(r), _noise_note(r.pair_overheads), *_stability_notes(r)]
+    return "; ".join(n for n in notes if n) or "ok"
 
 
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
@@ -485,7 +503,7 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
                 "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
-                "status": r.skipped or r.failed or "; ".join(n for n in (_compile_note(r), _noise_note(pairs), _host_note(r)) if n) or "ok",
+                "status": _status(r),
             }
         )
         rows.append(row)
@@ -525,7 +543,10 @@ def render(results: list[RowResult], settings: BenchSettings, command: str) -> s
         "",
         f"{settings.repeats} alternating sweeplab/raw-loop pairs per row; each run times the steps after its "
         f"warm-up, device synchronised at the edges, data loading included. overhead = sweeplab samples/s ÷ raw-loop "
-        "samples/s (medians; `pairs` lists each pair's ratio); speedup = samples/s ÷ the model's CPU baseline row.",
+        "samples/s (medians; `pairs` lists each pair's ratio); speedup = samples/s ÷ the model's CPU baseline row. "
+        "status: ok, or why the overhead cannot be trusted: pairs further apart than "
+        f"{stability.NOISY_SPREAD:.0%} (one pair: no noise estimate), compilations in timed steps, and the report's "
+        "stability rules for the row's sweeplab jobs (step-time spread, host load, unsteady host).",
         "",
         to_markdown(table_rows(results), COLUMNS),
         "",

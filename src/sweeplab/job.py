@@ -129,8 +129,8 @@ def _finish(job: Job, result: FitResult) -> float | None:
 
 
 def final_line(run, monitor: str, monitored: float | None, summary: dict, diverged: str | None = None) -> str:
-    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it; a run
-    that diverged says so first."""
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it (its
+    address where the UI's is known: mlflow_store.ui_base); a run that diverged says so first."""
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
     if diverged:
         parts.insert(0, f"DIVERGED ({diverged})")
@@ -140,8 +140,9 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
         parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
     if run is None:
         return "done (not tracked): " + ", ".join(parts)
-    url = mlflow_store.run_url(mlflow_store.ui_base(run.uri), run.experiment_id, run.run_id)
-    return f"done: {run.run_name}: {', '.join(parts)}; {url}"
+    base = mlflow_store.ui_base(run.uri)
+    where = mlflow_store.run_url(base, run.experiment_id, run.run_id) if base else f"run {run.run_id} (`make ui` shows it)"
+    return f"done: {run.run_name}: {', '.join(parts)}; {where}"
 
 
 def record_batch_size(job: Job, loader) -> None:

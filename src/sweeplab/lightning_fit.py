@@ -5,8 +5,6 @@ Everything around the step (data, task, recording the run) is sweeplab.job's, sh
 
 from __future__ import annotations
 
-import warnings
-
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
@@ -18,15 +16,12 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.console import progress_bar_shown, quiet_libraries
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.plan import JobPlan
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
-
-# cuda_graph=true and steps_per_batch > 1 train with manual optimization, and Lightning then warns that checkpoints hold the weights after
-# the optimizer step: true of every run here, automatic optimization included
-warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
 
 class LoggedLossProgressBar(TQDMProgressBar):
@@ -51,7 +46,9 @@ def fresh_compiler() -> None:
 
 
 def fit(job: Job) -> FitResult:
+    quiet_libraries()  # Lightning is imported now: its own console handler goes (sweeplab.console)
     p = job.plan
+    show_bar = progress_bar_shown(p.trainer.enable_progress_bar)
     datamodule, _, task = start_fit(job)
     if p.compile_mode != "off":
         fresh_compiler()
@@ -68,10 +65,10 @@ def fit(job: Job) -> FitResult:
         callbacks.append(MetricsStoredAtCheckpoint())
     if (fault := FaultInjection.from_env()) is not None:
         callbacks.append(fault)
-    if p.trainer.enable_progress_bar:
+    if show_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
-    trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization)
+    trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization, progress_bar=show_bar)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
         job.run.set_tag("tuned.batch_size", str(tuned))
@@ -101,7 +98,7 @@ class _RecordBatchSize(L.Callback):
         record_batch_size(self.job, trainer.train_dataloader)
 
 
-def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True) -> L.Trainer:
+def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True, progress_bar: bool = False) -> L.Trainer:
     """`clips`: Lightning clips the gradients (automatic optimization); otherwise the task's own step does
     (cuda_graph, several steps per batch), and Lightning refuses a clip value under manual optimization."""
     t = p.trainer
@@ -123,7 +120,7 @@ def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True) -> L.Tra
         gradient_clip_algorithm="norm",
         plugins=[AtomicCheckpointIO(), *precision_plugins],
         deterministic=t.deterministic,
-        enable_progress_bar=t.enable_progress_bar,
+        enable_progress_bar=progress_bar,
         enable_model_summary=False,
         callbacks=callbacks,
         logger=job.logger if job.logger is not None else False,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import lightning as L
 from annotated_types import Ge, Interval
@@ -18,6 +19,7 @@ from sweeplab import backends, host_arch, rules, tuning
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer
 from sweeplab.config import bind, build
+from sweeplab.console import once
 from sweeplab.errors import ConfigError
 from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
@@ -36,7 +38,7 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     devices: int = 1
     num_sanity_val_steps: Annotated[int, Ge(-1)] = 0  # -1: the whole validation set
-    enable_progress_bar: bool = True
+    enable_progress_bar: bool | Literal["auto"] = "auto"  # auto: a job run alone at a terminal (console.progress_bar_shown)
     deterministic: bool = False
 
     def __post_init__(self) -> None:
@@ -93,6 +95,13 @@ class JobPlan:
     loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
 
 
+def check_data_path(path: Any) -> None:
+    """`data.path` (a data module's `path`, sweeplab.families.contract) names a file or directory that exists: a
+    missing one fails here, before a run exists, not when the data is first read."""
+    if path is not None and not Path(str(path)).exists():
+        raise ConfigError("data.path", f"{path}: no such file or directory")
+
+
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
 
 
@@ -116,8 +125,8 @@ def plan(cfg: DictConfig) -> JobPlan:
         # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
         # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
         peak = max(optim.min_lr, optim.lr * trainer.max_steps / optim.warmup_steps)
-        log.warning(
-            "optim.warmup_steps=%d is longer than the run (trainer.max_steps=%d): the learning rate peaks at %.3g, "
+        once(
+            log, logging.WARNING, "optim.warmup_steps=%d is longer than the run (trainer.max_steps=%d): the learning rate peaks at %.3g, "
             "never reaching optim.lr=%.3g; lower optim.warmup_steps for a run that trains at optim.lr",
             optim.warmup_steps, trainer.max_steps, peak, optim.lr,
         )
@@ -154,6 +163,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     )
     container["data"] = family.data_group(container)  # what the family decides from the whole config is recorded
     datamodule = family.build_datamodule(container["data"], model_config)
+    check_data_path(getattr(datamodule, "path", None))
     if steps_per_batch > 1:
         rules.check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune,
                                     datamodule)

@@ -66,6 +66,7 @@ def _config(args: argparse.Namespace, out: Path, max_steps: int):
         [
             "timing=profile",
             "logger.experiment_name=sweeplab-profile",  # profiled runs stay out of the studies' charts
+            "trainer.enable_progress_bar=false",  # the table is the output (trainer.enable_progress_bar=true wins)
             *args.overrides,
             f"timing.warmup_steps={args.warmup_steps}",
             f"timing.trace_steps={args.trace_steps}",

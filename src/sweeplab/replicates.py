@@ -142,7 +142,8 @@ def job_environment(job: PlannedJob, concurrent_jobs: int) -> tuple[str, ...]:
         CONFIG_INDEX_ENV: job.config_index,
         CONCURRENT_JOBS_ENV: concurrent_jobs,
     }
-    return tuple(f"++hydra.job.env_set.{name}={value}" for name, value in values.items())
+    # plain keys (conf/train.yaml declares them): Hydra's launch line `#N : <overrides>` leaves hydra.* keys out
+    return tuple(f"hydra.job.env_set.{name}={value}" for name, value in values.items())
 
 
 def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from sweeplab import channels, cli, report_apple, report_figures, stability
 from sweeplab import labels as config_labels
+from sweeplab.console import quiet_libraries
 from sweeplab.errors import UserError, report_user_error
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
@@ -128,7 +129,7 @@ def _family(name: str):
 def final_metric(family: str) -> tuple[str, str]:
     """(metric, column label) of a family's final metric: its record's, else the validation loss."""
     record = _family(family)
-    return record.final_metric if record else ("val/loss", "val loss")
+    return record.final_metric if record else ("val/loss", "val/loss")
 
 
 def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, str]:
@@ -139,6 +140,17 @@ def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, 
         short = config_labels.label(key, family_labels, whole_key=True)
         headers[key] = key if short in headers.values() else short
     return headers
+
+
+def _follows_backend(key: str, runs) -> bool:
+    """A `backend.*` setting with one value per backend in the table (backend.name; MLX's backend.device, absent
+    elsewhere): it says which backend ran, as the `backend` column does, so a mixed-backend sweep shows one column."""
+    if not key.startswith("backend."):
+        return False
+    values: dict[str, set] = {}
+    for run in runs:
+        values.setdefault(run.data.tags.get("backend", ""), set()).add(run.data.params.get(key))
+    return all(len(seen) == 1 for seen in values.values())
 
 
 def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
@@ -158,6 +170,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         k
         for k in all_keys
         if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in configured}) > 1
+        and not _follows_backend(k, configured)
     ]
     param_keys += varying
     headers = _column_labels(param_keys, labels)
@@ -241,18 +254,23 @@ NUMBERS = "_numbers"  # a row's key holding its numeric cells unformatted (build
 
 
 def csv_number(cell: str) -> tuple[str, float | None]:
-    """A table cell as (label, number): "14,601" -> ("", 14601.0), "1.02× (baseline)" -> ("", 1.02), "12.5%" ->
-    ("", 0.125), "val cos 0.93" -> ("val cos", 0.93); (cell, None) when it is not a number."""
+    """A table cell as (label, number): "32" -> ("", 32) (an integer stays one), "1.02× (baseline)" -> ("", 1.02),
+    "12.5%" -> ("", 0.125), "val/cos 0.93" -> ("val/cos", 0.93); (cell, None) when it is not a number. A cell
+    with thousands separators is a rounded figure (format_number), not an integer."""
     match = _FORMATTED_NUMBER.match(cell.strip())
     if not match or not any(c.isdigit() for c in match["number"]):
         return cell, None
-    value = float(match["number"].replace(",", ""))
+    text = match["number"]
+    if match["unit"] is None and re.fullmatch(r"[-+]?\d+", text):
+        return match["label"].strip(), int(text)
+    value = float(text.replace(",", ""))
     return match["label"].strip(), value / 100 if match["unit"] == "%" else value
 
 
 def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
-    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read floats.
-    A column whose cells carry one label (the final metric's "val cos") is named by it."""
+    """The table as numbers (thousands separators, ×, % and labels gone), so pandas and spreadsheets read numbers:
+    integers (a batch size) as integers. A column whose cells carry one label is named by it: the final metric's
+    cells "val/cos 0.93" make the column `final val/cos`, as the per-configuration rows name it."""
     def cell(row: dict, column: str) -> tuple[str, float | None]:
         numbers = row.get(NUMBERS) or {}
         if column in numbers:  # the exact value; its label (the final metric's name) from the formatted cell
@@ -268,8 +286,8 @@ def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
         blank_or_numeric = all(v is not None or label == "" for label, v in cells)
         if numeric and blank_or_numeric and len({label for label, _ in numeric}) == 1:
             label = numeric[0][0]
-            name = label if label else column
-            values[name] = ["" if v is None else repr(float(v)) for _, v in cells]
+            name = (f"final {label}" if column == "final metric" else label) if label else column
+            values[name] = [_csv_cell(v) for _, v in cells]
         else:
             name = column
             values[name] = [str(row.get(column, "")) for row in rows]
@@ -418,9 +436,12 @@ def _csv_with_configurations(runs, rows: list[dict], columns: list[str], found: 
 
 
 def _csv_cell(value) -> str:
+    """A CSV cell: an int as an int (a batch size, a job count), any other number as a float's repr."""
     if value is None:
         return ""
-    return repr(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def jobs_never_run(parent, runs) -> tuple[str, ...]:
@@ -449,8 +470,10 @@ def jobs_never_run(parent, runs) -> tuple[str, ...]:
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
     runs = mlflow_store.sweep_jobs(uri, parent_run_id)
-    never_ran = jobs_never_run(mlflow_store.client(uri).get_run(parent_run_id), runs)
-    report = write_report(runs, out_dir, f"sweep {parent_run_id[:8]}", uri, baseline, options, never_ran)
+    parent = mlflow_store.client(uri).get_run(parent_run_id)
+    # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
+    title = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}"
+    report = write_report(runs, out_dir, title, uri, baseline, options, jobs_never_run(parent, runs))
     # the verdict as the sweep run's description, one run per configuration under it (sweeplab.tracking.config_runs)
     config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
                                report_figures.family_labels(runs))
@@ -473,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="how much worse than the baseline's final metric still keeps quality (metric units)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
+    quiet_libraries()  # matplotlib's note on building its font cache, on a first run
     try:
         check_arguments(args)
         return _report(args)

@@ -40,6 +40,7 @@ from sweeplab.errors import UserError, is_user_error, user_message
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
+from sweeplab.plan import check_data_path
 from sweeplab.report import sweep_report
 from sweeplab.report_verdict import CONFIG_INDEX_TAG, CONFIG_TAG, VerdictOptions, sweep_verdict
 from sweeplab.tracking import mlflow_store, naming, sweep_plots
@@ -51,19 +52,30 @@ OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes
 distributed.register_resolvers()  # hydra/launcher=joblib_gpus sizes n_jobs with it
 
 
-def progress_line(job_number: int, progress: str | None, now: float) -> str | None:
-    """"sweep: job 3 of 8 (2 done in 25 s, about 1.6 min left)" from the sweep's start time and size."""
+def progress_line(job_number: int, progress: str | None, now: float, placement: str = "") -> str | None:
+    """"sweep: job 3 (the 4th of 8; configuration 1, replicate 1; sweep started 25 s ago, about 42 s left)".
+
+    Job numbers are Hydra's, counted from 0 as its job folders (multirun/<date>/<time>/3), the `hydra_job` tag and
+    the sweep's `best: job 3` line count them; `placement` names the job's configuration and replicate in a
+    replicated sweep (both counted from 0, as their tags)."""
     try:
         start_text, total_text = (progress or "").split()
         start, total = float(start_text), int(total_text)
     except ValueError:
         return None
-    line = f"sweep: job {job_number + 1} of {total}" if total > 0 else f"sweep: job {job_number + 1}"
+    details = [f"the {_ordinal(job_number + 1)} of {total}"] if total > 0 else []
+    if placement:
+        details.append(placement)
     elapsed = now - start
     if job_number > 0 and total > 0:
         left = elapsed / job_number * (total - job_number)
-        line += f" ({job_number} started {_duration(elapsed)} ago, about {_duration(left)} left)"
-    return line
+        details.append(f"sweep started {_duration(elapsed)} ago, about {_duration(left)} left")
+    return f"sweep: job {job_number}" + (f" ({'; '.join(details)})" if details else "")
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _duration(seconds: float) -> str:
@@ -107,6 +119,8 @@ class MLflowSweepCallback(Callback):
 
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
+        if "data.path" not in naming.swept_keys(config):  # one missing path for every job: no sweep run at all
+            check_data_path(OmegaConf.select(config, "data.path", default=None))
         _check_replicates(config)
         verdict_options(config)  # a wrong report.target fails now, not after the sweep
         os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
@@ -137,7 +151,7 @@ class MLflowSweepCallback(Callback):
             run_name=naming.sweep_run_name(sweep_dir),
             tags=mlflow_store.context_tags({
                 "sweeplab.role": "sweep",
-                "sweep_id": sweep_dir.name,
+                "sweep_id": naming.sweep_id(sweep_dir),
                 "sweep_dir": str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
@@ -164,7 +178,8 @@ class MLflowSweepCallback(Callback):
         mlflow_store.forget_current_run()
         if _in_multirun():
             number = OmegaConf.select(config, "hydra.job.num", default=0) or 0
-            if (line := progress_line(int(number), os.environ.get(channels.SWEEP_PROGRESS_ENV), time.time())) is not None:
+            progress = os.environ.get(channels.SWEEP_PROGRESS_ENV)
+            if (line := progress_line(int(number), progress, time.time(), _placement(config))) is not None:
                 log.info("%s", line)
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
@@ -315,6 +330,15 @@ def planned_jobs(config: DictConfig) -> int | None:
         return grid * replicates.replicates_setting(config) if "SweeplabSweeper" in target else grid
     n_trials = sweeper.get("n_trials")
     return int(n_trials) if isinstance(n_trials, int) else None
+
+
+def _placement(config: DictConfig) -> str:
+    """"configuration 1, replicate 2" for a job of a replicated sweep (the sweeplab sweeper sets both in the job's
+    environment); "" otherwise."""
+    if config.get("replicates", 1) == 1:
+        return ""
+    index, replicate = os.environ.get(channels.CONFIG_INDEX_ENV), os.environ.get(channels.REPLICATE_ENV)
+    return f"configuration {index}, replicate {replicate}" if index and replicate else ""
 
 
 def _in_multirun() -> bool:

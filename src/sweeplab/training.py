@@ -55,7 +55,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         "torch": torch.__version__,
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
-        "sweep_id": Path(sweep_dir).name if sweep_dir else "",
+        "sweep_id": naming.sweep_id(sweep_dir),
         **backends.mps_fallback_tags(p.backend),
         **host_arch.host_tags(),
         **_preset_tags(),
@@ -283,7 +283,7 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
             uri,
             logger.get("experiment_name", "sweeplab"),
             naming.failed_job_name(str(family)),
-            tags={"family": str(family), "sweep_id": Path(sweep_dir).name if sweep_dir else ""},
+            tags={"family": str(family), "sweep_id": naming.sweep_id(sweep_dir)},
             params={},
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
         ).fail(exc)

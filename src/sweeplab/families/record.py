@@ -140,7 +140,8 @@ class Family:
     labels: Mapping[str, str] = field(default_factory=dict)  # short labels of its keys: {"loss.alpha": "α"}
     name_keys: tuple[str, ...] | Target = ()  # keys every run name shows (a swept key is named anyway); or cfg -> keys
     report_keys: tuple[str, ...] = ()  # keys the report's table shows for this family (after the batch size)
-    report_metric: tuple[str, str] | None = None  # (metric, column label); None: the monitored metric
+    # (metric, its label in the report and CSV); None: the monitored metric, labelled by its name as everywhere else
+    report_metric: tuple[str, str] | None = None
     # --- optional parts ------------------------------------------------------------------------------------------
     export: ExportSpec | None = None  # the Core ML export; None: export=coreml is refused at plan time
     config_searchpath: str | None = None  # where Hydra finds its configs ("pkg://my_package.conf"); None: sweeplab's conf/
@@ -218,7 +219,7 @@ class Family:
 
     @property
     def final_metric(self) -> tuple[str, str]:
-        return self.report_metric or (self.monitor, self.monitor.replace("/", " "))
+        return self.report_metric or (self.monitor, self.monitor)
 
     def model_sizes(self) -> Mapping[str, Mapping[str, Any]]:
         """The family's named model sizes: `sizes`, else SIZES in the module of `model_config`."""

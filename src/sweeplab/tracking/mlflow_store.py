@@ -247,11 +247,29 @@ def store_problem(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def ui_base(uri: str, host: str = "127.0.0.1", port: int = 5000) -> str:
-    """Where the UI of this store is served: the tracking server itself, else a local `mlflow ui` (`make ui`)."""
+# Where `make ui` serves a local store's UI (http://host:port); it reads the same variable, so a job's closing line
+# and the UI agree on the address. Unset: `make ui` serves on UI_DEFAULT and a job does not guess.
+UI_URL_ENV = "SWEEPLAB_UI_URL"
+UI_DEFAULT = ("127.0.0.1", 5000)
+
+
+def ui_address() -> tuple[str, int]:
+    """(host, port) `make ui` serves on: $SWEEPLAB_UI_URL's, else UI_DEFAULT."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get(UI_URL_ENV, ""))
+    return url.hostname or UI_DEFAULT[0], url.port or UI_DEFAULT[1]
+
+
+def ui_base(uri: str, host: str | None = None, port: int | None = None) -> str | None:
+    """Where the UI of this store is served, when that is known: the tracking server itself (an http(s) URI), the
+    address `make ui` was given, else $SWEEPLAB_UI_URL; None for a local store whose UI address nobody gave (a
+    closing line then names the run instead of a link that may point at another port or another store)."""
     if uri.startswith(("http://", "https://")):
         return uri.rstrip("/")
-    return f"http://{host}:{port}"
+    if host is not None and port is not None:
+        return f"http://{host}:{port}"
+    return os.environ.get(UI_URL_ENV, "").rstrip("/") or None
 
 
 def runs_url(

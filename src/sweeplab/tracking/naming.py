@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
-from sweeplab.channels import SWEPT_KEYS_ENV
+from sweeplab.channels import REPLICATE_ENV, SWEPT_KEYS_ENV
 from sweeplab.labels import label
 
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
@@ -107,8 +107,9 @@ def _conf_default(group_file: str, key: str) -> Any:
 
 
 def run_name(p, cfg: DictConfig) -> str:
-    """A job's run name (p: its training.JobPlan): swept keys first, then the family and its own keys, a
-    non-default model size or step budget, and the backend's settings."""
+    """A job's run name (p: its training.JobPlan): swept keys first (and in a replicated sweep the replicate,
+    `rep=1`, counted from 0 as its tag), then the family and its own keys, a non-default model size or step budget,
+    and the backend's settings."""
     family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
     swept = _swept_values()
     parts = []
@@ -116,6 +117,8 @@ def run_name(p, cfg: DictConfig) -> str:
         if key not in _NAMED_AT_THE_END:
             short = label(key, p.family.labels)
             parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
+    if cfg.get("replicates", 1) != 1 and os.environ.get(REPLICATE_ENV):  # the replicates of a configuration apart
+        parts.append(f"rep={os.environ[REPLICATE_ENV]}")
     parts.append(p.family.name)
     size = OmegaConf.select(cfg, "model.size")
     if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
@@ -148,9 +151,18 @@ def failed_job_name(family: str) -> str:
     return f"{family} (failed before training)"
 
 
+def sweep_id(sweep_dir: str | Path | None) -> str:
+    """A sweep's one name: its multirun dir's last two parts (`2026-11-24/13-39-32`), the same in the parent run's
+    name, the `sweep_id` tag of the parent and of every job, and the report's heading; "" outside a sweep."""
+    if not sweep_dir:
+        return ""
+    path = Path(sweep_dir)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
 def sweep_run_name(sweep_dir: Path) -> str:
-    """A sweep's parent run: its multirun dir's last two parts (date/time)."""
-    return f"sweep {sweep_dir.parent.name}/{sweep_dir.name}"
+    """A sweep's parent run: `sweep <sweep id>`."""
+    return f"sweep {sweep_id(sweep_dir)}"
 
 
 def sweep_description(overrides: list[str]) -> str:

@@ -2,6 +2,9 @@
 
     python -m sweeplab.tracking.ui [--host 127.0.0.1] [--port 5000] [--no-serve]
 
+The address: --host/--port, else $SWEEPLAB_UI_URL (e.g. http://127.0.0.1:5001), which the jobs' closing lines read
+too, so the link each job prints opens here; else 127.0.0.1:5000.
+
 The printed URL opens the runs table of the sweep's experiment, filtered to the sweep's configuration runs (one
 row per configuration, sweeplab.tracking.config_runs) or, for a sweep without replicates, to its jobs, in MLflow's
 "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
@@ -41,8 +44,9 @@ def latest_sweep_url(uri: str, base: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m sweeplab.tracking.ui", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=5000)
+    host, port = mlflow_store.ui_address()
+    parser.add_argument("--host", default=host, help=f"default: ${mlflow_store.UI_URL_ENV}'s host, else 127.0.0.1")
+    parser.add_argument("--port", type=int, default=port, help=f"default: ${mlflow_store.UI_URL_ENV}'s port, else 5000")
     parser.add_argument("--no-serve", action="store_true", help="print the URL only")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()

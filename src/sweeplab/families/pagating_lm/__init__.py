@@ -45,7 +45,6 @@ FAMILY = Family(
     labels={"model.alpha": "α", "model.unit": "unit", "model.ffn": "ffn"},
     name_keys=_name_keys,
     report_keys=("model.unit", "model.alpha", "optim.lr"),
-    report_metric=("val/ppl", "val ppl"),
     mlx_model="sweeplab.families.pagating_lm.mlx_model:build_mlx_model",
     export=ExportSpec(
         "logits", "block_size", "next-token logits (B, S, vocab)",

@@ -47,7 +47,6 @@ FAMILY = Family(
     labels={"loss.alpha": "α", "loss.beta": "β"},
     name_keys=("data.batch_size", "loss.alpha", "loss.beta"),
     report_keys=("loss.alpha", "loss.beta"),
-    report_metric=("val/cos", "val cos"),
     mlx_model="sweeplab.families.textbridge.mlx_model:build_mlx_model",
     bench_data="sweeplab.families.textbridge.bench:bench_data",
     export=ExportSpec(

@@ -1,0 +1,61 @@
+"""The lines sweeplab's entry points print, as formats: anything else on a console is a library's (a banner, a tip, a
+progress bar, a profiler's trace marks) and fails the tests that run an entry point (tests/test_console.py and the
+train, bench and profile smoke runs).
+
+A line is sweeplab's when it is
+- a log line of a `sweeplab.*` logger whose message has one of MESSAGES' formats, in the format of a Hydra job's log
+  (`[time][logger][LEVEL] - message`) or of the bench's and profile's (`[time][logger] message`);
+- a line of the launching process (`[time][HYDRA] ...`): Hydra's launch lines (`Launching N jobs locally`, `#N :
+  <overrides>`, the joblib launcher's two) and sweeplab's sweeper's (`sweep: ...`);
+- a line of a document sweeplab prints whole (the sweep's report.md, bench.md, profile.md: passed in), or one of
+  PRINTED's closing lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+_STAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]"
+_LOG_LINE = re.compile(_STAMP + r"\[(?P<logger>[\w.]+)\](?:\[(?:INFO|WARNING|ERROR)\] -)? (?P<message>.*)")
+# the launching process logs every logger's lines as `[time][HYDRA] message`: Hydra's launchers' and sweeplab's
+# sweeper and sweep callback ("sweep: 4 configurations x 5 replicates, 5 rounds")
+_HYDRA_LAUNCH = re.compile(_STAMP + r"\[HYDRA\] (?:Launching \d+ jobs locally|\t#\d+ : .*"  # basic launcher
+                          r"|Joblib\.Parallel\(.*\) is launching \d+ jobs|Launching jobs, sweep output dir : .*"  # joblib
+                          r"|sweep: .+)")
+
+_DURATION = r"\d+(?:\.\d)? (?:s|min|h)"
+_DONE = (
+    r"done(?: \(not tracked\))?: (?:.+: )?(?:best \S+ -?[\d.e+-]+|\S+ n/a)(?:, [\d,]+ samples/s)?(?:, [\d.]+ ms/step)?"
+    r"(?:; (?:https?://[^/\s]+/#/experiments/\d+/runs/\w+\?\S*|run \w{32} \(`make ui` shows it\)))?"
+)
+# {logger: [message formats]}
+MESSAGES = {
+    "sweeplab.sweep_callback": [
+        rf"sweep: job \d+ \(the \d+(?:st|nd|rd|th) of \d+(?:; configuration \d+, replicate \d+)?"
+        rf"(?:; sweep started {_DURATION} ago, about {_DURATION} left)?\)",
+    ],
+    "sweeplab.job": [_DONE],
+    "sweeplab.bench": [r"row .+: .*", r".+ (?:raw loop|sweeplab) \d+: [\d.e+]+ samples/s"],
+    # a run shorter than its learning-rate warm-up (the bench's rows are, on purpose): said once per process
+    "sweeplab.plan": [r"optim\.warmup_steps=\d+ is longer than the run \(trainer\.max_steps=\d+\): .+"],
+}
+PRINTED = [
+    r"best: .+",  # the sweep's closing line after its report
+    r"written: .+",  # the files the bench, profile and report wrote
+]
+
+
+def _is_own(line: str) -> bool:
+    if not line.strip() or _HYDRA_LAUNCH.fullmatch(line) or any(re.fullmatch(p, line) for p in PRINTED):
+        return True
+    logged = _LOG_LINE.fullmatch(line)
+    return bool(logged) and any(
+        re.fullmatch(p, logged["message"]) for p in MESSAGES.get(logged["logger"], ())
+    )
+
+
+def foreign_lines(output: str, *documents: str) -> list[str]:
+    """The lines of `output` (a command's stdout and stderr) that are none of sweeplab's; `documents`: the texts the
+    command printed whole (its report.md, bench.md, profile.md)."""
+    printed = {line for document in documents for line in document.splitlines()}
+    return [line for line in output.splitlines() if line not in printed and not _is_own(line)]

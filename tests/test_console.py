@@ -1,0 +1,72 @@
+"""What a sweep prints is sweeplab's own (tests/console_formats.py holds the formats), and it names each thing one
+way: a job by Hydra's number (counted from 0: its `#N` line, its folder, the `hydra_job` tag, the `best: job N`
+line), the sweep by one id (run name, `sweep_id` tag, the report's heading)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from mlflow.tracking import MlflowClient
+
+from console_formats import foreign_lines
+
+FAST = ("debug=smoke", "model.out_dim=64", "trainer.max_steps=4", "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=1", "timing.warmup_steps=1", "timing.window=2", "optim.warmup_steps=1",
+        "logger.log_checkpoint=false", "logger.log_dataset=false")
+
+
+def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(demo_dir, mlflow_uri, tmp_path):
+    sweep_dir = tmp_path / "multirun" / "2026-01-02" / "03-04-05"
+    env = {**os.environ, "SWEEPLAB_UI_URL": "http://127.0.0.1:5123", "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.train", "-m", *FAST, f"data.path={demo_dir}", "data.batch_size=8,16",
+         f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (sweep_dir / "report.md").read_text()
+    output = result.stdout + result.stderr
+    assert foreign_lines(output, report) == [], output[-4000:]
+
+    lines = output.splitlines()
+    assert any(line.endswith("sweep: job 0 (the 1st of 2)") for line in lines), output[-3000:]
+    assert any(re.search(r"sweep: job 1 \(the 2nd of 2; sweep started .+ ago, about .+ left\)$", line) for line in lines)
+    assert "\t#1 : " in output and (sweep_dir / "1").is_dir()  # Hydra's job 1, in folder 1
+    assert "hydra.job.env_set" not in output  # the sweeper's bookkeeping stays out of Hydra's launch lines
+    done = [line for line in lines if "done: " in line]
+    assert len(done) == 2 and all("http://127.0.0.1:5123/#/experiments/" in line for line in done), done
+
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    jobs = [r for r in runs if r is not parent]
+    assert {r.data.tags["sweep_id"] for r in runs} == {"2026-01-02/03-04-05"}
+    assert parent.info.run_name == "sweep 2026-01-02/03-04-05" and "## sweep 2026-01-02/03-04-05\n" in report
+    (best,) = [line for line in lines if line.startswith("best: job ")]
+    number, name = re.match(r"best: job (\d+) \((.+?)\)", best).groups()
+    assert [r.data.tags["hydra_job"] for r in jobs if r.info.run_name == name] == [number]
+
+
+def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_replicate():
+    from sweeplab.sweep_callback import progress_line
+
+    assert progress_line(0, "1000 8", 1000.0) == "sweep: job 0 (the 1st of 8)"
+    line = progress_line(4, "1000 8", 1076.0, "configuration 2, replicate 1")
+    assert line == "sweep: job 4 (the 5th of 8; configuration 2, replicate 1; sweep started 76 s ago, about 76 s left)"
+    assert progress_line(11, "1000 20", 1100.0).startswith("sweep: job 11 (the 12th of 20; ")
+
+
+def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir, monkeypatch):
+    from conftest import smoke_config
+    from sweeplab.channels import REPLICATE_ENV
+    from sweeplab.plan import plan
+    from sweeplab.tracking.naming import run_name
+
+    monkeypatch.setenv(REPLICATE_ENV, "2")
+    replicated = smoke_config(demo_dir, "replicates=3")
+    assert " rep=2 " in f" {run_name(plan(replicated), replicated)} "
+    single = smoke_config(demo_dir)
+    assert "rep=" not in run_name(plan(single), single)
