@@ -150,7 +150,9 @@ def test_sigterm_at_seeded_moments_of_training_is_never_lost(example_site, mlflo
 def _train(demo_dir: Path, tmp_path: Path, *overrides: str, env: dict | None = None, **popen) -> subprocess.Popen:
     common = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=20",
               "trainer.val_check_interval=10", "trainer.log_every_n_steps=1", "checkpoint.every_n_steps=5"]
-    return subprocess.Popen([sys.executable, "-m", "sweeplab.train", *common, *overrides], cwd=tmp_path,
+    flags = [o for o in overrides if o.startswith("-")]  # -m: before the overrides
+    overrides = [o for o in overrides if not o.startswith("-")]
+    return subprocess.Popen([sys.executable, "-m", "sweeplab.train", *flags, *common, *overrides], cwd=tmp_path,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)
 
