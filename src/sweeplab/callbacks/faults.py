@@ -49,7 +49,6 @@ from sweeplab.channels import (
 )
 
 PAUSE_S = 600.0
-PAUSE_STAGES = ("setup", "validation", "checkpointing", "export", "report")
 _paused_in: set[str] = set()  # a stage pauses once per process
 
 
