@@ -75,6 +75,8 @@ FAULT_PAUSE_FINAL_VALIDATION_ENV = "SWEEPLAB_FAULT_PAUSE_AT_FINAL_VALIDATION"
 FAULT_PAUSED_FILE_ENV = "SWEEPLAB_FAULT_PAUSED_FILE"  # the file a paused run creates: the test's cue to signal it
 FAULT_KILL_IN_VALIDATION_ENV = "SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP"
 FAULT_KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
+FAULT_PAUSE_IN_ENV = "SWEEPLAB_FAULT_PAUSE_IN"  # a stage (setup, validation, checkpointing, export, report): pause there once
+FAULT_PAUSE_S_ENV = "SWEEPLAB_FAULT_PAUSE_S"  # how long that pause lasts (seconds; the file's removal ends it early)
 
 # --- module attributes: between parts of one process ---------------------------------------------------------------
 # The MLflow run of the job this process ran last. Written by tracking/mlflow_store.JobRun when it creates or

@@ -28,6 +28,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab import interrupts
+from sweeplab.callbacks.faults import pause_in
 from sweeplab.devices import release_earlier_jobs
 from sweeplab.errors import UserError
 from sweeplab.export import export_after_training
@@ -75,6 +76,7 @@ def start_fit(job: Job):
     training data recorded, and the family's task built. Returns (datamodule, model config, task)."""
     release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
     p = job.plan
+    pause_in("setup")  # reliability tests: a signal lands here (a no-op unless SWEEPLAB_FAULT_PAUSE_IN=setup)
     datamodule = p.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")

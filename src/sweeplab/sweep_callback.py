@@ -35,7 +35,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import channels, distributed, replicates
+from sweeplab import channels, distributed, interrupts, replicates
 from sweeplab.errors import UserError, is_user_error, user_message
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
@@ -223,6 +223,10 @@ class MLflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         status = "FINISHED"
         try:
+            if os.environ.get(channels.FAULT_PAUSE_IN_ENV):  # reliability tests: a signal lands in the report
+                from sweeplab.callbacks.faults import pause_in  # imports Lightning: only when a test asks for it
+
+                pause_in("report")
             report = sweep_report(uri, self.parent_run_id, sweep_dir, options=verdict_options(config))
             children = mlflow_store.sweep_jobs(uri, self.parent_run_id)
             summary = report.verdict.summary if report.verdict is not None else None
@@ -238,6 +242,7 @@ class MLflowSweepCallback(Callback):
                 channels.failed_jobs = report.failed
                 status = "FAILED"
                 client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
+            interrupts.check()  # a stop request swallowed where it landed in the report still ends the sweep KILLED
         except BaseException as exc:
             if is_interrupt(exc):  # Ctrl-C while the report is written: the sweep itself is over
                 status = "KILLED"

@@ -12,6 +12,14 @@ SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP=N sends SIGKILL during the validation 
                                reach any checkpoint; at the last step: the run's final validation).
 SWEEPLAB_FAULT_KILL_AFTER_FIT=1 sends SIGKILL once fit is done (every checkpoint written; summary, tags and export
                                not yet).
+SWEEPLAB_FAULT_PAUSE_IN=<stage> pauses once inside a named stage, so that a test's signal lands there: it creates
+                               the paused file and sleeps SWEEPLAB_FAULT_PAUSE_S seconds (default 5) or until the file
+                               is removed, then the stage goes on. The pause does not look at a stop request: the
+                               stage's own safe points must act on it. Stages (`pause_in` is called there):
+                               setup (job.start_fit, the MLflow run open, before the data is set up), validation
+                               (after a validation batch during fit, not the final validation), checkpointing
+                               (inside the checkpoint IO's save, before the file is written), export (inside the
+                               export, before the conversion), report (the sweep's end-of-sweep report).
 Unset in normal use; the callback is added only when one is set. The names are defined in sweeplab.channels.
 """
 
@@ -34,11 +42,31 @@ from sweeplab.channels import (
     FAULT_OOM_ENV,
     FAULT_PAUSE_ENV,
     FAULT_PAUSE_FINAL_VALIDATION_ENV,
+    FAULT_PAUSE_IN_ENV,
+    FAULT_PAUSE_S_ENV,
     FAULT_PAUSED_FILE_ENV,
     FAULT_RAISE_ENV,
 )
 
 PAUSE_S = 600.0
+_paused_in: set[str] = set()  # a stage pauses once per process
+
+
+def pause_in(stage: str) -> None:
+    """SWEEPLAB_FAULT_PAUSE_IN=<stage>: the first time this runs in that stage, create the paused file and sleep
+    SWEEPLAB_FAULT_PAUSE_S seconds or until the file is removed; a no-op (one dict look-up) otherwise. The sleep
+    ignores stop requests: it stands for work that cannot look at the flag, and the stage's own safe points act."""
+    if os.environ.get(FAULT_PAUSE_IN_ENV) != stage or stage in _paused_in:
+        return
+    _paused_in.add(stage)
+    paused_file = os.environ.get(FAULT_PAUSED_FILE_ENV)
+    deadline = time.monotonic() + float(os.environ.get(FAULT_PAUSE_S_ENV) or 5.0)
+    if paused_file:
+        Path(paused_file).write_text(stage)
+    while time.monotonic() < deadline:
+        if paused_file and not Path(paused_file).exists():
+            return
+        time.sleep(0.05)
 
 
 class FaultInjection(L.Callback):
@@ -72,7 +100,7 @@ class FaultInjection(L.Callback):
         )
         values = [os.environ.get(name) for name in names]
         pause_final = os.environ.get(FAULT_PAUSE_FINAL_VALIDATION_ENV) == "1"
-        if not any(values) and not pause_final:
+        if not any(values) and not pause_final and os.environ.get(FAULT_PAUSE_IN_ENV) != "validation":
             return None
         return cls(*(int(v) if v else None for v in values), pause_final, os.environ.get(FAULT_PAUSED_FILE_ENV))
 
@@ -109,6 +137,8 @@ class FaultInjection(L.Callback):
             self._pause(f"step {step}")
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == 0 and not trainer.sanity_checking and trainer.global_step < trainer.max_steps:
+            pause_in("validation")  # between a validation's batches during fit, not the final validation
         if self.kill_in_validation_at_step is not None and trainer.global_step == self.kill_in_validation_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from sweeplab import interrupts
 from sweeplab.errors import UserError, environment_error
 from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
@@ -129,6 +130,7 @@ def export_checkpoint(
     if out is not None:  # an unwritable target fails before the checkpoint is read
         check_writable_target(Path(out).parent if Path(out).suffix == PACKAGE_SUFFIX else Path(out))
     # deferred: families.loading imports tasks, so Lightning (seconds); `import sweeplab.export` (plan, job) stays light
+    from sweeplab.callbacks.faults import pause_in
     from sweeplab.families.loading import load_model
 
     loaded = load_model(checkpoint, expect_family=expect_family)
@@ -153,8 +155,10 @@ def export_checkpoint(
         raise UserError(f"export.layout=ane: {exc}") from None
     with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
         log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
+        pause_in("export")  # reliability tests: a signal lands in the export (a no-op unless asked for)
         options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
         converted = convert(module, kind.output, options, seq_len, vocab_size)
+        interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
         inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
         describe(
             converted.mlmodel,
@@ -180,6 +184,7 @@ def export_checkpoint(
             os.replace(staged_json, failed_json)
             os.replace(staged_md, failed_md)
             raise UserError(f"{target.name}: verification failed ({report['failure']}); nothing published, see {failed_md}")
+        interrupts.check()  # nor during the save or the checks
         _publish(staging, staged, target, (staged_json, json_path), (staged_md, md_path))
         for stale in (failed_json, failed_md):  # an earlier failed attempt's report no longer applies
             stale.unlink(missing_ok=True)

@@ -32,6 +32,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from torch import nn
 
+from sweeplab.callbacks.faults import pause_in
 from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
 
@@ -265,6 +266,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         with atomic_write(path) as f:
+            pause_in("checkpointing")  # reliability tests: a signal lands inside the save
             torch.save(with_checksum(checkpoint), f)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
