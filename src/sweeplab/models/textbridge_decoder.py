@@ -134,7 +134,7 @@ class TextBridgeDecoder(nn.Module):
         batch = embedding.shape[0]
         ids = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=embedding.device)
         done = torch.zeros(batch, dtype=torch.bool, device=embedding.device)
-        for _ in range(limit + 1):  # the last step can only end the sentence
+        for _ in range(limit):  # a sentence of `limit` tokens needs no EOS: it is cut there, as in training
             following = self.head(self.hidden(embedding, ids)[:, -1]).argmax(-1)  # the last position only
             following = torch.where(done, config.pad_id, following)
             ids = torch.cat([ids, following[:, None]], dim=1)
