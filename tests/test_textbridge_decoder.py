@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from conftest import compose_train
 from sweeplab.errors import ConfigError
 from sweeplab.export import ExportOptions, export_checkpoint, load_program
 from sweeplab.families import get_family
@@ -21,6 +22,7 @@ from sweeplab.models.textbridge_decoder import (
     TextBridgeDecoder,
     teacher_forcing,
 )
+from sweeplab.plan import plan
 from sweeplab.tasks.optim import OptimConfig
 
 VOCAB, EMBED, MAX_LEN, BOS, EOS = 200, 24, 12, 2, 3
@@ -161,18 +163,97 @@ def test_bad_special_ids_are_refused():
 
 
 def test_mlx_is_refused_in_one_line():
-    from conftest import compose_train
-
-    from sweeplab.plan import plan
-
     with pytest.raises(ConfigError, match="the textbridge_decoder family has no MLX port"):
         plan(compose_train(["model=textbridge_decoder", "backend=mlx"]))
 
 
 def test_layout_ane_is_refused_in_one_line():
-    from conftest import compose_train
-
-    from sweeplab.plan import plan
-
     with pytest.raises(ConfigError, match="export.layout: the textbridge_decoder family has no Neural-Engine layout"):
         plan(compose_train(["model=textbridge_decoder", "export=coreml", "export.layout=ane"]))
+
+
+# --- slow: the overfit check -------------------------------------------------------------------------
+OVERFIT_STEPS, OVERFIT_SECONDS, CHECK_EVERY = 2000, 180.0, 50
+
+
+def _exact_match(model: TextBridgeDecoder, dm) -> float:
+    samples = [dm.source[i] for i in range(len(dm.source))]
+    embeddings = torch.from_numpy(np.stack([s.target for s in samples]))
+    model.eval()
+    decoded = model.generate(embeddings)
+    model.train()
+    return float(np.mean([d == s.input_ids[: model.config.max_len].tolist() for d, s in zip(decoded, samples)]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("teacher", ["random", "minilm"])
+def test_overfits_100_sentences_from_teacher_embeddings(tmp_path, teacher):
+    """The first 100 sentences of the demo corpus with their teacher embeddings (the seeded random DistilBERT, or
+    all-MiniLM-L6-v2 with its own 30,522-token vocabulary): greedy decoding gives back >= 95 % of them exactly within
+    2,000 steps and 3 minutes on the CPU, the checks included (every 50 steps, all 100 sentences)."""
+    import time
+
+    from sweeplab.families.textbridge.data import TextBridgeDataModule
+    from sweeplab.families.textbridge.prepare import prepare_textbridge_demo
+    from sweeplab.models.textbridge_decoder import SIZES
+    from sweeplab.tasks.optim import build_optimizer, build_scheduler
+
+    data = prepare_textbridge_demo(tmp_path / "data", n_sentences=100, teacher=teacher, progress=False)
+    family = get_family("textbridge_decoder")
+    dm = TextBridgeDataModule(path=str(data), batch_size=32, val_fraction=0.0, max_len=64)
+    dm.setup()
+    config = family.fit_model_to_data(DecoderConfig(max_len=64, **SIZES["small"]), dm, {})
+    torch.manual_seed(0)
+    optim = OptimConfig(lr=2e-3, warmup_steps=50)
+    task = family.build_task(config, {}, optim)
+    optimizer = build_optimizer(task.model, optim)
+    scheduler = build_scheduler(optimizer, optim, OVERFIT_STEPS)
+    step, exact, start = 0, 0.0, time.perf_counter()
+    while step < OVERFIT_STEPS and exact < 0.95:
+        for batch in dm.train_dataloader():
+            loss, _ = task.training_loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(task.model.parameters(), optim.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % CHECK_EVERY == 0:
+                exact = _exact_match(task.model, dm)
+                print(f"{teacher}: step {step}, {time.perf_counter() - start:.1f} s, loss {loss.item():.4f}, exact match {exact:.2f}")
+                if exact >= 0.95 or step >= OVERFIT_STEPS:
+                    break
+    elapsed = time.perf_counter() - start
+    assert exact >= 0.95, f"exact match {exact:.2f} after {step} steps"
+    assert elapsed <= OVERFIT_SECONDS, f"{elapsed:.0f} s to exact match {exact:.2f} ({step} steps)"
+
+
+# --- slow: the training app end to end -----------------------------------------------------------------
+@pytest.mark.slow
+def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflow_uri, tmp_path):
+    from mlflow.tracking import MlflowClient
+    from omegaconf import open_dict
+
+    from sweeplab.training import train
+
+    def config(*overrides: str):
+        cfg = compose_train(["model=textbridge_decoder", "debug=smoke", f"data.path={demo_dir}", "data.batch_size=16",
+                             "model.max_len=32", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5",
+                             "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1", *overrides])
+        with open_dict(cfg):
+            cfg.trainer.enable_progress_bar = False
+        return cfg
+
+    train(config("trainer.max_steps=10"))
+    ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
+    objective = train(config("trainer.max_steps=15", f"resume={ckpt}", "export=coreml", "export.n_random=1",
+                             "export.readiness=false"))
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "sweeplab"])
+    assert run.info.status == "FINISHED" and run.data.tags["family"] == "textbridge_decoder"
+    assert {"train/loss", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec", "val/loss",
+            "val/token_acc", "val/exact_match", "val/chrf", "summary/samples_per_sec"} <= set(run.data.metrics)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [0, 4, 9, 14]
+    assert objective == min(m.value for m in client.get_metric_history(run.info.run_id, "val/loss"))
+    exported = {a.path for a in client.list_artifacts(run.info.run_id, "coreml")}
+    assert "coreml/textbridge_decoder-standard-fp16.mlpackage" in exported
