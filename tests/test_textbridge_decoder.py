@@ -255,15 +255,15 @@ def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflo
     def config(*overrides: str):
         cfg = compose_train(["model=textbridge_decoder", "debug=smoke", f"data.path={demo_dir}", "data.batch_size=16",
                              "model.max_len=32", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5",
-                             "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1", *overrides])
+                             "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1", "export=coreml",
+                             "export.n_random=1", "export.readiness=false", *overrides])
         with open_dict(cfg):
             cfg.trainer.enable_progress_bar = False
         return cfg
 
     train(config("trainer.max_steps=10"))
     ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
-    objective = train(config("trainer.max_steps=15", f"resume={ckpt}", "export=coreml", "export.n_random=1",
-                             "export.readiness=false"))
+    objective = train(config("trainer.max_steps=15", f"resume={ckpt}"))
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "sweeplab"])
     assert run.info.status == "FINISHED" and run.data.tags["family"] == "textbridge_decoder"
