@@ -256,7 +256,7 @@ def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflo
         cfg = compose_train(["model=textbridge_decoder", "debug=smoke", f"data.path={demo_dir}", "data.batch_size=16",
                              "model.max_len=32", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5",
                              "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1", "export=coreml",
-                             "export.n_random=1", "export.readiness=false", *overrides])
+                             "export.n_random=1", "export.readiness=false", "export.overwrite=true", *overrides])
         with open_dict(cfg):
             cfg.trainer.enable_progress_bar = False
         return cfg
@@ -269,7 +269,7 @@ def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflo
     assert run.info.status == "FINISHED" and run.data.tags["family"] == "textbridge_decoder"
     assert {"train/loss", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec", "val/loss",
             "val/token_acc", "val/exact_match", "val/chrf", "summary/samples_per_sec"} <= set(run.data.metrics)
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [0, 4, 9, 14]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [4, 9, 14]
     assert objective == min(m.value for m in client.get_metric_history(run.info.run_id, "val/loss"))
     exported = {a.path for a in client.list_artifacts(run.info.run_id, "coreml")}
     assert "coreml/textbridge_decoder-standard-fp16.mlpackage" in exported
