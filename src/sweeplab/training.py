@@ -227,6 +227,7 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
             read_checkpoint(best)
     step = int(checkpoint.get("global_step", 0))
     may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
+    may_differ |= {f"model.{key}" for key in p.family.data_keys if p.model_values.get(key) is None}  # the data's
     resume.check_model(checkpoint, ckpt, p.family.name, p.model_config, p.model_values, may_differ)
     if step > p.trainer.max_steps:
         raise ConfigError("trainer.max_steps", f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")

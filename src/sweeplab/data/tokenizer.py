@@ -1,7 +1,8 @@
 """The project tokenizer: a WordPiece vocabulary trained locally with HF `tokenizers`, or a local HF tokenizer.
 
 Nothing downloads: `train` learns a vocabulary from a list of sentences, `load` reads a `tokenizer.json` or a local
-Hugging Face tokenizer directory. `encode` adds no special tokens; TextBridge sees the words only.
+Hugging Face tokenizer directory. `encode` adds no special tokens; TextBridge sees the words only. `decode` reads the
+TextBridge decoder's token ids back as text.
 """
 
 from __future__ import annotations
@@ -110,6 +111,14 @@ class TextTokenizer:
             ids_list.append(ids)
             masks_list.append([1] * len(ids))
         return ids_list, masks_list, n_truncated
+
+    def decode(self, rows: list[list[int]]) -> list[str]:
+        """Token ids -> text, special tokens dropped (the decoder's output, read back)."""
+        return self.tokenizer.decode_batch([list(row) for row in rows], skip_special_tokens=True)
+
+    def token_id(self, token: str) -> int | None:
+        """The id of `token` ("[CLS]"), None when the vocabulary has no such token."""
+        return self.tokenizer.token_to_id(token)
 
     def __repr__(self) -> str:
         return f"TextTokenizer(vocab_size={self.vocab_size}, pad_id={self.pad_id})"

@@ -55,14 +55,15 @@ def example_inputs(batch_size: int, seq_len: int, vocab_size: int) -> tuple[torc
 
 
 def trace(module: nn.Module, example: tuple, seq_lens: list[int] | None, tracer: str):
-    """(traced program, tracer name, why torch.export was not used or None)."""
+    """(traced program, tracer name, why torch.export was not used or None). `example`: input_ids, attention_mask,
+    then any extra inputs (of one fixed shape each)."""
     fallback_reason = None
     if tracer in ("auto", "export"):
         try:
             dynamic_shapes = None
             if seq_lens:
                 seq = torch.export.Dim("seq_len", min=min(seq_lens), max=max(seq_lens))
-                dynamic_shapes = ({1: seq}, {1: seq})
+                dynamic_shapes = ({1: seq}, {1: seq}, *(None for _ in example[2:]))
             program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=False)
             program = program.run_decompositions({})
             return program, "torch.export", None
@@ -77,14 +78,16 @@ def trace(module: nn.Module, example: tuple, seq_lens: list[int] | None, tracer:
     return traced, "torch.jit.trace", fallback_reason
 
 
-def _input_types(ct, options: ExportOptions, seq_len: int):
+def _input_types(ct, options: ExportOptions, seq_len: int, extra_inputs: Mapping[str, np.ndarray]):
     if options.seq_lens:
         shape = ct.EnumeratedShapes(
             shapes=[(options.batch_size, n) for n in options.seq_lens], default=(options.batch_size, seq_len)
         )
     else:
         shape = (options.batch_size, seq_len)
-    return [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in INPUT_NAMES]
+    return [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in INPUT_NAMES] + [
+        ct.TensorType(name=name, shape=value.shape, dtype=np.float32) for name, value in extra_inputs.items()
+    ]
 
 
 def deployment_target(ct, name: str):
@@ -92,16 +95,19 @@ def deployment_target(ct, name: str):
 
 
 def convert(
-    module: nn.Module, output_name: str, options: ExportOptions, seq_len: int, vocab_size: int
+    module: nn.Module, output_name: str, options: ExportOptions, seq_len: int, vocab_size: int,
+    extra_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> Converted:
-    """Trace `module` (forward(input_ids, attention_mask) -> one tensor) and convert it to an ML Program."""
+    """Trace `module` (forward(input_ids, attention_mask, *extra inputs) -> one tensor) and convert it to an ML
+    Program. `extra_inputs`: example values of the float32 inputs after the two token inputs, by name, in order."""
     ct = import_coremltools()
     ct_fixes.install()
     ct_logger = logging.getLogger("coremltools")
     if ct_logger.level == logging.NOTSET:  # it logs every graph pass at INFO; keep its warnings
         ct_logger.setLevel(logging.WARNING)
     module = module.eval()
-    example = example_inputs(options.batch_size, seq_len, vocab_size)
+    extra_inputs = dict(extra_inputs or {})
+    example = (*example_inputs(options.batch_size, seq_len, vocab_size), *map(torch.from_numpy, extra_inputs.values()))
     start = time.perf_counter()
     program, tracer, fallback_reason = trace(module, example, options.seq_lens, options.tracer)
     traced = time.perf_counter()
@@ -110,7 +116,7 @@ def convert(
         with _quiet_converter():
             mlmodel = ct.convert(
                 program,
-                inputs=_input_types(ct, options, seq_len),
+                inputs=_input_types(ct, options, seq_len, extra_inputs),
                 outputs=[ct.TensorType(name=output_name)],
                 convert_to="mlprogram",
                 compute_precision=precision,

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sweeplab import interrupts
@@ -32,7 +33,7 @@ from sweeplab.export.ane import to_ane_layout
 from sweeplab.export.convert import convert, describe, nonfinite_constants
 from sweeplab.export.options import ExportOptions, options_from_config
 from sweeplab.export.reference import load_program
-from sweeplab.families import ExportSpec, get_family
+from sweeplab.families import ExportSpec, get_family, resolve
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
@@ -105,12 +106,33 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
     }
 
 
-def _io_descriptions(kind: ExportSpec, vocab_size: int) -> tuple[dict[str, str], dict[str, str]]:
+def _io_descriptions(kind: ExportSpec, vocab_size: int, extras: Mapping[str, tuple]) -> tuple[dict[str, str], dict[str, str]]:
     inputs = {
         "input_ids": f"token ids, int32 (B, S), 0 <= id < {vocab_size}",
         "attention_mask": "1 for real tokens, 0 for padding, int32 (B, S)",
+        **{name: description for name, (_, description) in extras.items()},
     }
     return inputs, {kind.output: kind.summary}
+
+
+def _extra_inputs(loaded, kind: ExportSpec, batch_size: int, rng: np.random.Generator) -> dict[str, tuple[np.ndarray, str]]:
+    """{name: (a value, description)} of the inputs the family's export module takes after the token inputs."""
+    if kind.extra_inputs is None:
+        return {}
+    return resolve(kind.extra_inputs, f"family {loaded.family}", "export.extra_inputs")(loaded.model_config, batch_size, rng)
+
+
+def _modules(loaded, options: ExportOptions):
+    """(the module converted, `loaded` holding the standard-layout module the package stands for): the family's
+    export `module` (the decoder's generation step) or the model; with layout=ane its Neural-Engine layout."""
+    family = get_family(loaded.family)
+    if family.export.module is not None:
+        step = resolve(family.export.module, f"family {loaded.family}", "export.module")(loaded.model).eval()
+        loaded = replace(loaded, model=step)
+    try:
+        return (to_ane_layout(loaded.model, family) if options.layout == "ane" else loaded.model), loaded
+    except ValueError as exc:
+        raise UserError(f"export.layout=ane: {exc}") from None
 
 
 # --- the stage -----------------------------------------------------------------------------------
@@ -147,19 +169,16 @@ def export_checkpoint(
     if target.exists() and not options.overwrite:
         raise UserError(f"{target} exists; pass export.overwrite=true to replace it")
     metrics = dict(metrics) if metrics is not None else _checkpoint_metrics(loaded.callback_states)
-    cases = _cases(loaded.family, options, vocab_size, options.seq_lens or [seq_len])  # bad real_data fails here
-
-    try:
-        module = to_ane_layout(loaded.model, get_family(loaded.family)) if options.layout == "ane" else loaded.model
-    except ValueError as exc:
-        raise UserError(f"export.layout=ane: {exc}") from None
+    cases = _cases(loaded, kind, options, vocab_size, options.seq_lens or [seq_len])  # bad real_data fails here
+    extras = _extra_inputs(loaded, kind, options.batch_size, np.random.default_rng(options.seed))
+    module, loaded = _modules(loaded, options)
     with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
         log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
         pause_in("export")  # reliability tests: a signal lands in the export (a no-op unless asked for)
         options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
-        converted = convert(module, kind.output, options, seq_len, vocab_size)
+        converted = convert(module, kind.output, options, seq_len, vocab_size, {k: v for k, (v, _) in extras.items()})
         interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
-        inputs_text, outputs_text = _io_descriptions(kind, vocab_size)
+        inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
         describe(
             converted.mlmodel,
             author=options.author,
@@ -174,7 +193,7 @@ def export_checkpoint(
         save_package(converted.mlmodel, staged, target)
         try:
             report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
-            report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases)
+            report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases, extras)
         except UserError as exc:  # name the package the user asked for, not the staging copy
             raise UserError(str(exc).replace(str(staged), str(target))) from None
         staged_json, staged_md = report_paths(staged)
@@ -250,17 +269,21 @@ def save_package(mlmodel, path: Path, shown: Path) -> None:
         raise UserError(f"cannot save {shown}: {os_error.strerror}") from None
 
 
-def _cases(family: str, options: ExportOptions, vocab_size: int, seq_lens: list[int]) -> list[verify.Case]:
+def _cases(loaded, kind: ExportSpec, options: ExportOptions, vocab_size: int, seq_lens: list[int]) -> list[verify.Case]:
+    """Random and real token inputs; each case gets values of its own for the family's extra inputs."""
     if not options.verify:
         return []
     cases = verify.random_cases(vocab_size, options.batch_size, seq_lens, options.n_random, options.seed)
     if options.real_data and options.n_real:
-        cases += verify.real_cases(family, options.real_data, vocab_size, options.batch_size, seq_lens, options.n_real)
+        cases += verify.real_cases(loaded.family, options.real_data, vocab_size, options.batch_size, seq_lens, options.n_real)
+    rng = np.random.default_rng(options.seed + 1)
+    for case in cases:
+        case.extra = {name: value for name, (value, _) in _extra_inputs(loaded, kind, options.batch_size, rng).items()}
     return cases
 
 
 def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_len: int, vocab_size: int,
-               cases: list[verify.Case]) -> dict:
+               cases: list[verify.Case], extras: Mapping[str, tuple]) -> dict:
     """The ANE readiness report (readiness.py). An fp16 export gets an fp32 twin, converted and saved beside the
     staged package (the staging directory goes when the export ends): the true values for the fp16 range check, and
     the reference for the per-layer fp16 against fp32 difference."""
@@ -271,7 +294,8 @@ def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_le
     if options.precision == "fp16":
         twin_options = replace(options, precision="fp32", compression="none", fp32_layers=None)
         twin_path = staged.with_name("fp32-twin" + PACKAGE_SUFFIX)
-        save_package(convert(module, output, twin_options, seq_len, vocab_size).mlmodel, twin_path, twin_path)
+        examples = {name: value for name, (value, _) in extras.items()}
+        save_package(convert(module, output, twin_options, seq_len, vocab_size, examples).mlmodel, twin_path, twin_path)
         twin = load_program(twin_path)
     placement = readiness.compute_plan_placement(staged)
     return readiness.readiness(program, twin, cases, options.verify_tolerance, placement)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +45,11 @@ class Case:
     name: str
     input_ids: np.ndarray  # (B, S) int32
     attention_mask: np.ndarray  # (B, S) int32, 0/1
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # float32 inputs after those two (ExportSpec.extra_inputs)
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, **self.extra}
 
 
 # --- inputs --------------------------------------------------------------------------------------
@@ -130,7 +131,10 @@ def errors(actual: np.ndarray, expected: np.ndarray) -> dict[str, float]:
 def torch_outputs(model: nn.Module, cases: list[Case]) -> list[np.ndarray]:
     with torch.no_grad():
         return [
-            model(torch.from_numpy(c.input_ids).long(), torch.from_numpy(c.attention_mask).long()).float().numpy()
+            model(
+                torch.from_numpy(c.input_ids).long(), torch.from_numpy(c.attention_mask).long(),
+                *map(torch.from_numpy, c.extra.values()),
+            ).float().numpy()
             for c in cases
         ]
 

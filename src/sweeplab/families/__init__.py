@@ -2,8 +2,8 @@
 
 A family is one `Family` record (families/record.py), mostly lazy "module:Name" targets of its classes.
 `model.family=<name>` in a config picks it; training, the sweep callback, the report, the bench and the export ask
-the record, never a table of their own. The two built-in families live in `families/textbridge/` and
-`families/pagating_lm/`, each with its task, data module, record (`FAMILY` in the package's `__init__`) and its
+the record, never a table of their own. The built-in families live in `families/textbridge/`,
+`families/pagating_lm/` and `families/textbridge_decoder/`, each with its task, data module, record (`FAMILY` in the package's `__init__`) and its
 family-only code (Neural-Engine layout, on-device batches, bench data).
 
 A family from outside sweeplab registers the same way, through a Python entry point in its own package's
@@ -41,7 +41,11 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "sweeplab.families"
 # the built-in families, by the module holding their record (imported only when asked for)
-BUILTIN = {"textbridge": "sweeplab.families.textbridge", "pagating_lm": "sweeplab.families.pagating_lm"}
+BUILTIN = {
+    "textbridge": "sweeplab.families.textbridge",
+    "pagating_lm": "sweeplab.families.pagating_lm",
+    "textbridge_decoder": "sweeplab.families.textbridge_decoder",
+}
 
 
 @cache

@@ -70,7 +70,8 @@ def resolve(target: Target, owner: str, field_name: str) -> Any:
 
 @dataclass(frozen=True)
 class ExportSpec:
-    """What the Core ML export needs to know about a family's model (forward(input_ids, attention_mask) -> tensor)."""
+    """What the Core ML export needs to know about a family's model (forward(input_ids, attention_mask) -> tensor, or
+    the `module` it names, which may take `extra_inputs` after those two)."""
 
     output: str  # the Core ML output's name
     context: str  # the model config field holding the longest sequence the model takes
@@ -79,6 +80,12 @@ class ExportSpec:
     real_rows: Target | None = None
     # trained model -> its Neural-Engine layout (export.layout=ane), e.g. "pkg.ane:ANEModel"; None: no ANE layout
     ane_layout: Target | None = None
+    # trained model -> the module the package holds, forward(input_ids, attention_mask, *extra inputs) -> output (the
+    # TextBridge decoder: one generation step); None: the model itself
+    module: Target | None = None
+    # (model config, batch size, numpy Generator) -> {name: (float32 array, description)}: the inputs after
+    # input_ids and attention_mask, in the order `module` takes them (the decoder's sentence embedding); None: none
+    extra_inputs: Target | None = None
 
 
 def _model_fits_any_data(model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:
@@ -136,6 +143,9 @@ class Family:
     # after the data is set up: fill in what the data decides (vocabulary, output size); gets the model keys as the
     # user wrote them, so it can tell "unset" from a value to check
     fit_model_to_data: Target = field(default=_model_fits_any_data, repr=False)
+    # model config fields fit_model_to_data fills when the config leaves them null: `resume` takes a checkpoint's
+    # values of these as the data's, not as a different model
+    data_keys: tuple[str, ...] = ("vocab_size",)
     # --- how runs, the report and the UI show it -----------------------------------------------------------------
     labels: Mapping[str, str] = field(default_factory=dict)  # short labels of its keys: {"loss.alpha": "α"}
     name_keys: tuple[str, ...] | Target = ()  # keys every run name shows (a swept key is named anyway); or cfg -> keys
