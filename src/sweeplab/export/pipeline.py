@@ -175,7 +175,7 @@ def export_checkpoint(
     with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
         log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
         pause_in("export")  # reliability tests: a signal lands in the export (a no-op unless asked for)
-        options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases)
+        options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases, extras)
         converted = convert(module, kind.output, options, seq_len, vocab_size, {k: v for k, (v, _) in extras.items()})
         interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
         inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
@@ -302,15 +302,16 @@ def _readiness(staged: Path, module, output: str, options: ExportOptions, seq_le
 
 
 def with_auto_fp32_layers(options: ExportOptions, module, output: str, seq_len: int, vocab_size: int,
-                          cases: list[verify.Case]) -> ExportOptions:
+                          cases: list[verify.Case], extras: Mapping[str, tuple] | None = None) -> ExportOptions:
     """`options`, with `fp32_layers=auto` replaced by the layers `auto_fp32_layers` chooses."""
     if options.fp32_layers != "auto":
         return options
-    return replace(options, fp32_layers=auto_fp32_layers(module, output, options, seq_len, vocab_size, cases))
+    chosen = auto_fp32_layers(module, output, options, seq_len, vocab_size, cases, extras)
+    return replace(options, fp32_layers=chosen)
 
 
 def auto_fp32_layers(module, output: str, options: ExportOptions, seq_len: int, vocab_size: int,
-                     cases: list[verify.Case]) -> list[str]:
+                     cases: list[verify.Case], extras: Mapping[str, tuple] | None = None) -> list[str]:
     """`export.fp32_layers=auto`: a plain fp16 conversion and its readiness report (with the fp32 twin) first, in a
     directory of its own; the layers that report flags (readiness.fp32_candidates) are kept in fp32 in the export,
     whose own readiness report then says what is left. One pass: a layer that only overflows once its producer is
@@ -320,8 +321,9 @@ def auto_fp32_layers(module, output: str, options: ExportOptions, seq_len: int, 
     plain = replace(options, fp32_layers=None, compression="none", readiness=True)
     with tempfile.TemporaryDirectory(prefix="sweeplab-fp32-auto-") as scratch:
         staged = Path(scratch) / ("fp16" + PACKAGE_SUFFIX)
-        convert(module, output, plain, seq_len, vocab_size).mlmodel.save(str(staged))
-        chosen = readiness.fp32_candidates(_readiness(staged, module, output, plain, seq_len, vocab_size, cases))
+        extras = extras or {}  # the family's extra float inputs (the decoder's embedding), as the export passes them
+        convert(module, output, plain, seq_len, vocab_size, {k: v for k, (v, _) in extras.items()}).mlmodel.save(str(staged))
+        chosen = readiness.fp32_candidates(_readiness(staged, module, output, plain, seq_len, vocab_size, cases, extras))
     log.info("export.fp32_layers=auto: %s", ", ".join(chosen) if chosen else "no layer flagged; all fp16")
     return chosen
 
