@@ -101,6 +101,7 @@ def test_one_pair_does_not_read_ok(demo_dir):
     assert bench.table_rows([two])[0]["status"] == "ok"  # two close pairs on a quiet host: the only ok here
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_presets_compose_and_every_row_plans(tmp_path):
     for experiment in ("experiment=bench", "experiment=bench_h100"):
         settings, exp, _ = bench.load_settings([experiment])

@@ -72,7 +72,9 @@ CASES: dict[str, dict[str, tuple[list[str], str]]] = {
 # in the default suite (its time budget): every case of the apps that compose the training config before they import
 # torch, one of each other entry point; the rest is marked slow (`make test-all`): the bench imports torch and
 # Lightning before it reads its arguments (~10 s a case on a busy 2-core machine), the export torch (~4 s)
-DEFAULT = {(app, case) for app in ("sweeplab.train", "sweeplab.profile", "sweeplab.order_check") for case in CASES[app]} | {
+# (the training app: its syntax case only, ~6 s each as it imports torch; its other cases are slow)
+DEFAULT = {(app, case) for app in ("sweeplab.profile", "sweeplab.order_check") for case in CASES[app]} | {
+    ("sweeplab.train", "syntax"),
     ("sweeplab.export", "syntax"),
     ("sweeplab.report", "unknown key"),
     ("sweeplab.tracking.ui", "syntax"),
@@ -123,6 +125,7 @@ def test_every_entry_point_fails_in_one_line(app, case, tmp_path, mlflow_uri):
     assert all(r.info.status != "RUNNING" for e in client.search_experiments() for r in client.search_runs([e.experiment_id]))
 
 
+@pytest.mark.slow
 def test_sweeplab_traceback_shows_the_trace_of_an_expected_error(tmp_path):
     """SWEEPLAB_TRACEBACK=1: the same one-line error, after the traceback (the debug information is not lost)."""
     env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "SWEEPLAB_TRACEBACK": "1"}

@@ -65,6 +65,7 @@ def test_phase_names(action, phase):
     assert phase_of(action) == phase
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_profile_command_writes_table_trace_and_artifacts(demo_dir, mlflow_uri, tmp_path):
     """The command as a user runs it (its own process: the profiler's C++ tracer reads its log level once per
     process); what it prints is the table and sweeplab's own lines only (tests/console_formats.py)."""

@@ -153,6 +153,7 @@ def test_a_run_killed_after_its_last_periodic_checkpoint_resumes_to_the_end(faul
     assert "summary/num_parameters" in run.data.metrics  # the summary was written
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_resume_without_an_interrupted_run_or_with_a_bad_checkpoint_fails_clearly(demo_dir, mlflow_uri, tmp_path):
     common = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64"]
     nothing = _train([*common, "resume=true"])

@@ -3,9 +3,12 @@ way `hydra/launcher=slurm` does on a cluster; the jobs find the sweep's parent r
 
 from __future__ import annotations
 
+import pytest
+
 from test_sweeps_parallel import assert_one_sweep, smoke, sweep
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_submitit_local_sweep_nests_every_job_under_one_parent(demo_dir, mlflow_uri, tmp_path):
     result = sweep(
         tmp_path, "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",

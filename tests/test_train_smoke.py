@@ -112,6 +112,7 @@ def _assert_clean(result: subprocess.CompletedProcess, *documents: str) -> list[
     return lines
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_a_runs_console_shows_its_result_not_library_noise(demo_dir, mlflow_uri):
     env = {k: v for k, v in os.environ.items() if k != "SWEEPLAB_UI_URL"}
     result = subprocess.run(
