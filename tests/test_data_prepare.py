@@ -21,7 +21,7 @@ from sweeplab.families.textbridge.formats import DataFormatError, Sample, open_d
 from sweeplab.families.textbridge.prepare import main, prepare_textbridge_demo, read_manifest
 from sweeplab.families.textbridge.teacher import Teacher
 
-TINY = {"n_sentences": 60, "vocab_size": 500, "teacher_layers": 1, "teacher_dim": 32, "progress": False}
+TINY = {"teacher": "random", "n_sentences": 60, "vocab_size": 500, "teacher_layers": 1, "teacher_dim": 32, "progress": False}
 
 
 def snapshot(directory: Path) -> dict[str, int]:
@@ -178,7 +178,7 @@ def test_bad_options_are_one_line_errors(tmp_path, bad):
 
 def test_cli_prints_one_line(tiny_demo, capsys, tmp_path):
     args = ["--out", str(tiny_demo), "--n-sentences", "60", "--vocab-size", "500", "--teacher-layers", "1"]
-    assert main([*args, "--teacher-dim", "32", "--no-progress"]) == 0
+    assert main([*args, "--teacher", "random", "--teacher-dim", "32", "--no-progress"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"up to date, kept {tiny_demo}: 60 samples, target_dim 32") and "\n" not in out
 

@@ -175,7 +175,8 @@ def test_manifest_records_teacher_digests_and_pooling(tmp_path, minilm_teacher):
 
 def test_random_teacher_manifest_names_its_pooling_and_the_fallback(tmp_path):
     out = prepare_textbridge_demo(
-        tmp_path / "demo", n_sentences=20, vocab_size=300, teacher_layers=1, teacher_dim=32, progress=False
+        tmp_path / "demo", n_sentences=20, vocab_size=300, teacher="random", teacher_layers=1, teacher_dim=32,
+        progress=False,
     )
     manifest = read_manifest(out)
     assert manifest["teacher"]["kind"] == "random_distilbert"
@@ -184,3 +185,12 @@ def test_random_teacher_manifest_names_its_pooling_and_the_fallback(tmp_path):
     assert manifest["student_tokenizer"] == "trained"
     # directories built before the teacher choice existed keep their settings (no needless rebuild)
     assert "student_tokenizer" not in manifest["settings"]
+
+
+def test_the_demo_data_defaults_to_minilm_and_a_teacher_path_alone_is_that_teacher(tmp_path):
+    from sweeplab.families.textbridge.prepare import DEFAULT_TEACHER, resolve_teacher
+
+    assert DEFAULT_TEACHER == "minilm"
+    assert resolve_teacher(None, None) == "minilm"
+    assert resolve_teacher(None, tmp_path) == "random"  # DemoOptions reads a path with teacher random as `local`
+    assert resolve_teacher("random", None) == "random"

