@@ -23,7 +23,6 @@ import io
 import logging
 import math
 import re
-import shlex
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from sweeplab.report_verdict import (
     samples_per_step,
     sweep_verdict,
 )
-from sweeplab.tracking import config_runs, mlflow_store
+from sweeplab.tracking import config_runs, mlflow_store, naming
 from sweeplab.tracking.sweep_plots import _figure, curves_plot
 
 log = logging.getLogger(__name__)
@@ -461,9 +460,7 @@ def jobs_never_run(parent, runs) -> tuple[str, ...]:
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
     if tags.get("sweep_dir"):
-        overrides = sorted(o for o in tags.get("sweep_overrides", "").split() if not o.startswith("resume="))
-        command = ["python", "-m", "sweeplab.train", "-m", *overrides, f"hydra.sweep.dir={tags['sweep_dir']}", "resume=true"]
-        lines.append(f"continue it with: {shlex.join(command)}")
+        lines.append(f"continue it with: {naming.continue_command(tags.get('sweep_overrides', '').split(), tags['sweep_dir'])}")
     return tuple(lines)
 
 

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import math
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -134,8 +133,7 @@ class MLflowSweepCallback(Callback):
         client = mlflow_store.client(uri)
         choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
-        self.continue_command = shlex.join(["python", "-m", "sweeplab.train", "-m", *_study_overrides(overrides),
-                                            f"hydra.sweep.dir={sweep_dir}", "resume=true"])
+        self.continue_command = naming.continue_command(overrides, sweep_dir)
         if config.get("resume") is True:
             if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
                 raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
@@ -365,11 +363,6 @@ def _check_required(config: DictConfig) -> None:
             raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
 
 
-def _study_overrides(overrides) -> list[str]:
-    """A sweep's command-line overrides without those that may differ when it is continued."""
-    return sorted(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume")
-
-
 def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
     """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own parent run (RUNNING
     again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
@@ -384,9 +377,9 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
     recorded = parent.data.tags.get("sweep_overrides", "").split()
-    if _study_overrides(recorded) != _study_overrides(overrides):
-        raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(_study_overrides(recorded))!r}, this "
-                        f"command has {' '.join(_study_overrides(overrides))!r}: give the same ones")
+    if naming.study_overrides(recorded) != naming.study_overrides(overrides):
+        raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
+                        f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
     client.update_run(parent_id, status="RUNNING")
     client.set_tag(parent_id, "resumed", str(int(parent.data.tags.get("resumed", "0")) + 1))
     log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)

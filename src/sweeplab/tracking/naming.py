@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,17 @@ from sweeplab.labels import label
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"
 NO_SWEPT_KEY = "(no swept key)"  # the configuration of a sweep of replicates only
+
+
+def study_overrides(overrides: Iterable[str]) -> list[str]:
+    """A sweep's command-line overrides without those that may differ when it is continued (`resume`)."""
+    return sorted(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume")
+
+
+def continue_command(overrides: Iterable[str], sweep_dir: str | os.PathLike) -> str:
+    """The command that continues an interrupted sweep in `sweep_dir` under its own parent run."""
+    return shlex.join([*TRAIN_COMMAND.split(), "-m", *study_overrides(overrides), f"hydra.sweep.dir={sweep_dir}",
+                       "resume=true"])
 
 
 def name_value(value: Any) -> str:
