@@ -26,6 +26,7 @@ import re
 import shlex
 import statistics
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,13 +238,15 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     return rows, columns, failed
 
 
-def constant_columns(rows: list[dict[str, str]], columns: list[str], every: str = "run") -> tuple[str, list[str]]:
+def constant_columns(rows: list[dict[str, str]], columns: list[str], every: str = "run",
+                     only: Collection[str] | None = None) -> tuple[str, list[str]]:
     """("every run: backend cpu, precision 32-true", the other columns): the columns with one value in every row
-    (but the first, which names the row) said once, empty columns dropped; ("", columns) for fewer than two rows."""
+    (but the first, which names the row; with `only`, those of `only`) said once, empty columns dropped; ("",
+    columns) for fewer than two rows."""
     if len(rows) < 2:
         return "", columns
     values = {c: {row.get(c, "") for row in rows} for c in columns}
-    constant = [c for c in columns[1:] if len(values[c]) == 1]
+    constant = [c for c in columns[1:] if len(values[c]) == 1 and (only is None or c in only or values[c] == {""})]
     shown = [f"{c} {next(iter(values[c]))}" for c in constant if next(iter(values[c]))]
     return (f"every {every}: " + ", ".join(shown)) if shown else "", [c for c in columns if c not in constant]
 
@@ -455,7 +458,8 @@ def configuration_table(summary, runs) -> report_html.Table:
     labels = report_figures.family_labels(runs)
     names = naming.configuration_run_names([c.config for c in summary.configs], labels)
     rows = config_rows(summary, names)
-    line, columns = constant_columns(rows, config_columns(summary), every="configuration")
+    # the figures stay in the table even when alike (two configurations of one speed): it is the comparison
+    line, columns = constant_columns(rows, config_columns(summary), every="configuration", only=("n",))
     return report_html.Table(columns, rows, "configuration", above=(config_header(summary), line),
                              below=(config_legend(summary, labels),), intervals=True)
 

@@ -237,7 +237,7 @@ class MLflowSweepCallback(Callback):
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
                 closing = (f"\nbest: {best}" if best else "") + (f"\nreport: {report.html}" if report.html else "")
-                print(report.markdown + closing + ("\n" if closing else ""), flush=True)
+                print(report.markdown + closing, flush=True)
             for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
