@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 from html.parser import HTMLParser
-from pathlib import Path
 
 from sweeplab import report_html
 from sweeplab.report_html import Table

@@ -6,8 +6,10 @@ an experiment, or a multirun dir).
 
 report.md starts with the verdict's lines (which configuration reaches the target fastest among those that keep
 quality, or the tie, or why there is none: sweeplab.report_verdict, docs/verdict.md), then the per-configuration
-table (medians and intervals over the replicates), then the per-job table. report.csv has both, told apart by its
-`row` column (job | configuration). The per-job table: configuration, backend, device, batch size, precision,
+table (medians and intervals over the replicates; short columns, a legend line, settings alike in every row said
+once above), then the per-job table. report.csv has both, told apart by its `row` column (job | configuration), under
+long, stable column names. report.html (sweeplab.report_html) puts the same verdict and tables and the plots on one
+self-contained page; `python -m sweeplab.report` and the sweep print its path last (`report: <path>`). The per-job table: configuration, backend, device, batch size, precision,
 compile, median step time, samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the
 baseline row or "within noise", stability, final validation metric. Two plots:
 throughput.png (samples/s against batch size, one line per backend/precision/compile) and validation.png (the
