@@ -51,12 +51,13 @@ p.above,p.below{margin:2px 0;color:#444;font-size:12px}
 table{border-collapse:collapse;margin:4px 0}
 th,td{border:1px solid #d5d9de;padding:2px 6px;text-align:left;vertical-align:top}
 td .ci{color:#666;font-size:11px;overflow-wrap:anywhere}tr.baseline td:first-child{font-weight:600}
-th{background:#eef1f4;cursor:pointer;user-select:none;white-space:nowrap}
+th{background:#eef1f4;cursor:pointer;user-select:none}
 th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
 tbody tr:nth-child(even){background:#fafbfc}
 .figures{display:flex;flex-wrap:wrap;gap:12px}.figures figure{margin:0;flex:1 1 700px;max-width:100%}
 .figures img{max-width:100%;height:auto;border:1px solid #e3e6ea}figcaption{font-size:12px;color:#555}
 details{margin-top:12px}summary{cursor:pointer;font-weight:600}
+@media (max-width:1100px){body{font-size:12px;margin:6px 8px}th,td{padding:1px 4px}td .ci{font-size:10px}}
 """
 
 # Click a header: sort its table's body by that column (again: the other way), on each cell's leading number
