@@ -42,6 +42,7 @@ MESSAGES = {
 PRINTED = [
     r"best: .+",  # the sweep's closing line after its report
     r"written: .+",  # the files the bench, profile and report wrote
+    r"report: /.+/report\.html",  # the sweep's and the report's last line: where its page is
 ]
 
 

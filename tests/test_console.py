@@ -48,6 +48,7 @@ def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(d
     (best,) = [line for line in lines if line.startswith("best: job ")]
     number, name = re.match(r"best: job (\d+) \((.+?)\)", best).groups()
     assert [r.data.tags["hydra_job"] for r in jobs if r.info.run_name == name] == [number]
+    assert result.stdout.splitlines()[-1] == f"report: {(sweep_dir / 'report.html').resolve()}"  # the page's path last
 
 
 def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_replicate():

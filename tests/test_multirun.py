@@ -38,8 +38,10 @@ def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri
     assert "train.log" in {a.path for a in client.list_artifacts(job.info.run_id)}  # the job's own log
     for run in (job, parents[0]):
         assert run.data.tags["mlflow.source.name"].endswith("sweeplab/train.py") and run.data.tags["mlflow.user"]
-    assert {"report/report.md", "report/report.csv"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    logged = {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    assert {"report/report.md", "report/report.csv", "report/report.html"} <= logged
     (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
+    assert result.stdout.splitlines()[-1] == f"report: {(sweep_dir / 'report.html').resolve()}"  # the closing line
     assert (sweep_dir / "report.md").exists() and (sweep_dir / "0" / "checkpoints" / "last.ckpt").exists()
 
 

@@ -251,7 +251,11 @@ def test_the_report_puts_the_verdict_first_then_configurations_then_jobs(mlflow_
     first = result.markdown.splitlines()[0]
     assert first.startswith("fastest to val/cos ≥ 0.65: bs=32 b, 2.0"), first
     assert result.markdown.index("### per configuration") < result.markdown.index("### per job")
-    assert "| bs=32 a (baseline) | 4 |" in result.markdown
+    assert "every configuration: n 4\n" in result.markdown and "| bs=32 a | 93.48 (" in result.markdown
+    assert "| configuration | samples/s | speedup | samples→target | t→target (s) |" in result.markdown
+    page = (tmp_path / "out" / "report.html").read_text()  # the same rows, in the page
+    assert [line.split('"')[1] for line in page.splitlines() if line.startswith("<tr data-config=")][:2] == [
+        "bs=32 a", "bs=32 b"]
     rows = list(csv.DictReader((tmp_path / "out" / "report.csv").open()))
     assert [r["row"] for r in rows] == ["job"] * 8 + ["configuration"] * 2
     b = next(r for r in rows if r["row"] == "configuration" and r["configuration"] == "bs=32 b")

@@ -51,7 +51,7 @@ def test_sweep_report_table_speedup_and_plots(mlflow_uri, tmp_path):
     result = report.sweep_report(mlflow_uri, parent, out)
 
     names = {p.name for p in result.files}
-    assert names == {"report.md", "report.csv", "throughput.png", "validation.png"}
+    assert names == {"report.md", "report.csv", "report.html", "throughput.png", "validation.png"}
     for png in ("throughput.png", "validation.png"):
         assert (out / png).stat().st_size > 10_000  # a real picture, not an empty canvas
     for column in ("backend", "device", "bs", "precision", "compile", "median step (s)", "samples/s", "tokens/s",
@@ -91,9 +91,14 @@ def test_cli_from_a_multirun_dir_logs_artifacts_and_flags_failures(mlflow_uri, t
     code = report.main(["--multirun-dir", str(sweep_dir), "--tracking-uri", mlflow_uri])
     assert code == 1  # one job failed
     assert (sweep_dir / "report.md").exists() and (sweep_dir / "throughput.png").exists()
-    assert "1 of 4 jobs FAILED" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 of 4 jobs FAILED" in out
     artifacts = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent, "report")}
-    assert {"report/report.md", "report/throughput.png", "report/validation.png"} <= artifacts
+    assert {"report/report.md", "report/report.html", "report/throughput.png", "report/validation.png"} <= artifacts
+    # the page beside report.md, its path the last line printed; no replicates: its table has one row per job
+    assert out.splitlines()[-1] == f"report: {(sweep_dir / 'report.html').resolve()}"
+    page = (sweep_dir / "report.html").read_text()
+    assert page.count('<tr data-config="job') == 4 and 'id="throughput"' in page and "no verdict" in page
 
 
 STABLE = {"summary/batch_shapes": 3.0, "summary/host_cpus": 2.0, "summary/load_avg_start": 0.5, "summary/load_avg_end": 1.2}

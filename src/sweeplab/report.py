@@ -6,8 +6,10 @@ an experiment, or a multirun dir).
 
 report.md starts with the verdict's lines (which configuration reaches the target fastest among those that keep
 quality, or the tie, or why there is none: sweeplab.report_verdict, docs/verdict.md), then the per-configuration
-table (medians and intervals over the replicates), then the per-job table. report.csv has both, told apart by its
-`row` column (job | configuration). The per-job table: configuration, backend, device, batch size, precision,
+table (medians and intervals over the replicates; short columns, a legend line, settings alike in every row said
+once above), then the per-job table. report.csv has both, told apart by its `row` column (job | configuration), under
+long, stable column names. report.html (sweeplab.report_html) puts the same verdict and tables and the plots on one
+self-contained page; `python -m sweeplab.report` and the sweep print its path last (`report: <path>`). The per-job table: configuration, backend, device, batch size, precision,
 compile, median step time, samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the
 baseline row or "within noise", stability, final validation metric. Two plots:
 throughput.png (samples/s against batch size, one line per backend/precision/compile) and validation.png (the
@@ -25,10 +27,11 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, cli, report_apple, report_figures, stability
+from sweeplab import channels, cli, report_apple, report_figures, report_html, stability
 from sweeplab import labels as config_labels
 from sweeplab.console import quiet_libraries
 from sweeplab.errors import UserError, report_user_error
@@ -38,8 +41,11 @@ from sweeplab.report_verdict import (
     VerdictOptions,
     VerdictReport,
     batch_size,
+    config_columns,
     config_csv_rows,
-    config_table_markdown,
+    config_header,
+    config_legend,
+    config_rows,
     samples_per_step,
     sweep_verdict,
 )
@@ -76,6 +82,11 @@ class Report:
     files: list[Path] = field(default_factory=list)
     failed: int = 0
     verdict: VerdictReport | None = None  # the sweep's verdict (sweeplab.report_verdict); None without a store
+
+    @property
+    def html(self) -> Path | None:
+        """report.html's absolute path; None when nothing was written."""
+        return next((p.resolve() for p in self.files if p.name == HTML), None)
 
 
 def format_number(value: float | None, digits: int = 4) -> str:
@@ -228,16 +239,27 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     return rows, columns, failed
 
 
-def to_markdown(rows: list[dict[str, str]], columns: list[str], hoist_constants: bool = False) -> str:
+def constant_columns(rows: list[dict[str, str]], columns: list[str], every: str = "run",
+                     only: Collection[str] | None = None) -> tuple[str, list[str]]:
+    """("every run: backend cpu, precision 32-true", the other columns): the columns with one value in every row
+    (but the first, which names the row; with `only`, those of `only`) said once, empty columns dropped; ("",
+    columns) for fewer than two rows."""
+    if len(rows) < 2:
+        return "", columns
+    values = {c: {row.get(c, "") for row in rows} for c in columns}
+    constant = [c for c in columns[1:] if len(values[c]) == 1 and (only is None or c in only or values[c] == {""})]
+    shown = [f"{c} {next(iter(values[c]))}" for c in constant if next(iter(values[c]))]
+    return (f"every {every}: " + ", ".join(shown)) if shown else "", [c for c in columns if c not in constant]
+
+
+def to_markdown(rows: list[dict[str, str]], columns: list[str], hoist_constants: bool = False,
+                every: str = "run") -> str:
     """A Markdown table. `hoist_constants`: columns with one value in every row (backend, device, precision...)
     become a line above the table and empty columns go, so the table fits MLflow's artifact viewer."""
     preface = ""
-    if hoist_constants and len(rows) > 1:
-        values = {c: {row.get(c, "") for row in rows} for c in columns}
-        constant = [c for c in columns if c != "run" and len(values[c]) == 1]
-        shown = [f"{c} {next(iter(values[c]))}" for c in constant if next(iter(values[c]))]
-        preface = ("every run: " + ", ".join(shown) + "\n\n") if shown else ""
-        columns = [c for c in columns if c not in constant]
+    if hoist_constants:
+        line, columns = constant_columns(rows, columns, every)
+        preface = f"{line}\n\n" if line else ""
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(row.get(c, "") for c in columns) + " |" for row in rows]
     return preface + "\n".join(lines)
@@ -382,27 +404,31 @@ def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
 def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None,
                  options: VerdictOptions | None = None, never_ran: tuple[str, ...] = ()) -> Report:
     """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
-    job), report.csv (a `row` column: job | configuration) and the plots."""
+    job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report_html: the
+    same tables and the plots, on one page)."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
     columns += report_apple.ane_column(runs, rows)  # exported runs: their Neural Engine readiness
     base_index = pick_baseline(runs, baseline)
     found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
+    configs = configuration_table(found.summary, runs) if found is not None and found.summary is not None else None
+    if configs is not None:
+        columns = [c for c in columns if c != "speedup"]
+    job_notes = [REPLICATED_NOTE if configs is not None else
+                 f"speedup: samples/s relative to {rows[base_index]['run']!r}" if base_index is not None else "",
+                 STABILITY_NOTE + ("" if configs is not None else " " + WITHIN_NOISE_NOTE)]
+    if failed:
+        job_notes.append(f"{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)")
+    line, shown = constant_columns(rows, columns)
+    jobs = report_html.Table(shown, rows, "run", above=(line,), below=tuple(n for n in job_notes if n))
+    verdict_lines = found.lines if found is not None else (NO_STORE,)
     markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
     markdown += "".join(f"{line}\n" for line in never_ran) + ("\n" if never_ran else "")
     markdown += f"## {title}\n\n"
-    replicated = found is not None and found.summary is not None
-    if replicated:
-        markdown += f"### per configuration\n\n{config_table_markdown(found.summary)}\n\n### per job\n\n"
-        columns = [c for c in columns if c != "speedup"]
+    if configs is not None:
+        markdown += f"### per configuration\n\n{_table_markdown(configs)}\n\n### per job\n\n"
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(runs)
-    if replicated:
-        markdown += f"\n{REPLICATED_NOTE}\n"
-    elif base_index is not None:
-        markdown += f"\nspeedup: samples/s relative to {rows[base_index]['run']!r}\n"
-    markdown += f"\n{STABILITY_NOTE}{'' if replicated else ' ' + WITHIN_NOISE_NOTE}\n"
-    if failed:
-        markdown += f"\n{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)\n"
+    markdown += "".join(f"\n{note}\n" for note in jobs.below)
     files: list[Path] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -410,11 +436,39 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
         plots += report_figures.write_figures(found.summary if found else None, out_dir, report_figures.family_labels(runs))
         if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
             markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
-        for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found))):
+        markdown += f"\n{HTML_NOTE}\n"
+        page = report_html.page(title, (*verdict_lines, *never_ran), configs or jobs, jobs if configs else None,
+                                plots, [ln.lstrip("- ") for ln in report_apple.ane_lines(runs).splitlines()
+                                        if ln.startswith("- ")])
+        for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found)),
+                           (HTML, page)):
             write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
         files += plots
     return Report(rows, columns, markdown, files, failed, found)
+
+
+HTML = "report.html"
+HTML_NOTE = f"{HTML} beside this file: the verdict, these tables (sortable) and the plots on one page, for a browser"
+NO_STORE = "no verdict: the report was built without an MLflow store to read the validation curves from"
+
+
+def configuration_table(summary, runs) -> report_html.Table:
+    """The per-configuration table (sweeplab.report_verdict's cells), its configurations by their short names, the
+    target's line above it and the legend below."""
+    labels = report_figures.family_labels(runs)
+    names = naming.configuration_run_names([c.config for c in summary.configs], labels)
+    rows = config_rows(summary, names)
+    # the figures stay in the table even when alike (two configurations of one speed): it is the comparison
+    line, columns = constant_columns(rows, config_columns(summary), every="configuration", only=("n",))
+    return report_html.Table(columns, rows, "configuration", above=(config_header(summary), line),
+                             below=(config_legend(summary, labels),), intervals=True)
+
+
+def _table_markdown(table: report_html.Table) -> str:
+    """A table with its lines above and below, as Markdown."""
+    return "\n\n".join([*(ln for ln in table.above if ln), to_markdown(list(table.rows), list(table.columns)),
+                         *(ln for ln in table.below if ln)])
 
 
 def _csv_with_configurations(runs, rows: list[dict], columns: list[str], found: VerdictReport | None) -> str:
@@ -560,6 +614,7 @@ def _report(args: argparse.Namespace) -> int:
                 log.warning("could not log %s to run %s: %s", path, parent, exc)
     print(report.markdown)
     print("written: " + ", ".join(str(p) for p in report.files))
+    print(f"report: {report.html}")
     return 1 if report.failed else 0
 
 

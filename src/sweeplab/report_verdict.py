@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sweeplab import verdict
 from sweeplab.errors import UserError
 from sweeplab.families import get_family
-from sweeplab.tracking import mlflow_store
+from sweeplab.labels import label
+from sweeplab.tracking import mlflow_store, naming
 
 THROUGHPUT = "summary/samples_per_sec"
 CONFIG_TAG, REPLICATE_TAG, ROUND_TAG, CONFIG_INDEX_TAG = "config", "replicate", "round", "config_index"
@@ -153,42 +155,61 @@ def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) ->
 
 # --- the per-configuration table --------------------------------------------------------------------------------------
 
-CONFIG_COLUMNS = ("configuration", "n", "samples/s", "speedup", "samples to target", "time to target (s)",
-                  "wall time to target (s)", "speedup to target", "final metric", "Δ vs baseline", "quality")
+def config_columns(summary: verdict.SweepSummary) -> list[str]:
+    """The per-configuration table's columns, short so that the table fits MLflow's Markdown viewer (config_legend
+    says what each is); the final metric's column is named by the metric."""
+    return ["configuration", "n", "samples/s", "speedup", "samples→target", "t→target (s)", "wall t→target (s)",
+            "speedup→target", summary.metric_name, "Δ", "quality"]
 
 
-def config_table_markdown(summary: verdict.SweepSummary) -> str:
-    """One row per configuration, each cell `median (low–high)`; the header line names the target and the
-    intervals' levels."""
-    lines = [verdict.render_table(summary).splitlines()[0], ""]
-    lines += ["| " + " | ".join(CONFIG_COLUMNS) + " |", "|" + "|".join("---" for _ in CONFIG_COLUMNS) + "|"]
+def config_header(summary: verdict.SweepSummary) -> str:
+    """The line above the table: the target and the intervals' levels."""
+    return verdict.render_table(summary).splitlines()[0]
+
+
+def config_rows(summary: verdict.SweepSummary, names: Mapping[str, str]) -> list[dict[str, str]]:
+    """One row per configuration ({column: cell}, each figure `median (low–high)`), named by its short name
+    (`names`: configuration -> `bs=64 α=0.7`, as report_figures' pictures and the run names say it)."""
+    columns = config_columns(summary)
+    rows = []
     for config in summary.configs:
-        cells = _config_cells(config, summary.baseline)
-        lines.append("| " + " | ".join(cells[c] for c in CONFIG_COLUMNS) + " |")
-    lines.append("")
-    lines.append("medians over the replicates with 95 % t intervals; speedup and speedup to target: paired with the "
-                 "baseline's job of the same round, simultaneous intervals (Bonferroni); samples to target: linear "
-                 "between the two validations around it; time to target: samples to target / samples/s "
-                 "(validation and checkpoint pauses excluded); docs/verdict.md")
-    return "\n".join(lines)
+        cells = _config_cells(config)
+        cells[0] = names.get(config.config, config.config)
+        rows.append(dict(zip(columns, cells)))
+    return rows
 
 
-def _config_cells(config: verdict.ConfigSummary, baseline: str) -> dict[str, str]:
+def config_legend(summary: verdict.SweepSummary, labels: Mapping[str, str] | None = None) -> str:
+    """One line saying what the short labels and columns of the per-configuration table mean."""
+    keys = {k: None for c in summary.configs for k in naming.config_values(c.config)}
+    named = ", ".join(f"{label(k, labels)} = {k}" for k in keys if label(k, labels) != k)
+    metric, sign = summary.metric_name, "≥" if summary.mode == "max" else "≤"
+    return ((f"{named}. " if named else "")
+            + f"Cells: median (95 % t interval) over the replicates. n: replicates; samples/s: training throughput; "
+            f"speedup: samples/s over the baseline's; samples→target: training samples until {metric} {sign} "
+            f"{summary.target:.4g} [replicates that reached it]; t→target: samples→target / samples/s (s of training, "
+            f"validation and checkpoint pauses excluded); wall t→target: wall-clock s since the job started; "
+            f"speedup→target: the baseline's t→target / this one's; {metric}: final value; Δ: {metric} minus the "
+            f"baseline's. Speedups and Δ are paired with the baseline's job of the same round, with simultaneous "
+            f"intervals (Bonferroni): docs/verdict.md")
+
+
+def _config_cells(config: verdict.ConfigSummary) -> list[str]:
     text = verdict.estimate_text  # the same cell format as verdict.render_table
     wall = config.wall_time_to_target
-    return {
-        "configuration": config.config + (" (baseline)" if config.config == baseline else ""),
-        "n": str(config.jobs),
-        "samples/s": text(config.samples_per_sec, "{:.4g}"),
-        "speedup": text(config.speedup, "{:.2f}"),
-        "samples to target": text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
-        "time to target (s)": text(config.time_to_target, "{:.4g}"),
-        "wall time to target (s)": text(wall, "{:.4g}") if wall is not None else "",
-        "speedup to target": text(config.speedup_to_target, "{:.2f}"),
-        "final metric": text(config.final_metric, "{:.4g}"),
-        "Δ vs baseline": text(config.quality_difference, "{:+.3g}"),
-        "quality": config.quality,
-    }
+    return [
+        config.config,
+        str(config.jobs),
+        text(config.samples_per_sec, "{:.4g}"),
+        text(config.speedup, "{:.2f}"),
+        text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
+        text(config.time_to_target, "{:.4g}"),
+        text(wall, "{:.4g}") if wall is not None else "",
+        text(config.speedup_to_target, "{:.2f}"),
+        text(config.final_metric, "{:.4g}"),
+        text(config.quality_difference, "{:+.3g}"),
+        config.quality,
+    ]
 
 
 def config_csv_rows(summary: verdict.SweepSummary) -> list[dict[str, object]]:

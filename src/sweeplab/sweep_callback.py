@@ -10,9 +10,10 @@ In each job's own process (`on_job_start`, `on_job_end`), wherever the launcher 
 takes its own GPU(s) before CUDA starts; the job's return value (what a sweeper optimises: the best monitored
 metric) is logged to the job's run as the metric `objective`.
 
-At the end (`on_multirun_end`): the sweep's report (table, throughput and validation plots: sweeplab.report) and an
+At the end (`on_multirun_end`): the sweep's report (tables, plots and report.html: sweeplab.report) and an
 objective-per-job plot are attached to the parent, which also names the best job (tags `best_run_id`,
-`best_run_name`, `best_job`; params `best.<swept key>`; metric `best/objective`).
+`best_run_name`, `best_job`; params `best.<swept key>`; metric `best/objective`); the closing lines are `best: ...`
+and `report: <absolute path of report.html>`.
 
 However the sweep ends, the parent run is closed with the job counts (metrics `jobs_done`, `jobs_failed`,
 `jobs_killed`, `jobs_planned`, `jobs_not_run`): FINISHED, FAILED when a job failed, KILLED when Ctrl-C or SIGTERM
@@ -233,7 +234,8 @@ class MLflowSweepCallback(Callback):
             if (sweep_dir / OPTUNA_RESULTS).exists():
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
-                print(report.markdown + (f"\nbest: {best}\n" if best else ""), flush=True)
+                closing = (f"\nbest: {best}" if best else "") + (f"\nreport: {report.html}" if report.html else "")
+                print(report.markdown + closing, flush=True)
             for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
