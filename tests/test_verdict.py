@@ -407,3 +407,11 @@ def test_the_tie_holds_only_configurations_no_other_beats():
     verdict = decide(edited, "baseline", "metric ≥ 0.8")
     assert verdict.kind == "tie" and set(verdict.fastest) == {"leader", "baseline"}
     assert "the rest are slower" in verdict.lines[0]
+
+
+def test_a_huge_interval_bound_is_written_in_three_digits_not_dozens():
+    from sweeplab.verdict import Estimate, Interval, estimate_text
+
+    cell = estimate_text(Estimate(1.5, Interval(1e-60, 3.2e60, 0.95), 2), "{:.2f}")
+    assert cell == "1.50 (0.00–3.2e+60)"
+    assert estimate_text(Estimate(2.0, Interval(1.0, float("inf"), 0.95), 2), "{:.2f}") == "2.00 (1.00–∞)"

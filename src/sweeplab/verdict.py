@@ -802,6 +802,10 @@ def _table_row(config: ConfigSummary) -> tuple[str, ...]:
 
 def estimate_text(estimate: Estimate, number: str) -> str:
     def show(value: float) -> str:
-        return ("∞" if value > 0 else "-∞") if math.isinf(value) else number.format(value)
+        if math.isinf(value):
+            return "∞" if value > 0 else "-∞"
+        shown = number.format(value)
+        # a fixed-point format of a huge bound (a 2-replicate interval's t quantile) would print dozens of digits
+        return shown if len(shown) <= 9 else f"{value:.3g}"
 
     return f"{show(estimate.point)} ({show(estimate.interval.low)}–{show(estimate.interval.high)})"
