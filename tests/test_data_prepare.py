@@ -168,7 +168,9 @@ def test_refuses_to_replace_a_directory_that_is_not_a_dataset(tmp_path):
     assert (tmp_path / "precious.txt").read_text() == "user data"
 
 
-@pytest.mark.parametrize("bad", [{"vocab_size": 0}, {"n_sentences": -1}, {"teacher_path": "/nonexistent/teacher"}])
+@pytest.mark.parametrize(
+    "bad", [{"vocab_size": 0}, {"n_sentences": -1}, {"teacher_path": "/nonexistent/teacher"}, {"corpus": "wiki"}]
+)
 def test_bad_options_are_one_line_errors(tmp_path, bad):
     with pytest.raises(ValueError) as error:
         prepare_textbridge_demo(tmp_path / "demo", **{**TINY, **bad})
@@ -186,6 +188,34 @@ def test_cli_prints_one_line(tiny_demo, capsys, tmp_path):
     assert main(["--out", str(tmp_path / "demo"), "--teacher-path", str(missing)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: teacher path {missing}: no such directory (expected a local Hugging Face model directory)"
+
+
+def test_corpus_option_is_recorded_and_another_corpus_rebuilds(tmp_path, capsys):
+    out = tmp_path / "demo"
+    args = ["--out", str(out), "--n-sentences", "60", "--vocab-size", "500", "--teacher-layers", "1"]
+    args += ["--teacher", "random", "--teacher-dim", "32", "--no-progress"]
+    assert main([*args, "--corpus", "stdlib"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}: 60 samples")
+    manifest = read_manifest(out)
+    assert manifest["settings"]["corpus"] == "stdlib"
+    assert manifest["corpus"]["name"] == "stdlib" and manifest["corpus"]["docstring_sentences"] > 10000
+    assert main([*args, "--corpus", "stdlib"]) == 0
+    assert capsys.readouterr().out.startswith(f"up to date, kept {out}")
+
+    # the same 60 sentences (stdlib starts with the reference), but another corpus: rebuilt, and the default is not
+    # written into the settings, so directories built before the option existed stay up to date
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}")
+    manifest = read_manifest(out)
+    assert "corpus" not in manifest["settings"] and manifest["corpus"]["name"] == "reference"
+
+    before = snapshot(out)
+    with pytest.raises(SystemExit) as exited:  # argparse's mistakes exit from the parser
+        main([*args, "--corpus", "wiki"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: argument --corpus: invalid choice: 'wiki' (choose from 'reference', 'stdlib')")
+    assert err.count("\n") == 1 and snapshot(out) == before
 
 
 # --- DataModule ----------------------------------------------------------------------------------

