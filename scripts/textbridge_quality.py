@@ -17,7 +17,7 @@ import torch
 
 from sweeplab.families.textbridge.data import TextBridgeDataModule
 from sweeplab.families.textbridge.task import cosine_per_sample, retrieval_metrics
-from sweeplab.tasks.checkpoint import load_model
+from sweeplab.families.loading import load_model
 
 
 @torch.no_grad()

@@ -273,3 +273,31 @@ def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflo
     assert objective == min(m.value for m in client.get_metric_history(run.info.run_id, "val/loss"))
     exported = {a.path for a in client.list_artifacts(run.info.run_id, "coreml")}
     assert "coreml/textbridge_decoder-standard-fp16.mlpackage" in exported
+
+
+# --- the round trip's two starts: text, or token ids only (an EFB1 file) ---------------------------
+def test_the_round_trip_from_token_ids_equals_the_one_from_text(demo_dir):
+    """Data holding token ids without text (EFB1) feeds the encoder those ids: the cubes, decodes and scores equal
+    the ones from the text that the ids were made from."""
+    from sweeplab.data.tokenizer import TextTokenizer
+    from sweeplab.families.textbridge.formats import open_dataset
+    from sweeplab.families.textbridge_decoder.roundtrip import round_trip
+    from sweeplab.models.textbridge import TextBridgeConfig, TextBridgeEncoder
+
+    tokenizer = TextTokenizer.load(demo_dir / "tokenizer.json")
+    source = open_dataset(demo_dir / "demo.tokens.jsonl")
+    samples = [source[i] for i in range(6)]
+    texts = [s.text for s in samples]
+    ids = [s.input_ids.tolist() for s in samples]
+    assert tokenizer.encode(texts, 64)[0] == ids  # the ids are the text's, so both starts must agree
+    torch.manual_seed(0)
+    encoder = TextBridgeEncoder(TextBridgeConfig(vocab_size=tokenizer.vocab_size, d_model=16, d_hidden=16, n_blocks=1,
+                                                 dilations=[1], out_dim=EMBED, max_len=64)).eval()
+    decoder = TextBridgeDecoder(DecoderConfig(vocab_size=tokenizer.vocab_size, embed_dim=EMBED, max_len=MAX_LEN,
+                                              n_prefix=2, n_layer=1, n_head=2, d_model=16, d_ff=32, bos_id=BOS,
+                                              eos_id=EOS)).eval()
+    targets = np.random.default_rng(0).standard_normal((6, EMBED)).astype(np.float32)
+    from_text = round_trip(encoder, decoder, tokenizer, texts, ids, targets)
+    from_ids = round_trip(encoder, decoder, tokenizer, None, ids, targets)
+    assert from_ids.metrics == from_text.metrics and from_ids.from_cube == from_text.from_cube
+    assert from_ids.metrics["sentences"] == 6.0

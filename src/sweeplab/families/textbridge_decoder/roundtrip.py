@@ -39,14 +39,19 @@ class RoundTrip:
     from_cube: list[str] = field(default_factory=list)
 
 
-@torch.no_grad()
 def encode(encoder, tokenizer, texts: list[str]) -> torch.Tensor:
     """Texts -> (N, out_dim) cubes with a TextBridge encoder (tokens cut at its max_len, as in training)."""
+    return encode_ids(encoder, tokenizer.pad_id, tokenizer.encode(texts, encoder.config.max_len)[0])
+
+
+@torch.no_grad()
+def encode_ids(encoder, pad_id: int, token_rows: list[list[int]]) -> torch.Tensor:
+    """Token id rows -> (N, out_dim) cubes (each row cut at the encoder's max_len)."""
     cubes = []
-    for start in range(0, len(texts), BATCH):
-        rows, _, _ = tokenizer.encode(texts[start : start + BATCH], encoder.config.max_len)
+    for start in range(0, len(token_rows), BATCH):
+        rows = [list(row)[: encoder.config.max_len] for row in token_rows[start : start + BATCH]]
         width = max(1, max(len(row) for row in rows))
-        ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, row in enumerate(rows):
             ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -72,21 +77,22 @@ def teacher_cosine(teacher, originals: list[str], reconstructed: list[str]) -> f
     return float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
 
 
-def round_trip(encoder, decoder, tokenizer, texts: list[str], references: list[list[int]], targets: np.ndarray,
+def round_trip(encoder, decoder, tokenizer, texts: list[str] | None, references: list[list[int]], targets: np.ndarray,
                teacher=None) -> RoundTrip:
     """Score the decoder on `texts` (their token ids `references`, teacher embeddings `targets`): from the teacher's
-    embeddings and from the encoder's cubes; the teacher's cosine original/reconstruction when `teacher` is given."""
+    embeddings and from the encoder's cubes; the teacher's cosine original/reconstruction when `teacher` is given.
+    `texts=None` (data that holds token ids only, an EFB1 file): the encoder reads the token ids themselves."""
     if encoder.config.out_dim != decoder.config.embed_dim:
         raise UserError(f"the encoder writes {encoder.config.out_dim}-d cubes, the decoder reads {decoder.config.embed_dim}-d "
                         "embeddings: train both on the same data")
+    cubes = encode(encoder, tokenizer, texts) if texts is not None else encode_ids(encoder, tokenizer.pad_id, references)
     references = [list(r[: decoder.config.max_len]) for r in references]
-    cubes = encode(encoder, tokenizer, texts)
     teacher_embeddings = torch.from_numpy(np.asarray(targets, dtype=np.float32))
     from_teacher, from_cube = decode(decoder, teacher_embeddings), decode(decoder, cubes)
     result = RoundTrip(originals=tokenizer.decode(references), from_teacher=tokenizer.decode(from_teacher),
                        from_cube=tokenizer.decode(from_cube))
     result.metrics = {
-        "sentences": float(len(texts)),
+        "sentences": float(len(references)),
         "cube/teacher_cos": float(torch.nn.functional.cosine_similarity(cubes, teacher_embeddings, dim=-1).mean()),
         **scores("from_teacher", from_teacher, references, tokenizer),
         **scores("round_trip", from_cube, references, tokenizer),
@@ -129,9 +135,11 @@ def run(args: argparse.Namespace) -> RoundTrip:
     decoder = load_model(args.decoder, expect_family="textbridge_decoder").model
     dm, indices = _split(Path(args.data), args.split, args.seed, args.val_fraction, args.limit)
     samples = [dm.source[int(i)] for i in indices]
-    if any(s.text is None or s.input_ids is None for s in samples):
-        raise UserError(f"--data {args.data}: the round trip needs text and token ids (a token-mode JSONL, as the demo set has)")
-    result = round_trip(encoder, decoder, dm.tokenizer, [s.text for s in samples], [s.input_ids.tolist() for s in samples],
+    if any(s.input_ids is None for s in samples):
+        raise UserError(f"--data {args.data}: the round trip needs token ids (a token-mode JSONL or an EFB1 file, as "
+                        "the demo set has)")
+    texts = None if any(s.text is None for s in samples) else [s.text for s in samples]
+    result = round_trip(encoder, decoder, dm.tokenizer, texts, [s.input_ids.tolist() for s in samples],
                         np.stack([s.target for s in samples]), _teacher(Path(args.data), args.teacher))
     dm.teardown()
     return result
