@@ -1,0 +1,28 @@
+"""The measurement scripts the docs quote still run against the current package (they are not imported by it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import smoke_config
+from sweeplab.training import train
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.mark.slow  # ~15 s: a short training run, then the script in a subprocess
+def test_textbridge_quality_reports_the_split_the_floor_and_retrieval(demo_dir, mlflow_uri, tmp_path):
+    train(smoke_config(demo_dir, "trainer.max_steps=4", "trainer.val_check_interval=4"))
+    ckpt = Path.cwd() / "outputs" / "checkpoints" / "last.ckpt"
+    result = subprocess.run([sys.executable, str(SCRIPTS / "textbridge_quality.py"), str(ckpt), "--data", str(demo_dir)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["global_step"] == 4 and figures["n_train"] + figures["n_val"] == 300
+    assert -1 <= figures["mean_target_floor"] <= 1 and 0 < figures["val_mrr"] <= 1
+    assert figures["val_cos_above_floor"] == round(figures["val_cos"] - figures["mean_target_floor"], 4)
