@@ -43,7 +43,7 @@ from sweeplab.interrupts import is_interrupt
 from sweeplab.plan import check_data_path
 from sweeplab.report import sweep_report
 from sweeplab.report_verdict import CONFIG_INDEX_TAG, CONFIG_TAG, VerdictOptions, sweep_verdict
-from sweeplab.tracking import mlflow_store, naming, sweep_plots
+from sweeplab.tracking import mlflow_store, naming, sweep_plots, ui
 from sweeplab.verdict import ReplicatePlan, SweepSummary, plan_replicates
 
 log = logging.getLogger(__name__)
@@ -236,6 +236,7 @@ class MLflowSweepCallback(Callback):
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
                 print(report.markdown + (f"\nbest: {best}\n" if best else ""), flush=True)
+                print(ui.sweep_line(uri, self.parent_run_id), flush=True)  # where make ui's address opens
             for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:
