@@ -25,7 +25,15 @@ from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ui_check import (  # noqa: E402
-    CHROMEDRIVER, CHROMIUM, ROOT, CheckFailed, browser, check_browser, free_port, start_ui, stop_ui,
+    CHROMEDRIVER,
+    CHROMIUM,
+    ROOT,
+    CheckFailed,
+    browser,
+    check_browser,
+    free_port,
+    start_ui,
+    stop_ui,
 )
 
 from sweeplab.tracking import mlflow_store, ui  # noqa: E402
