@@ -19,7 +19,7 @@ CORPUS ?= reference
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install data sweep test test-all lint ui report bench profile export clean
+.PHONY: help install data sweep test test-all lint ui ui-check screenshots report bench profile export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,8 +69,14 @@ bench: data ## throughput table: CPU / accelerator basic / optimised, each again
 profile: data ## where a configuration's step time goes: table + torch.profiler trace (ARGS="model=pagating_lm backend=cuda ...")
 	$(PY) -m sweeplab.profile $(ARGS)
 
-ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's URL
+ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's comparison
 	$(PY) -m sweeplab.tracking.ui $(ARGS)
+
+ui-check: data ## headless Chromium (apt-get install chromium chromium-driver) opens make ui's address for a smoke sweep
+	$(PY) scripts/ui_check.py $(ARGS)
+
+screenshots: data ## docs/ui-*.png from a new default sweep (ARGS="--tracking-uri URI" shoots an existing store instead)
+	$(PY) scripts/screenshots.py $(ARGS)
 
 clean: ## remove everything sweeplab writes: outputs, sweeps, reports, exports, the bench's data, the local MLflow store and its artifacts, the example's build (keeps .venv and the prepared data/)
 	rm -rf outputs multirun/*/ mlflow.db mlflow.db.lock mlflow.db-journal mlflow.db-wal mlflow.db-shm mlruns mlartifacts \

@@ -1,12 +1,14 @@
-"""Screenshots of the MLflow UI on a sweep's store, for docs/ (run by hand, not by CI).
+"""`make screenshots`: docs/ui-*.png, the MLflow UI's views of a default sweep, in one command.
 
-    make sweep                                   # or any store with a sweep in it
-    .venv/bin/python scripts/screenshots.py [--tracking-uri sqlite:///mlflow.db] [--out docs] [--sweep RUN_ID]
+    .venv/bin/python scripts/screenshots.py [--tracking-uri URI] [--out docs]
 
-Starts `mlflow ui` on a free local port for the store, and takes one headless-Chromium screenshot per view, each
-opened by its URL alone (no clicks): the latest sweep's runs table, one job's run page, the compare view of all its
-jobs, and the charts of training samples/s and validation cosine of every job. Needs Chromium (Debian:
-`apt-get install -y chromium`; or --chromium PATH). Chromium's own `--screenshot` does the work: no browser driver.
+Without --tracking-uri it runs the default study (`python -m sweeplab.train -m sweep=default backend=cpu`, what
+`make sweep` runs) into a temporary store first; with it, it shoots that store's latest sweep. Each view is opened by
+its address alone (no clicks) in headless Chromium at 1600x1000, a fresh profile (a first visit): the comparison
+`make ui` prints (ui-runs.png), its chart view (ui-charts.png), one job's run page (ui-run.png), the compare view of
+the jobs (ui-compare.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
+sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md). Needs what `make ui-check`
+needs (`apt-get install chromium chromium-driver`).
 """
 
 from __future__ import annotations
@@ -14,121 +16,104 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-from sweeplab.tracking import mlflow_store
-from sweeplab.tracking.ui import latest_sweep_url
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ui_check import (  # noqa: E402
+    CHROMEDRIVER,
+    CHROMIUM,
+    ROOT,
+    CheckFailed,
+    browser,
+    check_browser,
+    free_port,
+    start_ui,
+    stop_ui,
+)
 
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-    "--hide-scrollbars", "--disable-dev-shm-usage",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ui(uri: str, port: int) -> subprocess.Popen:
-    mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
-    server = subprocess.Popen(
-        [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its workers stop with it
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.5)
-    stop_ui(server)
-    raise SystemExit(f"error: `mlflow ui` did not answer on port {port} within 120 s")
+from sweeplab.tracking import mlflow_store, ui  # noqa: E402
 
 
-def stop_ui(server: subprocess.Popen) -> None:
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=30)
+def default_sweep(workdir: Path) -> str:
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    command = [sys.executable, "-m", "sweeplab.train", "-m", "sweep=default", "backend=cpu",
+               f"hydra.sweep.dir={workdir / 'sweep'}"]
+    print(f"default sweep (minutes): {' '.join(command[1:])}", flush=True)
+    result = subprocess.run(command, cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise CheckFailed(f"the default sweep failed (exit {result.returncode}): "
+                          f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return uri
 
 
-def screenshot(chromium: str, url: str, out: Path, size: tuple[int, int], wait_ms: int) -> None:
-    """One page, rendered by headless Chromium after `wait_ms` of (virtual) time, in a fresh profile: what a first
-    visit shows."""
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}",
-             f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180,
-        )
-    print(f"{out}: {url}", flush=True)
-
-
-def views(uri: str, base: str, experiment_id: str, parent_id: str, jobs) -> dict[str, str]:
-    """docs/ file name -> the UI URL that shows it."""
+def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
+    """docs/ file name -> the UI address that shows it."""
+    parent = mlflow_store.client(uri).get_run(parent_id)
+    experiment_id = parent.info.experiment_id
+    jobs = [r for r in mlflow_store.sweep_jobs(uri, parent_id) if r.info.status == "FINISHED"]
     ml = mlflow_store.UI_WORKFLOW_QUERY
-    run_ids = json.dumps([r.info.run_id for r in jobs])
-    experiments = json.dumps([experiment_id])
-    best = max(jobs, key=lambda r: r.data.metrics.get("val/cos", float("-inf")))
+    run_ids, experiments = json.dumps([r.info.run_id for r in jobs]), json.dumps([experiment_id])
+    best = max(jobs, key=lambda r: r.data.metrics.get("objective", float("-inf")))
 
     def metric_page(key: str, x_axis: str) -> str:
-        metric = quote(json.dumps(key))
-        return (f"{base}/#/metric?runs={run_ids}&metric={metric}&experiments={experiments}"
+        return (f"{base}/#/metric?runs={run_ids}&metric={quote(json.dumps(key))}&experiments={experiments}"
                 f"&plot_metric_keys={quote(json.dumps([key]))}&plot_layout={{}}&x_axis={x_axis}&y_axis_scale=linear"
                 f"&line_smoothness=1&show_point=true&deselected_curves=[]&last_linear_y_axis_range=[]&{ml}")
 
+    report = "report.html" if Path(parent.data.tags.get("sweep_dir", ""), "report.html").is_file() else "report.md"
     return {
-        "ui-runs.png": latest_sweep_url(uri, base) if parent_id == mlflow_store.latest_sweep(uri) else mlflow_store.runs_url(
-            base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'", order_by_metric="objective"
-        ),
+        "ui-runs.png": ui.sweep_url(uri, base, parent_id),
+        "ui-charts.png": ui.sweep_url(uri, base, parent_id, mode="CHART"),
         "ui-run.png": mlflow_store.run_url(base, experiment_id, best.info.run_id),
         "ui-compare.png": f"{base}/#/compare-runs?runs={run_ids}&experiments={experiments}&{ml}",
         "ui-samples-per-sec.png": metric_page("train/samples_per_sec", "step"),
         "ui-val-cos.png": metric_page("val/cos", "relative"),
-        "ui-report.png": f"{base}/#/experiments/{experiment_id}/runs/{parent_id}/artifacts/report/report.md?{ml}",
+        "ui-report.png": f"{base}/#/experiments/{experiment_id}/runs/{parent_id}/artifacts/report/{report}?{ml}",
     }
+
+
+def shoot(uri: str, out: Path, wait_s: float) -> None:
+    parent_id = mlflow_store.latest_sweep(uri)
+    if parent_id is None:
+        raise CheckFailed(f"no sweep in {uri}")
+    port = free_port()
+    server = start_ui(uri, port)
+    driver = browser(CHROMIUM, CHROMEDRIVER)
+    try:
+        for name, url in views(uri, f"http://127.0.0.1:{port}", parent_id).items():
+            driver.get(url)
+            time.sleep(wait_s)  # the page's own requests and charts settle
+            driver.save_screenshot(str(out / name))
+            print(f"{out / name}: {url}", flush=True)
+    finally:
+        driver.quit()
+        stop_ui(server)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
-    parser.add_argument("--sweep", default=None, help="the sweep's parent run id (default: the latest sweep)")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs"))
-    parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
-    parser.add_argument("--size", default="1920x1080", help="window size, WIDTHxHEIGHT")
-    parser.add_argument("--wait-ms", type=int, default=20000, help="time the page gets to load before the shot")
+    parser.add_argument("--tracking-uri", default=None, help="shoot this store's latest sweep (default: a new default sweep)")
+    parser.add_argument("--out", default=str(ROOT / "docs"))
+    parser.add_argument("--wait-s", type=float, default=12.0, help="time each page gets to load before the shot")
     args = parser.parse_args(argv)
-    uri = mlflow_store.resolve_uri(args.tracking_uri)
-    parent_id = args.sweep or mlflow_store.latest_sweep(uri)
-    if parent_id is None:
-        print(f"error: no sweep in {uri}; run `make sweep` first", file=sys.stderr)
-        return 2
-    jobs = [r for r in mlflow_store.sweep_jobs(uri, parent_id) if r.info.status == "FINISHED"]
-    if not jobs:
-        print(f"error: sweep {parent_id} has no finished job", file=sys.stderr)
-        return 2
-    experiment_id = jobs[0].info.experiment_id
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    width, height = (int(v) for v in args.size.split("x"))
-    port = free_port()
-    server = start_ui(uri, port)
     try:
-        for name, url in views(uri, f"http://127.0.0.1:{port}", experiment_id, parent_id, jobs).items():
-            screenshot(args.chromium, url, out / name, (width, height), args.wait_ms)
-    finally:
-        stop_ui(server)
+        check_browser(CHROMIUM, CHROMEDRIVER)
+        if args.tracking_uri is not None:
+            shoot(args.tracking_uri, out, args.wait_s)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sweeplab-screenshots-") as workdir:
+                shoot(default_sweep(Path(workdir)), out, args.wait_s)
+    except CheckFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

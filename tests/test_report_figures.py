@@ -155,8 +155,8 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     job_runs = mlflow_store.sweep_jobs(mlflow_uri, parent)
     assert len(job_runs) == len(jobs) and all("replicate" in r.data.tags for r in job_runs)
     assert len(report.experiment_runs(mlflow_uri, "sweeplab")) == len(jobs)
-    url = ui.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs
-    assert "configuration" in url and "speedup_to_target" in url
+    url = ui.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs' saved view
+    assert f"viewStateShareKey=sweeplab-{parent}" in url  # its filter and sort: tests/test_ui_view.py
     description = MlflowClient(mlflow_uri).get_run(parent).data.tags["mlflow.note.content"]
     assert description.startswith(f"**{first.verdict.lines[0]}**")
     assert description.endswith("`python -m sweeplab.train -m sweep=default`")

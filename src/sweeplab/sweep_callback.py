@@ -43,7 +43,7 @@ from sweeplab.interrupts import is_interrupt
 from sweeplab.plan import check_data_path
 from sweeplab.report import sweep_report
 from sweeplab.report_verdict import CONFIG_INDEX_TAG, CONFIG_TAG, VerdictOptions, sweep_verdict
-from sweeplab.tracking import mlflow_store, naming, sweep_plots
+from sweeplab.tracking import mlflow_store, naming, sweep_plots, ui
 from sweeplab.verdict import ReplicatePlan, SweepSummary, plan_replicates
 
 log = logging.getLogger(__name__)
@@ -234,8 +234,10 @@ class MLflowSweepCallback(Callback):
             if (sweep_dir / OPTUNA_RESULTS).exists():
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
-                closing = (f"\nbest: {best}" if best else "") + (f"\nreport: {report.html}" if report.html else "")
-                print(report.markdown + closing, flush=True)
+                print(report.markdown + (f"\nbest: {best}" if best else ""), flush=True)
+                print(ui.sweep_line(uri, self.parent_run_id), flush=True)  # where make ui's address opens
+                if report.html:
+                    print(f"report: {report.html}", flush=True)  # the page, for those who never open the UI
             for path in files:
                 client.log_artifact(self.parent_run_id, str(path), "report")
             if report.failed:

@@ -18,15 +18,18 @@ configuration, never two. A sweep with one replicate per configuration gets none
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from sweeplab.tracking import mlflow_store, naming
-from sweeplab.verdict import ConfigSummary, Estimate, SweepSummary
+from sweeplab import stability
+from sweeplab.tracking import mlflow_store, naming, ui_view
+from sweeplab.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
 
 NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
 JOB_IDS_TAG = "job_run_ids"
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag's value
+STABILITY_TAG = "stability"
 
 
 def configuration_runs(uri: str, parent_run_id: str):
@@ -68,6 +71,44 @@ def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[
     return {name: float(value) for name, value in metrics.items() if math.isfinite(value)}
 
 
+def figure_tag_names(metric_name: str) -> tuple[str, ...]:
+    return ("samples/s", f"final {metric_name}", "time to target (s)", "speedup to target")
+
+
+def figure_tags(config: ConfigSummary, summary: SweepSummary) -> dict[str, str]:
+    """The figures the comparison shows as text, `median (low–high)` as in the report, one tag each (a readable
+    runs-table column; the metrics of the same figures sort and chart)."""
+    figures = {
+        name: (estimate, number) for name, estimate, number in zip(
+            figure_tag_names(summary.metric_name),
+            (config.samples_per_sec, config.final_metric, config.time_to_target, config.speedup_to_target),
+            ("{:.4g}", "{:.4g}", "{:.4g}", "{:.3g}"))
+    }
+    return {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
+
+
+def stability_text(job_runs: Iterable) -> str:
+    """How far the configuration's speed can be trusted, from its jobs' stability figures: `ok`, or how many of its
+    jobs were unreliable and why (each reason's first words, as the report's stability column words them)."""
+    runs = [r for r in job_runs if stability.has_stability_data(r.data.metrics)]
+    found = [stability.problems(r.data.metrics, r.data.tags) for r in runs]
+    bad = [p for p in found if p]
+    if not bad:
+        return "ok" if runs else ""
+    reasons = sorted({reason.split(" (")[0] for problems in bad for reason in problems})
+    return f"{len(bad)}/{len(runs)} jobs: {'; '.join(reasons)}"
+
+
+def median_curve(jobs: Sequence[Job]) -> list[tuple[int, float, float]]:
+    """The configuration's validation curve for the chart view: at each validation all of its jobs made (the same
+    samples seen), (index, median training seconds = samples seen ÷ the job's samples/s, median value)."""
+    seen = [{p.samples_seen: p for p in job.curve} for job in jobs if job.samples_per_sec > 0]
+    shared = sorted(set.intersection(*(set(points) for points in seen))) if seen else []
+    return [(i, statistics.median(samples / job.samples_per_sec for job in jobs if job.samples_per_sec > 0),
+             statistics.median(points[samples].value for points in seen))
+            for i, samples in enumerate(shared)]
+
+
 def verdict_description(lines: Sequence[str], command: str | None) -> str:
     """The sweep run's description (Markdown): the verdict's first line in bold, the rest as a list, where the
     per-configuration rows are, and the command that launched the sweep."""
@@ -95,27 +136,48 @@ def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: 
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
     names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
-    job_ids = _job_ids_by_config(job_runs)
-    return [
-        _create_configuration_run(client, parent, config, summary, names[config.config], job_ids.get(config.config, []))
+    runs_by_config: dict[str, list] = {}
+    for run in job_runs:
+        runs_by_config.setdefault(run.data.tags.get("config", ""), []).append(run)
+    jobs_by_config: dict[str, list[Job]] = {}
+    for at_target in summary.jobs_at_target:
+        jobs_by_config.setdefault(at_target.job.config, []).append(at_target.job)
+    ids = [
+        _create_configuration_run(client, parent, config, summary, names[config.config],
+                                  runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []))
         for config in summary.configs
     ]
-
-
-def _job_ids_by_config(job_runs: Iterable) -> dict[str, list[str]]:
-    ids: dict[str, list[str]] = {}
-    for run in job_runs:
-        ids.setdefault(run.data.tags.get("config", ""), []).append(run.info.run_id)
+    comparison_view(uri, parent_run_id)
     return ids
 
 
+def comparison_view(uri: str, parent_run_id: str) -> str | None:
+    """Save the sweep's comparison as a view of its experiment's runs table (sweeplab.tracking.ui_view), from its
+    configuration runs; its id. None under an MLflow whose UI sweeplab has not checked (the address is then a filter
+    and a sort) or for a sweep without configuration runs."""
+    runs = configuration_runs(uri, parent_run_id)
+    if not ui_view.view_supported() or not runs:
+        return None
+    client = mlflow_store.client(uri)
+    parent = client.get_run(parent_run_id)
+    monitored = runs[0].data.tags.get("objective", "")
+    texts = [name for name in figure_tag_names(monitored) if name in runs[0].data.tags]
+    state = ui_view.comparison_state(
+        list(naming.config_values(runs[0].data.tags.get("config", ""))), texts, f"final_{metric_key(monitored)}", monitored,
+        f"tags.mlflow.parentRunId = '{parent_run_id}' and "
+        f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
+    )
+    name = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}: comparison"
+    return ui_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
+
+
 def _create_configuration_run(client, parent, config: ConfigSummary, summary: SweepSummary, name: str,
-                              job_ids: list[str]) -> str:
+                              job_runs: list, jobs: list[Job]) -> str:
     from mlflow.entities import Metric
 
     verdict = summary.verdict
     standing = ("fastest" if verdict.kind == "fastest" else "tied for fastest") if config.config in verdict.fastest else ""
-    ids = ",".join(job_ids)
+    ids = ",".join(r.info.run_id for r in job_runs)
     tags = {
         "mlflow.parentRunId": parent.info.run_id,
         mlflow_store.ROLE_TAG: mlflow_store.CONFIGURATION_ROLE,
@@ -132,12 +194,20 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
     }
     if standing:
         tags["verdict"] = standing
+    tags.update(figure_tags(config, summary))
+    if text := stability_text(job_runs):
+        tags[STABILITY_TAG] = text
     for key in ("sweep_id", "sweep_dir"):
         if key in parent.data.tags:
             tags[key] = parent.data.tags[key]
     run = client.create_run(parent.info.experiment_id, run_name=name, tags=tags)
     now = int(time.time() * 1000)
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
-    client.log_batch(run.info.run_id, metrics=[Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()])
+    metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
+    curve_value = ui_view.CURVE_PREFIX + summary.metric_name
+    for step, seconds, value in median_curve(jobs):
+        metrics += [Metric(ui_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
+    for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
+        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id

@@ -5,9 +5,10 @@
 The address: --host/--port, else $SWEEPLAB_UI_URL (e.g. http://127.0.0.1:5001), which the jobs' closing lines read
 too, so the link each job prints opens here; else 127.0.0.1:5000.
 
-The printed URL opens the runs table of the sweep's experiment, filtered to the sweep's configuration runs (one
-row per configuration, sweeplab.tracking.config_runs) or, for a sweep without replicates, to its jobs, in MLflow's
-"machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
+The printed URL opens the sweep's comparison: for a replicated sweep the saved view of its configuration runs (one
+row per configuration with its figures and intervals, fastest to the target first: sweeplab.tracking.ui_view, under
+the MLflow sweeplab pins; a filter-and-sort address under another), for a sweep without replicates its jobs, in
+MLflow's "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
 tracking URI the UI is the tracking server's own: only the URL is printed.
 """
 
@@ -18,28 +19,53 @@ import shutil
 import sys
 
 from sweeplab import cli
-from sweeplab.tracking import config_runs, mlflow_store
+from sweeplab.tracking import config_runs, mlflow_store, ui_view
 
 
 def latest_sweep_url(uri: str, base: str) -> str | None:
-    """The runs-table URL of the newest sweep in any experiment of the store: its configuration runs, fastest to
-    the target first, when it has them (a replicated sweep), else its jobs; None when there is no sweep."""
+    """The runs-table URL of the newest sweep in any experiment of the store (sweep_url); None when there is none."""
     parent_id = mlflow_store.latest_sweep(uri)
-    if parent_id is None:
-        return None
-    parent = mlflow_store.client(uri).get_run(parent_id)
+    return sweep_url(uri, base, parent_id) if parent_id is not None else None
+
+
+def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
+    """Where a sweep's comparison is in the UI. A replicated sweep: its saved comparison view (sweeplab.tracking.
+    ui_view: its configuration runs, fastest to the target first, the figures as columns and charts; written when its
+    report was, and here again for a sweep reported before views existed), or, under an MLflow whose UI sweeplab has
+    not checked, a filter on its configuration runs and a sort. Without replicates: its jobs, best first.
+    mode: TABLE, or CHART for the view's charts."""
+    client = mlflow_store.client(uri)
+    parent = client.get_run(parent_id)
+    experiment_id = parent.info.experiment_id
     if config_runs.configuration_runs(uri, parent_id):
+        key = ui_view.view_id(parent_id)
+        if ui_view.view_supported() and (ui_view.read_view(client, experiment_id, key) is not None
+                                         or config_runs.comparison_view(uri, parent_id) is not None):
+            return ui_view.view_url(base, experiment_id, key, mode)
         return mlflow_store.runs_url(
-            base, parent.info.experiment_id,
+            base, experiment_id,
             f"tags.mlflow.parentRunId = '{parent_id}' and tags.`{mlflow_store.ROLE_TAG}` = "
             f"'{mlflow_store.CONFIGURATION_ROLE}'",
             order_by_metric="speedup_to_target",
         )
     return mlflow_store.runs_url(
-        base, parent.info.experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
+        base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
         ascending=parent.data.tags.get("objective_mode") == "min",
     )
+
+
+def sweep_line(uri: str, parent_id: str) -> str:
+    """The sweep's closing line: where its comparison is in the UI (where the UI's address is known), else how to
+    get that address."""
+    base = mlflow_store.ui_base(uri)
+    fallback = f"the comparison in the MLflow UI: `make ui` prints its address (sweep run {parent_id})"
+    if base is None:
+        return fallback
+    try:
+        return f"the comparison in the MLflow UI: {sweep_url(uri, base, parent_id)}"
+    except Exception:  # a line of the sweep's closing output: never the reason it fails
+        return fallback
 
 
 def main(argv: list[str] | None = None) -> int:
