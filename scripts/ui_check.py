@@ -190,12 +190,16 @@ def check_report(driver, where: str, frame_css: str | None = None) -> None:
     try:
         for element_id in ("verdict", "configurations"):
             found = wait_for(driver, lambda d, i=element_id: d.find_elements("id", i), 30, f"{where}: #{element_id}")[0]
-            rect = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.height];",
-                                         found)
-            top = rect[1] + offset[1]
-            if rect[2] <= 0 or rect[1] < 0 or top >= VIEWPORT[1] or not driver.execute_script(SEEN_JS, found):
-                raise CheckFailed(f"{where}: #{element_id} is not visible without scrolling at 1600x1000 (top {top:.0f} px)")
-        print(f"ok: {where}: #verdict and #configurations visible without scrolling", flush=True)
+            left, top, right, bottom, width, height = driver.execute_script(
+                "const r = arguments[0].getBoundingClientRect(); "
+                "return [r.left, r.top, r.right, r.bottom, window.innerWidth, window.innerHeight];", found)
+            # whole: every column and row inside the page's (or the frame's) window and the 1600x1000 screen
+            inside = left >= 0 and top >= 0 and right <= width + 1 and bottom <= height + 1
+            if not inside or bottom + offset[1] > VIEWPORT[1] + 1 or not driver.execute_script(SEEN_JS, found):
+                raise CheckFailed(f"{where}: #{element_id} is not wholly visible without scrolling at 1600x1000 (its box "
+                                  f"{left:.0f},{top + offset[1]:.0f} to {right:.0f},{bottom + offset[1]:.0f} px; the "
+                                  f"window {width}x{height})")
+        print(f"ok: {where}: #verdict and #configurations wholly visible without scrolling", flush=True)
     finally:
         driver.switch_to.default_content()
 

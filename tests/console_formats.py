@@ -43,6 +43,8 @@ PRINTED = [
     r"best: .+",  # the sweep's closing line after its report
     r"written: .+",  # the files the bench, profile and report wrote
     r"report: /.+/report\.html",  # the sweep's and the report's last line: where its page is
+    # the sweep's closing line: where `make ui` opens its comparison, or how to get that address
+    r"the comparison in the MLflow UI: (?:https?://\S+|`make ui` prints its address \(sweep run \w{32}\))",
 ]
 
 

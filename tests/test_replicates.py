@@ -263,6 +263,16 @@ def test_the_report_puts_the_verdict_first_then_configurations_then_jobs(mlflow_
     assert float(b["samples to target"]) > 0 and b["quality"] == "keeps"
 
 
+def test_the_report_run_again_asks_what_the_sweep_asked_unless_its_flags_say_otherwise(mlflow_uri, tmp_path, capsys):
+    parent = _recorded_sweep(mlflow_uri, tmp_path, _replicated_jobs(rate_b=200.0))
+    MlflowClient(mlflow_uri).set_tag(parent, "report.target", "0.65")  # what sweep_callback records of report.target
+    common = ["--sweep", parent, "--tracking-uri", mlflow_uri, "--out", str(tmp_path / "out")]
+    assert report.main(common) == 0
+    assert capsys.readouterr().out.startswith("fastest to val/cos ≥ 0.65:")
+    assert report.main([*common, "--target", "0.6"]) == 0
+    assert capsys.readouterr().out.startswith("fastest to val/cos ≥ 0.6:")
+
+
 def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_path):
     parent = _recorded_sweep(mlflow_uri, tmp_path, _replicated_jobs(rate_b=101.0))
     summary = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65)).verdict.summary

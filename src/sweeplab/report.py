@@ -27,7 +27,7 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,8 @@ from sweeplab.errors import UserError, report_user_error
 from sweeplab.families import get_family
 from sweeplab.files import write_text_atomic
 from sweeplab.report_verdict import (
+    TARGET_TAG,
+    TOLERANCE_TAG,
     VerdictOptions,
     VerdictReport,
     batch_size,
@@ -541,10 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
     parser.add_argument("--target", type=float, default=None,
-                        help="the monitored metric's value to reach (default: the worst final metric of any job of "
-                             "the configurations that keep quality)")
-    parser.add_argument("--quality-tolerance", type=float, default=0.0,
-                        help="how much worse than the baseline's final metric still keeps quality (metric units)")
+                        help="the monitored metric's value to reach (default: the sweep's report.target, else the "
+                             "worst final metric of any job of the configurations that keep quality)")
+    parser.add_argument("--quality-tolerance", type=float, default=None,
+                        help="how much worse than the baseline's final metric still keeps quality (metric units; "
+                             "default: the sweep's report.quality_tolerance, else 0)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     quiet_libraries()  # matplotlib's note on building its font cache, on a first run
@@ -564,7 +567,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and not math.isfinite(value):
             raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.quality_tolerance < 0:
+    if args.quality_tolerance is not None and args.quality_tolerance < 0:
         raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
 
 
@@ -576,9 +579,16 @@ def check_baseline(runs, baseline: str | None) -> None:
         raise UserError(f"--baseline {baseline!r} matches no finished run with a speed; runs: {shown or 'none'}")
 
 
+def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
+    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags)."""
+    target = args.target if args.target is not None else tags.get(TARGET_TAG)
+    tolerance = args.quality_tolerance if args.quality_tolerance is not None else tags.get(TOLERANCE_TAG, 0.0)
+    return VerdictOptions(None if target is None else float(target), float(tolerance), args.baseline)
+
+
 def _report(args: argparse.Namespace) -> int:
     uri = mlflow_store.resolve_uri(args.tracking_uri)
-    options = VerdictOptions(args.target, args.quality_tolerance, args.baseline)
+    options = VerdictOptions(args.target, args.quality_tolerance or 0.0, args.baseline)
     mlflow_store.open_existing_store(uri)  # read-only: an unreachable server or a missing sqlite file fails now
 
     if args.experiment:
@@ -601,7 +611,9 @@ def _report(args: argparse.Namespace) -> int:
             where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
             print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
-        sweep_dir = mlflow_store.get_run(uri, parent, "--sweep").data.tags.get("sweep_dir")
+        parent_tags = mlflow_store.get_run(uri, parent, "--sweep").data.tags
+        sweep_dir = parent_tags.get("sweep_dir")
+        options = asked_of_the_sweep(args, parent_tags)
         check_baseline(mlflow_store.sweep_jobs(uri, parent), args.baseline)
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")

@@ -30,6 +30,10 @@ NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (",
                                                   "existed, or with a sweeper that runs each job once; ", 1)
 
 
+# the sweep run's record of what its verdict was asked (sweep_callback.verdict_option_tags)
+TARGET_TAG, TOLERANCE_TAG = "report.target", "report.quality_tolerance"
+
+
 @dataclass(frozen=True)
 class VerdictOptions:
     """What the report's verdict is asked (`report.target`, `report.quality_tolerance` of the sweep's config, or

@@ -42,7 +42,14 @@ from sweeplab.files import write_text_atomic
 from sweeplab.interrupts import is_interrupt
 from sweeplab.plan import check_data_path
 from sweeplab.report import sweep_report
-from sweeplab.report_verdict import CONFIG_INDEX_TAG, CONFIG_TAG, VerdictOptions, sweep_verdict
+from sweeplab.report_verdict import (
+    CONFIG_INDEX_TAG,
+    CONFIG_TAG,
+    TARGET_TAG,
+    TOLERANCE_TAG,
+    VerdictOptions,
+    sweep_verdict,
+)
 from sweeplab.tracking import mlflow_store, naming, sweep_plots, ui
 from sweeplab.verdict import ReplicatePlan, SweepSummary, plan_replicates
 
@@ -156,6 +163,7 @@ class MLflowSweepCallback(Callback):
                 "sweeper": str(choices.get("hydra/sweeper", "")),
                 "sweep_overrides": " ".join(overrides)[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
+                **verdict_option_tags(verdict_options(config)),
             }),
         )
         self.parent_run_id = run.info.run_id
@@ -440,6 +448,15 @@ def _check_replicates(config: DictConfig) -> None:
                         "(run it with replicates=1)")
     if "seed" in naming.swept_keys(config):
         raise UserError(f"{setting} gives replicate r the seed seed + r: sweep seed with replicates=1, or leave it out")
+
+
+def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
+    """The sweep's `report.target` and `report.quality_tolerance` as its run's tags: `python -m sweeplab.report` run
+    again on the sweep asks the same question unless its flags say otherwise."""
+    tags = {TOLERANCE_TAG: repr(options.quality_tolerance)}
+    if options.target is not None:
+        tags[TARGET_TAG] = repr(options.target)
+    return tags
 
 
 def verdict_options(config: DictConfig) -> VerdictOptions:
