@@ -57,7 +57,10 @@ tbody tr:nth-child(even){background:#fafbfc}
 .figures{display:flex;flex-wrap:wrap;gap:12px}.figures figure{margin:0;flex:1 1 700px;max-width:100%}
 .figures img{max-width:100%;height:auto;border:1px solid #e3e6ea}figcaption{font-size:12px;color:#555}
 details{margin-top:12px}summary{cursor:pointer;font-weight:600}
-@media (max-width:1100px){body{font-size:12px;margin:6px 8px}th,td{padding:1px 4px}td .ci{font-size:10px}}
+/* narrow (MLflow's artifact pane is about 700 px): headers may break inside words, intervals go under their
+   medians, so ten columns fit */
+@media (max-width:1100px){body{font-size:12px;margin:6px 8px}th,td{padding:1px 3px}
+th{font-size:11px;overflow-wrap:anywhere}td .ci{display:block;font-size:10px}}
 """
 
 # Click a header: sort its table's body by that column (again: the other way), on each cell's leading number
