@@ -177,7 +177,7 @@ def config_rows(summary: verdict.SweepSummary, names: Mapping[str, str]) -> list
     columns = config_columns(summary)
     rows = []
     for config in summary.configs:
-        cells = _config_cells(config)
+        cells = verdict.table_cells(config)
         cells[0] = names.get(config.config, config.config)
         rows.append(dict(zip(columns, cells)))
     return rows
@@ -196,24 +196,6 @@ def config_legend(summary: verdict.SweepSummary, labels: Mapping[str, str] | Non
             f"speedup→target: the baseline's t→target / this one's; {metric}: final value; Δ: {metric} minus the "
             f"baseline's. Speedups and Δ are paired with the baseline's job of the same round, with simultaneous "
             f"intervals (Bonferroni): docs/verdict.md")
-
-
-def _config_cells(config: verdict.ConfigSummary) -> list[str]:
-    text = verdict.estimate_text  # the same cell format as verdict.render_table
-    wall = config.wall_time_to_target
-    return [
-        config.config,
-        str(config.jobs),
-        text(config.samples_per_sec, "{:.4g}"),
-        text(config.speedup, "{:.2f}"),
-        text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
-        text(config.time_to_target, "{:.4g}"),
-        text(wall, "{:.4g}") if wall is not None else "",
-        text(config.speedup_to_target, "{:.2f}"),
-        text(config.final_metric, "{:.4g}"),
-        text(config.quality_difference, "{:+.3g}"),
-        config.quality,
-    ]
 
 
 def config_csv_rows(summary: verdict.SweepSummary) -> list[dict[str, object]]:

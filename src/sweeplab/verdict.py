@@ -777,27 +777,30 @@ def render_table(summary: SweepSummary) -> str:
     header = (f"target: {summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g} "
               f"({summary.target_source}); comparisons with {summary.baseline}: {summary.comparisons}, speed intervals "
               f"each at {summary.speed_level:.2%}, quality intervals at {summary.quality_level:.2%}")
-    columns = ("config", "n", "samples/s", "speedup", "samples to target", "time to target (s)",
-               "speedup to target", "final metric", "Δ vs baseline", "quality")
-    rows = [columns] + [_table_row(c) for c in summary.configs]
+    columns = ("config", "n", "samples/s", "speedup", "samples to target [reached]", "time to target (s)",
+               "wall time to target (s)", "speedup to target", "final metric", "Δ vs baseline", "quality")
+    rows = [columns] + [table_cells(c) for c in summary.configs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join([header, *lines])
 
 
-def _table_row(config: ConfigSummary) -> tuple[str, ...]:
-    return (
+def table_cells(config: ConfigSummary) -> list[str]:
+    """One configuration's row of the per-configuration table (this text table and the report's)."""
+    wall = config.wall_time_to_target
+    return [
         config.config,
         str(config.jobs),
         estimate_text(config.samples_per_sec, "{:.4g}"),
         estimate_text(config.speedup, "{:.2f}"),
-        estimate_text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs} reached]",
+        estimate_text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
         estimate_text(config.time_to_target, "{:.4g}"),
+        estimate_text(wall, "{:.4g}") if wall is not None else "",
         estimate_text(config.speedup_to_target, "{:.2f}"),
         estimate_text(config.final_metric, "{:.4g}"),
         estimate_text(config.quality_difference, "{:+.3g}"),
         config.quality,
-    )
+    ]
 
 
 def estimate_text(estimate: Estimate, number: str) -> str:

@@ -131,8 +131,9 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     columns = [column("params", key) for key in swept_keys]
     columns += [column("tags", name) for name in [*text_columns, *TAG_COLUMNS]]
     columns += [column("metrics", m) for name in compared_metrics(final_metric) for m in with_bounds(name)]
-    widths = {c: 90 for c in columns[: len(swept_keys)]}
-    widths.update({column("tags", name): 190 for name in text_columns})
+    # narrow enough that the swept keys and three figures fit beside MLflow's Assistant panel at 1600 px
+    widths = {c: 70 for c in columns[: len(swept_keys)]}
+    widths.update({column("tags", name): 165 if name.startswith("final ") else 150 for name in text_columns})
     widths.update({column("tags", "verdict"): 130, column("tags", "stability"): 220, column("tags", "quality"): 90})
     return {
         "searchFilter": search_filter,
@@ -143,7 +144,7 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
         "datasetsFilter": [],
         "selectedColumns": columns,
         "columnOrder": [RUN_NAME_COLUMN, *columns, CREATED_COLUMN],
-        "columnWidths": {RUN_NAME_COLUMN: 160, **widths},
+        "columnWidths": {RUN_NAME_COLUMN: 130, **widths},
         "runListHidden": False,
         **chart_state(final_metric, monitored),
     }
