@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 
@@ -46,6 +47,7 @@ def test_two_job_multirun_records_two_runs_under_one_parent(demo_dir, mlflow_uri
     assert (sweep_dir / "report.md").exists() and (sweep_dir / "0" / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.slow  # the default suite's time budget; tests/test_alpha_callback.py covers the α logging
 def test_lm_alpha_sweep_logs_ppl_and_alpha_curves(mlflow_uri, tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))
     result = subprocess.run(

@@ -283,6 +283,7 @@ def test_the_bench_raw_loop_runs_the_same_k_steps(demo_dir, mlflow_uri):
             torch.testing.assert_close(value, trained[f"model.{name}"], rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow  # the default suite's time budget; the bench presets' other plan checks are slow too
 def test_the_speed_preset_rows_with_several_steps_per_batch_plan(tmp_path, graph_path_on_cpu):
     """bench_h100_speed's TextBridge rows (4 steps per batch, 3 of them as a graph) pass plan()'s checks under the
     bench's own step counts, and so do they with 8 steps per batch as the preset's comment gives them."""

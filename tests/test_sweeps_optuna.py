@@ -34,6 +34,7 @@ def test_optuna_alpha_beta_runs_8_trials_and_the_parent_shows_the_best(demo_dir,
     assert "best: job " in result.stdout
 
 
+@pytest.mark.slow  # the default suite's time budget; `make test-all` runs it
 def test_optuna_trials_that_differ_in_any_param_have_different_run_names(demo_dir, mlflow_uri, tmp_path):
     """α and β held to one value: only lr differs between the trials, and the names must still tell them apart."""
     result = sweep(

@@ -108,6 +108,7 @@ def test_experiments_open_in_the_uis_machine_learning_view_also_when_made_before
         assert tags.get(mlflow_store.EXPERIMENT_KIND_TAG) == "custom_model_development"
 
 
+@pytest.mark.slow  # the default suite's time budget; tests/test_ui_view.py covers make ui's address for a replicated sweep
 def test_make_ui_prints_the_latest_sweeps_runs_in_the_machine_learning_view(demo_dir, mlflow_uri, tmp_path):
     import subprocess
     import sys
