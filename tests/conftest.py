@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 
 CHECKOUT = Path(__file__).resolve().parents[1]
+EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
 WRITTEN_BY_SWEEPLAB = ("outputs", "multirun", "mlruns", "mlartifacts", "mlflow.db", "reports", "exports", "lightning_logs")
 
 
@@ -109,3 +112,23 @@ def graph_path_on_cpu(monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(backends, "check_combination", allow_cpu)
+
+
+@pytest.fixture(scope="session")
+def example_install(tmp_path_factory) -> tuple[Path, str]:
+    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own: (the directory,
+    what pip printed, build output included)."""
+    source = tmp_path_factory.mktemp("example") / EXAMPLE.name  # setuptools builds in the source tree: not ours
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    site = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
+        check=True, capture_output=True, text=True,
+    )
+    return site, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def example_site(example_install) -> Path:
+    """The directory the example family is installed in (put it on PYTHONPATH to use it)."""
+    return example_install[0]

@@ -29,7 +29,6 @@ from mlflow.tracking import MlflowClient
 from conftest import smoke_config
 from sweeplab.errors import UserError
 from sweeplab.tasks.checkpoint import CHECKSUM_KEY, AtomicCheckpointIO, read_checkpoint, with_checksum
-from test_families import example_site  # noqa: F401  (the fixture: examples/mlp_regressor installed into tmp)
 
 DAMAGED = "damaged: its content does not match the checksum written when it was saved"
 NONFINITE = "holds non-finite weights"
@@ -250,7 +249,7 @@ EXAMPLE = ("model=mlp_regressor", "trainer.val_check_interval=10", "checkpoint.e
 
 
 @pytest.fixture(scope="module")
-def finished_example(example_site, tmp_path_factory, _empty_mlflow_db):  # noqa: F811
+def finished_example(example_site, tmp_path_factory, _empty_mlflow_db):
     home = tmp_path_factory.mktemp("example-run")
     shutil.copy(_empty_mlflow_db, home / "mlflow.db")
     uri = f"sqlite:///{home / 'mlflow.db'}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,25 +21,6 @@ from sweeplab.families.pagating_lm.task import LMTask
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 EXAMPLE = CHECKOUT / "examples" / "mlp_regressor"
-
-
-@pytest.fixture(scope="module")
-def example_install(tmp_path_factory) -> tuple[Path, str]:
-    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own: (the directory,
-    what pip printed, build output included)."""
-    source = tmp_path_factory.mktemp("example") / EXAMPLE.name  # setuptools builds in the source tree: not ours
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    site = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
-        check=True, capture_output=True, text=True,
-    )
-    return site, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def example_site(example_install) -> Path:
-    return example_install[0]
 
 
 def test_the_example_installs_without_a_warning_and_with_its_configs(example_install):

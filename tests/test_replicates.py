@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -286,19 +285,6 @@ def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_p
 
 
 # --- real sweeps (slow) --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def example_site(tmp_path_factory) -> Path:
-    """examples/mlp_regressor installed (non-editable, no dependencies) into a directory of its own."""
-    source = tmp_path_factory.mktemp("example") / EXAMPLE.name
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    site = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
-         str(source)], check=True, capture_output=True, text=True,
-    )
-    return site
 
 
 def _sweep(site: Path, cwd: Path, *overrides: str) -> subprocess.CompletedProcess:

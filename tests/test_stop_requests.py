@@ -24,8 +24,6 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from test_families import example_site  # noqa: F401  (the fixture: examples/mlp_regressor installed into tmp)
-
 STOP_WITHIN_S = 10.0
 
 FLAG_SCRIPT = textwrap.dedent("""
@@ -112,19 +110,30 @@ def _wait_until_training(process: subprocess.Popen, db: Path, timeout_s: float =
     raise AssertionError(f"not training after {timeout_s} s:\n{process.communicate()[0][-3000:]}")
 
 
+def _signal_and_wait(process: subprocess.Popen, signum: int, within_s: float, what: str,
+                     group: bool = False) -> tuple[float, str, str]:
+    """Send `signum` and wait for the process to end: (seconds it took, its stdout, its stderr). Not ended within
+    `within_s`: killed (its process group when `group`, a process started in a session of its own) and a failure."""
+    process.send_signal(signum)
+    sent = time.monotonic()
+    try:
+        out, err = process.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"{what}{signal.Signals(signum).name} not acted on within {within_s} s:\n"
+                             f"{(out or '')[-1500:]}\n{(err or '')[-1500:]}") from None
+    return time.monotonic() - sent, out or "", err or ""
+
+
 def _signal_while_training(site: Path, tmp_path: Path, mlflow_uri: str, signum: int, delay_s: float) -> tuple[float, str]:
     process = _start_example(site, tmp_path)
     _wait_until_training(process, tmp_path / "mlflow.db")
     time.sleep(delay_s)
-    process.send_signal(signum)
-    sent = time.monotonic()
-    try:
-        output, _ = process.communicate(timeout=STOP_WITHIN_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError(f"{signal.Signals(signum).name} not acted on within {STOP_WITHIN_S} s:\n"
-                             f"{process.communicate()[0][-3000:]}") from None
-    took = time.monotonic() - sent
+    took, output, _ = _signal_and_wait(process, signum, STOP_WITHIN_S, "")
     assert process.returncode == 128 + signum, output[-3000:]
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "KILLED", output[-3000:]
@@ -134,14 +143,14 @@ def _signal_while_training(site: Path, tmp_path: Path, mlflow_uri: str, signum: 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_signal_while_the_example_family_trains_ends_it_killed_within_10_s(example_site, mlflow_uri, tmp_path, signum):  # noqa: F811
+def test_a_signal_while_the_example_family_trains_ends_it_killed_within_10_s(example_site, mlflow_uri, tmp_path, signum):
     _, output = _signal_while_training(example_site, tmp_path, mlflow_uri, signum, delay_s=0.5)
     assert "Traceback" not in output
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(8))
-def test_sigterm_at_seeded_moments_of_training_is_never_lost(example_site, mlflow_uri, tmp_path, trial):  # noqa: F811
+def test_sigterm_at_seeded_moments_of_training_is_never_lost(example_site, mlflow_uri, tmp_path, trial):
     delay_s = random.Random(trial).uniform(0.0, 3.0)
     took, output = _signal_while_training(example_site, tmp_path, mlflow_uri, signal.SIGTERM, delay_s)
     print(f"trial {trial}: SIGTERM {delay_s:.2f} s into training, exited after {took:.2f} s")
@@ -231,15 +240,7 @@ def test_a_signal_in_each_named_stage_ends_the_job_killed_in_time(demo_dir, mlfl
         time.sleep(0.05)
     delay_s = random.Random(f"{stage}-{int(signum)}-{trial}").uniform(0.0, PAUSE_S * 0.9)
     time.sleep(delay_s)
-    process.send_signal(signum)
-    sent = time.monotonic()
-    try:
-        out, err = process.communicate(timeout=within_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError(f"{stage}: {signal.Signals(signum).name} not acted on within {within_s} s:\n"
-                             f"{process.communicate()[1][-3000:]}") from None
-    took = time.monotonic() - sent
+    took, out, err = _signal_and_wait(process, signum, within_s, f"{stage}: ", group=True)
     print(f"{stage} {signal.Signals(signum).name}: sent {delay_s:.2f} s into the pause, exited after {took:.2f} s")
     assert process.returncode == 128 + signum, err[-3000:]
     assert "Traceback" not in out + err, err[-3000:]

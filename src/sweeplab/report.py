@@ -580,7 +580,8 @@ def check_baseline(runs, baseline: str | None) -> None:
 
 
 def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
-    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags)."""
+    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
+    an experiment's runs), else the defaults."""
     target = args.target if args.target is not None else tags.get(TARGET_TAG)
     tolerance = args.quality_tolerance if args.quality_tolerance is not None else tags.get(TOLERANCE_TAG, 0.0)
     return VerdictOptions(None if target is None else float(target), float(tolerance), args.baseline)
@@ -588,14 +589,13 @@ def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> Ver
 
 def _report(args: argparse.Namespace) -> int:
     uri = mlflow_store.resolve_uri(args.tracking_uri)
-    options = VerdictOptions(args.target, args.quality_tolerance or 0.0, args.baseline)
     mlflow_store.open_existing_store(uri)  # read-only: an unreachable server or a missing sqlite file fails now
 
     if args.experiment:
         out = Path(args.out or Path("reports") / args.experiment)
         runs = experiment_runs(uri, args.experiment)
         check_baseline(runs, args.baseline)
-        report = write_report(runs, out, args.experiment, uri, args.baseline, options)
+        report = write_report(runs, out, args.experiment, uri, args.baseline, asked_of_the_sweep(args, {}))
     else:
         parent = args.sweep
         out = Path(args.out) if args.out else None

@@ -82,7 +82,7 @@ def figure_tags(config: ConfigSummary, summary: SweepSummary) -> dict[str, str]:
         name: (estimate, number) for name, estimate, number in zip(
             figure_tag_names(summary.metric_name),
             (config.samples_per_sec, config.final_metric, config.time_to_target, config.speedup_to_target),
-            ("{:.4g}", "{:.4g}", "{:.4g}", "{:.3g}"))
+            ("{:.4g}", "{:.4g}", "{:.4g}", "{:.2f}"))  # the report's formats (verdict.table_cells)
     }
     return {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
 
