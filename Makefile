@@ -70,7 +70,7 @@ profile: data ## where a configuration's step time goes: table + torch.profiler 
 	$(PY) -m sweeplab.profile $(ARGS)
 
 ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's comparison
-	$(PY) -m sweeplab.tracking.ui $(ARGS)
+	$(PY) -m sweeplab.ui $(ARGS)
 
 ui-check: data ## headless Chromium (apt-get install chromium chromium-driver) opens make ui's address for a smoke sweep
 	$(PY) scripts/ui_check.py $(ARGS)

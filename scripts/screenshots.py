@@ -36,7 +36,8 @@ from ui_check import (  # noqa: E402
     stop_ui,
 )
 
-from sweeplab.tracking import mlflow_store, ui  # noqa: E402
+from sweeplab.report import ui_links  # noqa: E402
+from sweeplab.tracking import mlflow_store
 
 
 def default_sweep(workdir: Path) -> str:
@@ -68,8 +69,8 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
 
     report = "report.html" if Path(parent.data.tags.get("sweep_dir", ""), "report.html").is_file() else "report.md"
     return {
-        "ui-runs.png": ui.sweep_url(uri, base, parent_id),
-        "ui-charts.png": ui.sweep_url(uri, base, parent_id, mode="CHART"),
+        "ui-runs.png": ui_links.sweep_url(uri, base, parent_id),
+        "ui-charts.png": ui_links.sweep_url(uri, base, parent_id, mode="CHART"),
         "ui-run.png": mlflow_store.run_url(base, experiment_id, best.info.run_id),
         "ui-compare.png": f"{base}/#/compare-runs?runs={run_ids}&experiments={experiments}&{ml}",
         "ui-samples-per-sec.png": metric_page("train/samples_per_sec", "step"),

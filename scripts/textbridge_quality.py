@@ -15,9 +15,9 @@ import json
 
 import torch
 
+from sweeplab.families.loading import load_model
 from sweeplab.families.textbridge.data import TextBridgeDataModule
 from sweeplab.families.textbridge.task import cosine_per_sample, retrieval_metrics
-from sweeplab.families.loading import load_model
 
 
 @torch.no_grad()

@@ -4,7 +4,7 @@
 
 Without --tracking-uri it runs a smoke sweep of the default study (4 configurations x 2 replicates, debug=smoke)
 into a temporary store; with it, it checks that store's latest sweep. It serves the store with `mlflow ui` on a free
-local port, takes the address exactly as `make ui` prints it (sweeplab.tracking.ui.latest_sweep_url), and checks in
+local port, takes the address exactly as `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and checks in
 the rendered page that every configuration's row shows its name, its samples/s and its final validation metric
 inside the 1600x1000 viewport, unscrolled and uncovered. Then the sweep's `report.html`, opened from disk and in
 MLflow's artifact view of the sweep run, must show its verdict (`#verdict`) and its table (`#configurations`)
@@ -132,7 +132,7 @@ def smoke_sweep(workdir: Path) -> str:
 def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
     """What each configuration's row must show: its name, samples/s and final validation metric, as the
     configuration run holds them."""
-    from sweeplab.tracking import config_runs
+    from sweeplab.report import config_runs
 
     rows = []
     for run in config_runs.configuration_runs(uri, parent_id):
@@ -205,7 +205,8 @@ def check_report(driver, where: str, frame_css: str | None = None) -> None:
 
 
 def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
-    from sweeplab.tracking import mlflow_store, ui
+    from sweeplab.report import ui_links
+    from sweeplab.tracking import mlflow_store
 
     parent_id = mlflow_store.latest_sweep(uri)
     if parent_id is None:
@@ -213,7 +214,7 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     parent = mlflow_store.client(uri).get_run(parent_id)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    url = ui.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
+    url = ui_links.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
     print(f"make ui's address: {url}", flush=True)
     rows = configuration_rows(uri, parent_id)
     server = start_ui(uri, port)

@@ -103,7 +103,7 @@ def smoke_config(demo_dir: Path, *overrides: str) -> DictConfig:
 def graph_path_on_cpu(monkeypatch):
     """Let `cuda_graph=true` plan on the CPU: the graph's steps then run eagerly (capture needs CUDA), so the code
     around them (step counting, logging, the guard, resume) is tested here."""
-    from sweeplab import backends
+    from sweeplab.runtime import backends
 
     original = backends.check_combination
 

@@ -30,14 +30,14 @@ _DONE = (
 )
 # {logger: [message formats]}
 MESSAGES = {
-    "sweeplab.sweep_callback": [
+    "sweeplab.sweep.callback": [
         rf"sweep: job \d+ \(the \d+(?:st|nd|rd|th) of \d+(?:; configuration \d+, replicate \d+)?"
         rf"(?:; sweep started {_DURATION} ago, about {_DURATION} left)?\)",
     ],
-    "sweeplab.job": [_DONE],
+    "sweeplab.engine.job": [_DONE],
     "sweeplab.bench": [r"row .+: .*", r".+ (?:raw loop|sweeplab) \d+: [\d.e+]+ samples/s"],
     # a run shorter than its learning-rate warm-up (the bench's rows are, on purpose): said once per process
-    "sweeplab.plan": [r"optim\.warmup_steps=\d+ is longer than the run \(trainer\.max_steps=\d+\): .+"],
+    "sweeplab.engine.plan": [r"optim\.warmup_steps=\d+ is longer than the run \(trainer\.max_steps=\d+\): .+"],
 }
 PRINTED = [
     r"best: .+",  # the sweep's closing line after its report

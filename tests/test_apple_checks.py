@@ -19,9 +19,12 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import smoke_config
-from sweeplab import bench, devices, host_arch, report, stability
+from sweeplab import bench
 from sweeplab.callbacks.timing import StepTimer, TimedFit
-from sweeplab.errors import UserError
+from sweeplab.core import host_arch, stability
+from sweeplab.core.errors import UserError
+from sweeplab.report import tables as report
+from sweeplab.runtime import devices
 from test_timing import FakeAsyncDevice
 
 MPS = torch.device("mps")  # a device type only: nothing here runs on it
@@ -181,7 +184,7 @@ def _metric(key: str, value: float):
 
 def test_an_mlx_gpu_run_reports_mfu_and_mlx_peak_memory(demo_dir, mlflow_uri, monkeypatch):
     mx = pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     monkeypatch.setattr(devices, "mlx_gpu_name", lambda: M4_MAX)  # the lookup says GPU; MLX runs on the CPU here
     train(smoke_config(demo_dir, "backend=mlx", "logger.system_metrics_after_s=null", "trainer.max_steps=12",
@@ -223,11 +226,11 @@ def test_the_host_architecture_and_rosetta_are_tags(monkeypatch):
 AS_IF_TRANSLATED = """
 import importlib.machinery, os, sys
 
-class AsIfTranslated:  # sweeplab.host_arch as under Rosetta (sysctl.proc_translated=1); torch's first import noted
+class AsIfTranslated:  # sweeplab.core.host_arch as under Rosetta (sysctl.proc_translated=1); torch's first import noted
     def find_spec(self, name, path=None, target=None):
         if name == "torch":
             open(os.environ["SWEEPLAB_TEST_RECORD"], "w").close()
-        if name != "sweeplab.host_arch":
+        if name != "sweeplab.core.host_arch":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         load = spec.loader.exec_module

@@ -16,11 +16,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import sweeplab
-from sweeplab import backends, devices
 from sweeplab.callbacks.timing import StepTimer, TimedFit
+from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
-from sweeplab.errors import ConfigError, UserError
 from sweeplab.families.textbridge.device_batches import DeviceBatches, ResidentSplit
+from sweeplab.runtime import backends, devices
 from sweeplab.tasks.step_graph import MultiStepGraph
 
 SRC = Path(sweeplab.__file__).resolve().parents[1]  # the src/ directory this sweeplab is imported from
@@ -67,7 +67,7 @@ def test_the_mps_fallback_switch_is_in_the_environment_when_torch_is_first_impor
 
 
 def test_the_command_line_override_is_read_as_hydra_writes_it():
-    from sweeplab import mps_fallback
+    from sweeplab.core import mps_fallback
 
     assert mps_fallback.requested(["backend=mps", "backend.mps_fallback=True"]) is True
     assert mps_fallback.requested(["++backend.mps_fallback=false"]) is False

@@ -169,9 +169,9 @@ def test_a_negative_grad_clip_fails_in_a_real_process_before_any_run(tmp_path, m
 
 
 def test_warmup_longer_than_the_run_warns_naming_the_peak_lr(demo_dir, caplog):
-    from sweeplab.plan import plan
+    from sweeplab.engine.plan import plan
 
-    with caplog.at_level("WARNING", logger="sweeplab.training"):
+    with caplog.at_level("WARNING", logger="sweeplab.engine.training"):
         plan(smoke_config(demo_dir, "optim.warmup_steps=40", "trainer.max_steps=20", "optim.lr=1e-3"))
     assert "optim.warmup_steps=40 is longer than the run (trainer.max_steps=20)" in caplog.text
     assert "peaks at 0.0005" in caplog.text

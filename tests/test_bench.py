@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_train
 from sweeplab import bench
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 SMOKE = ["debug=smoke", "model.out_dim=64", "data.batch_size=16", "trainer.enable_progress_bar=false"]
 
@@ -112,7 +112,7 @@ def test_presets_compose_and_every_row_plans(tmp_path):
 
 
 def test_the_host_preset_runs_one_and_four_steps_per_batch(tmp_path):
-    from sweeplab.plan import plan
+    from sweeplab.engine.plan import plan
 
     settings, exp, _ = bench.load_settings(["experiment=bench_host"])
     plans = [plan(bench.row_config(row, settings, exp, [f"paths.data_dir={tmp_path}"], None)) for row in settings.rows]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from sweeplab.tuning import TuneConfig, tune_batch_size
+from sweeplab.engine.tuning import TuneConfig, tune_batch_size
 
 LIMIT = 48  # batches larger than this "run out of memory"
 

@@ -27,7 +27,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.tasks.checkpoint import CHECKSUM_KEY, AtomicCheckpointIO, read_checkpoint, with_checksum
 
 DAMAGED = "damaged: its content does not match the checksum written when it was saved"
@@ -146,7 +146,7 @@ BASE = ("trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.l
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, demo_dir, _empty_mlflow_db):
     """A FINISHED TextBridge run of 10 steps, trained with data.batch_size larger than its training split."""
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     home = tmp_path_factory.mktemp("finished")
     shutil.copy(_empty_mlflow_db, home / "mlflow.db")
@@ -164,10 +164,10 @@ def finished(tmp_path_factory, demo_dir, _empty_mlflow_db):
 def test_a_damaged_checkpoint_is_refused_by_resume_export_and_report_and_the_finished_run_is_unchanged(
     finished, demo_dir, tmp_path, monkeypatch, capsys
 ):
-    from sweeplab import report
+    from sweeplab.engine.training import train
     from sweeplab.export.options import options_from_config
     from sweeplab.export.pipeline import export_checkpoint
-    from sweeplab.training import train
+    from sweeplab.report import tables as report
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", finished.uri)
     monkeypatch.chdir(tmp_path)
@@ -196,7 +196,7 @@ def test_a_damaged_checkpoint_is_refused_by_resume_export_and_report_and_the_fin
 
 
 def test_the_recorded_batch_size_is_the_one_used(finished):
-    from sweeplab.report_verdict import batch_size, samples_per_step
+    from sweeplab.study.record import batch_size, samples_per_step
 
     run = finished.run
     used = int(run.data.tags["data.batch_size_used"])  # the whole training split: fewer than 4096 samples
@@ -207,9 +207,9 @@ def test_the_recorded_batch_size_is_the_one_used(finished):
 
 def test_two_resumes_by_path_of_one_unfinished_run_take_the_same_lock(finished, demo_dir, tmp_path, monkeypatch):
     """The run's recorded folder is locked (where its trainer holds its lock), not only each job's own folder."""
-    from sweeplab import training
-    from sweeplab.job import Job
-    from sweeplab.plan import plan
+    from sweeplab.engine import training
+    from sweeplab.engine.job import Job
+    from sweeplab.engine.plan import plan
 
     shutil.copy(finished.home / "mlflow.db", tmp_path / "mlflow.db")  # a store where the run was killed
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

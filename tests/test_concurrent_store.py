@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 # Imports the heavy modules first, reports ready, then waits for the go file: the processes reach the store together.
 AT_THE_BARRIER = """
 import os, runpy, sys, time
-import hydra, lightning, mlflow, sweeplab.train, sweeplab.training
+import hydra, lightning, mlflow, sweeplab.train, sweeplab.engine.training
 go = sys.argv[1]
 open(f"{go}.ready.{os.getpid()}", "w").close()
 while not os.path.exists(go):

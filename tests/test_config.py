@@ -9,8 +9,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import open_dict
 
 from conftest import CONF_DIR, compose_train
-from sweeplab.errors import ConfigError, UserError
-from sweeplab.plan import plan
+from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.engine.plan import plan
 
 GROUPS = ["model", "optim", "trainer", "backend", "logger", "timing", "sweep", "debug", "export"]
 

@@ -52,7 +52,7 @@ def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(d
 
 
 def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_replicate():
-    from sweeplab.sweep_callback import progress_line
+    from sweeplab.sweep.callback import progress_line
 
     assert progress_line(0, "1000 8", 1000.0) == "sweep: job 0 (the 1st of 8)"
     line = progress_line(4, "1000 8", 1076.0, "configuration 2, replicate 1")
@@ -62,8 +62,8 @@ def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_rep
 
 def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir, monkeypatch):
     from conftest import smoke_config
-    from sweeplab.channels import REPLICATE_ENV
-    from sweeplab.plan import plan
+    from sweeplab.core.channels import REPLICATE_ENV
+    from sweeplab.engine.plan import plan
     from sweeplab.tracking.naming import run_name
 
     monkeypatch.setenv(REPLICATE_ENV, "2")

@@ -15,8 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from conftest import compose_train
-from sweeplab import distributed
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
+from sweeplab.runtime import distributed
 from test_sweeps_parallel import assert_one_sweep, smoke, store_runs, sweep
 
 DDP = ["trainer.devices=2", "trainer.max_steps=6", "trainer.val_check_interval=3"]
@@ -103,7 +103,7 @@ def test_a_job_leaves_no_rendezvous_behind_for_the_next_one(monkeypatch):
 CLAIM = """
 import sys, time
 from pathlib import Path
-from sweeplab import distributed
+from sweeplab.runtime import distributed
 print(",".join(distributed.claim_gpus(int(sys.argv[2]), Path(sys.argv[1]), wait_s=float(sys.argv[3]), poll_s=0.1)), flush=True)
 time.sleep(float(sys.argv[4]))
 """

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_train
 from sweeplab import bench
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 DECODER = ["model=textbridge_decoder", "debug=smoke", "model.max_len=32", "trainer.enable_progress_bar=false"]
 

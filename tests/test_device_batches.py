@@ -7,13 +7,13 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.channels import FAULT_RAISE_ENV
-from sweeplab.errors import ConfigError
+from sweeplab.core.channels import FAULT_RAISE_ENV
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
 from sweeplab.families.textbridge.data import TextBridgeDataModule
 from sweeplab.families.textbridge.device_batches import DeviceBatches
 from sweeplab.families.textbridge.task import TextBridgeTask
-from sweeplab.plan import plan
-from sweeplab.training import train
 
 KEYS = ("input_ids", "attention_mask", "target", "sample_id")
 BATCH, MAX_LEN = 8, 48  # 270 training samples: 33 batches an epoch; max_len cuts the longest demo sentences

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
 from conftest import compose_train, smoke_config
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS_DOC = REPO / "docs" / "metrics.md"

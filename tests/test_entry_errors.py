@@ -58,7 +58,7 @@ CASES: dict[str, dict[str, tuple[list[str], str]]] = {
         "syntax": (["--target", "x"], "argument --target: invalid float value: 'x'"),
         "unwritable": (["--experiment", "study", "--out", f"{RO}/report"], "Read-only file system"),
     },
-    "sweeplab.tracking.ui": {
+    "sweeplab.ui": {
         "unknown key": (["--bogus"], "unrecognized arguments: --bogus"),
         "syntax": (["--port", "x"], "argument --port: invalid int value: 'x'"),
     },
@@ -77,7 +77,7 @@ DEFAULT = {(app, case) for app in ("sweeplab.profile", "sweeplab.order_check") f
     ("sweeplab.train", "syntax"),
     ("sweeplab.export", "syntax"),
     ("sweeplab.report", "unknown key"),
-    ("sweeplab.tracking.ui", "syntax"),
+    ("sweeplab.ui", "syntax"),
     ("sweeplab.families.textbridge.prepare", "group option"),
 }
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeplab import report
+from sweeplab.report import tables as report
 from sweeplab.tracking import mlflow_store
 
 

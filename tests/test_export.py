@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.export import ExportOptions, export_after_training, export_checkpoint, load_program
 from sweeplab.export.verify import check_weights
 from sweeplab.families import get_family
@@ -186,7 +186,7 @@ def test_metadata_names_and_description(exported, checkpoints):
     assert meta.author == "sweeplab" and meta.versionString == "3" and "pagating_lm" in meta.shortDescription
     user = dict(meta.userDefined)
     assert user["sweeplab.family"] == "pagating_lm" and user["sweeplab.checkpoint"] == str(checkpoints["pagating_lm"])
-    assert json.loads(user["sweeplab.config"])["model"]["unit"] == "paGELU"
+    assert json.loads(user["sweeplab.core.config"])["model"]["unit"] == "paGELU"
     alpha = json.loads(user["sweeplab.alpha"])
     assert set(alpha) == {"layer_0", "layer_1"} and all(0 < a < 1 for a in alpha.values())
     assert "sweeplab.metrics" in user and "sweeplab.run_id" in user
@@ -313,7 +313,7 @@ def test_cli_subprocess_prints_one_line_without_traceback(tmp_path):
 
 
 def test_unknown_keys_are_named_before_hydra_composes():
-    from sweeplab.errors import ConfigError
+    from sweeplab.core.errors import ConfigError
     from sweeplab.export.__main__ import check_override_keys
 
     check_override_keys(["ckpt_path=a", "export.layout=ane", "+export.seq_lens=[8,16]", "hydra.run.dir=x", "family=textbridge"])
@@ -390,7 +390,7 @@ def test_run_id_export_logs_package_and_report(monkeypatch, capsys, store, check
     assert 0 < metrics["export/standard-fp16/ane_unready_work_share"] < 1
     assert metrics["export/standard-fp16/fp16_overflow_tensors"] == 0 and metrics["export/standard-fp16/ane_blockers"] == 2
     # ... and the sweep report shows them beside the run's speed and quality: a column and the verdict line
-    from sweeplab.report import write_report
+    from sweeplab.report.tables import write_report
 
     run = client.get_run(run_id)
     verdict = run.data.tags["export/standard-fp16/ane_verdict"]
@@ -434,7 +434,7 @@ def test_smoke_trained_checkpoints_export_in_every_variant(demo_dir, mlflow_uri,
     from omegaconf import open_dict
 
     from conftest import compose_train, smoke_config
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     configs = {
         "textbridge": smoke_config(demo_dir, "model.max_len=32"),

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from sweeplab.config import ConfigError
+from sweeplab.core.config import ConfigError
 from sweeplab.export.convert import convert
 from sweeplab.export.options import ExportOptions
 from sweeplab.export.pipeline import options_from_config

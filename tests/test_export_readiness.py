@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.export import ExportOptions, export_checkpoint, load_program, readiness, verify
 from sweeplab.export.convert import convert, layer_name
 from test_export import checkpoints, real_data  # noqa: F401  (module fixtures: tiny trained checkpoints, real inputs)

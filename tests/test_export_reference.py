@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.export import reference
 from sweeplab.export.reference import load_program
 

@@ -15,8 +15,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from console_formats import foreign_lines
+from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.data.sampling import ResumableShuffleBatchSampler, check_resumable
-from sweeplab.errors import ConfigError, UserError
 from sweeplab.families.pagating_lm.task import LMTask
 
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import smoke_config
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 
 @pytest.mark.parametrize("freeze", ["trunk_except_last", "trunk"])

@@ -98,8 +98,8 @@ def test_device_resident_batches_keep_the_loss_curve(eager_cuda_curve, demo_dir,
 
 def test_bf16_compiled_lm_stays_within_bf16_tolerance(tmp_path, monkeypatch):
     from conftest import compose_train
+    from sweeplab.engine.training import train
     from sweeplab.families.pagating_lm.task import LMTask
-    from sweeplab.training import train
     from test_speed_equivalence import LossRecorder
 
     curves = {}
@@ -123,7 +123,7 @@ def test_the_device_timeline_times_queued_work_without_waiting_for_it():
     marks is the device's time for the work between them (a stopwatch with syncs around the same work agrees)."""
     import time
 
-    from sweeplab import devices
+    from sweeplab.runtime import devices
 
     timeline = devices.timeline(torch.device("cuda"))
     assert isinstance(timeline, devices.DeviceTimeline)

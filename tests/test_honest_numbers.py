@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.plan import plan
-from sweeplab.training import train
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
 
 FIRST_SHAPE_SECONDS = 0.5  # ~40 steps of work: a new shape in a timed step shows
 SECONDS_PER_TOKEN = 1e-4  # a 4 x 32 batch: 13 ms
@@ -122,7 +122,7 @@ def test_a_compiled_job_compiles_as_a_process_first_job_whatever_ran_before(demo
     it (on an H100 the bench's paGating loop, compiled after the TextBridge rows, ran 12 % slower for it)."""
     import logging
 
-    from sweeplab import backends
+    from sweeplab.runtime import backends
 
     if not backends._has_cxx_compiler():
         pytest.skip("torch.compile on the CPU needs a C++ compiler")

@@ -8,7 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -28,15 +31,50 @@ def test_the_import_layers_hold():
     assert "0 broken" in result.stdout
 
 
-def test_an_import_up_the_layering_is_caught(tmp_path):
-    """The same check on a copy of src/ where the job module imports the training module above it."""
+# Bad imports injected into a copy of src/, each of which the contracts must catch: (file, line added, the chain
+# lint-imports names). An upward import between packages, one inside a package, circles between two modules of one
+# package (the report's page importing the report's tables) and across packages.
+BAD_IMPORTS = [
+    ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training"),
+    ("report/html.py", "from sweeplab.report import tables", "sweeplab.report.html -> sweeplab.report.tables"),
+    ("core/errors.py", "from sweeplab.engine import job", "sweeplab.core.errors -> sweeplab.engine.job"),
+    ("study/verdict.py", "from sweeplab.report import tables", "sweeplab.study.verdict -> sweeplab.report.tables"),
+    ("tracking/schema.py", "from sweeplab.study import record", "sweeplab.tracking.schema -> sweeplab.study.record"),
+    ("runtime/backends.py", "from sweeplab.runtime import devices", "sweeplab.runtime.backends -> sweeplab.runtime.devices"),
+    ("study/replicates.py", "from sweeplab.study import verdict", "sweeplab.study.replicates -> sweeplab.study.verdict"),
+]
+
+
+@pytest.mark.parametrize("where,line,chain", BAD_IMPORTS, ids=[b[0] for b in BAD_IMPORTS])
+def test_an_injected_bad_import_is_caught(tmp_path, where, line, chain):
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-    job = copy / "sweeplab" / "job.py"
-    job.write_text(job.read_text() + "\nfrom sweeplab import training  # noqa: E402\n")
+    module = copy / "sweeplab" / where
+    module.write_text(module.read_text() + f"\n{line}  # noqa: E402\n")
     result = _lint_imports(copy)
     assert result.returncode != 0
-    assert "sweeplab.job -> sweeplab.training" in result.stdout
+    assert chain in result.stdout, result.stdout[-3000:]
+
+
+def test_no_layer_lets_its_modules_import_each_other_both_ways():
+    """`:` in a layer would let two modules import each other; the contracts use only `|` (independent siblings)."""
+    layers = [layer for contract in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+              for layer in contract.get("layers", [])]
+    assert layers and not [layer for layer in layers if ":" in layer]
+
+
+def test_every_module_of_the_machinery_sits_in_a_layer():
+    """A new module must be placed in its package's contract (an unlisted module is not checked at all)."""
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    unplaced = []
+    for contract in contracts:
+        for container in contract.get("containers", []):
+            listed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+            folder = SRC / Path(*container.split("."))
+            present = {p.stem if p.suffix == ".py" else p.name for p in folder.iterdir()
+                       if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+            unplaced += [f"{container}.{name}" for name in sorted(present - listed)]
+    assert unplaced == []
 
 
 def _duplicates(paths: list[Path]) -> subprocess.CompletedProcess:

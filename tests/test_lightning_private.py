@@ -1,4 +1,4 @@
-"""sweeplab.lightning_private is the one place that reads or writes Lightning's private state. These tests run a real
+"""sweeplab.runtime.lightning_private is the one place that reads or writes Lightning's private state. These tests run a real
 Trainer and fail when a Lightning upgrade renames any of it or changes what it means."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from sweeplab.lightning_private import count_optimizer_steps, logging_step, validates_after_this_batch
+from sweeplab.runtime.lightning_private import count_optimizer_steps, logging_step, validates_after_this_batch
 
 
 class TinyTask(L.LightningModule):

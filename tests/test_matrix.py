@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import compose_train
-from sweeplab import backends
-from sweeplab.errors import ConfigError, UserError
-from sweeplab.plan import plan
+from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.engine.plan import plan
+from sweeplab.runtime import backends
 
 BACKENDS = ("cpu", "mps", "cuda")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -147,6 +147,6 @@ def test_a_missing_backend_fails_with_the_alternative(monkeypatch):
 
 
 def test_warnings_are_logged(fake_gpus, caplog):
-    with caplog.at_level(logging.WARNING, logger="sweeplab.backends"):
+    with caplog.at_level(logging.WARNING, logger="sweeplab.runtime.backends"):
         backends.check_combination("mps", "32-true", "default")
     assert "experimental" in caplog.text

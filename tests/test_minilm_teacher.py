@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweeplab.core.errors import UserError
 from sweeplab.data.corpus import demo_sentences
-from sweeplab.errors import UserError
 from sweeplab.families.textbridge import minilm
 from sweeplab.families.textbridge.formats import open_dataset
 from sweeplab.families.textbridge.prepare import FALLBACK_TEACHER, main, prepare_textbridge_demo, read_manifest

@@ -11,11 +11,11 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_train, smoke_config
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
 from sweeplab.families.loading import load_model
-from sweeplab.plan import plan
 from sweeplab.tasks.checkpoint import CHECKSUM_KEY
-from sweeplab.training import train
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from sweeplab import report
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
 from sweeplab.export.__main__ import check_conflicts
 from sweeplab.export.options import options_from_config
+from sweeplab.report import tables as report
 
 
 @pytest.mark.parametrize("given, export, container, key", [

@@ -101,8 +101,8 @@ def _ms_per_step(table) -> dict[str, float]:
 
 
 def test_a_cuda_graph_step_gets_its_own_phase_not_the_optimizers(demo_dir, mlflow_uri, tmp_path, monkeypatch):
-    from sweeplab import backends
     from sweeplab.callbacks.profiler import GRAPH_PHASE
+    from sweeplab.runtime import backends
 
     original = backends.check_combination  # let cuda_graph=true plan on the CPU: StepGraph then runs eagerly
     monkeypatch.setattr(backends, "check_combination", lambda *a, **k: original(*a, **{**k, "cuda_graph": False}))

@@ -9,9 +9,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
+from sweeplab.engine.training import train
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO, read_checkpoint
-from sweeplab.training import train
 
 
 def _only_run(uri):
@@ -47,7 +47,7 @@ def test_a_bad_step_after_the_last_check_interval_stops_the_run_at_its_end(demo_
 
 def test_guard_off_lets_a_diverged_run_finish_but_marks_it(demo_dir, mlflow_uri, monkeypatch, caplog):
     monkeypatch.setenv("SWEEPLAB_FAULT_NAN_GRAD_AT_STEP", "7")
-    with caplog.at_level("INFO", logger="sweeplab.job"):
+    with caplog.at_level("INFO", logger="sweeplab.engine.job"):
         train(smoke_config(demo_dir, "guard.mode=off", "trainer.max_steps=12", "trainer.val_check_interval=6"))
     _, run = _only_run(mlflow_uri)
     assert run.info.status == "FINISHED"  # off: not stopped, as asked

@@ -16,9 +16,12 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf, open_dict
 
 from conftest import compose_train
-from sweeplab import channels, replicates, report, sweep_callback
-from sweeplab.errors import ConfigError, UserError
-from sweeplab.report_verdict import VerdictOptions
+from sweeplab.core import channels
+from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.report import tables as report
+from sweeplab.study import replicates
+from sweeplab.study.record import VerdictOptions
+from sweeplab.sweep import callback as sweep_callback
 from sweeplab.tracking import mlflow_store
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -397,8 +400,8 @@ def test_an_aa_sweep_names_no_configuration_faster(example_site, mlflow_uri, tmp
 
 
 def test_rounds_spread_over_several_hosts_are_paired_by_host_instead():
-    from sweeplab.report_verdict import pair_by
-    from sweeplab.verdict import Job
+    from sweeplab.study.record import pair_by
+    from sweeplab.study.verdict import Job
 
     one_host = [Job(c, r, r, 100.0, 0.5, [], host="a") for r in range(3) for c in ("x", "y")]
     assert pair_by(one_host) == "round"

@@ -6,7 +6,8 @@ import csv
 
 from mlflow.tracking import MlflowClient
 
-from sweeplab import channels, report
+from sweeplab.core import channels
+from sweeplab.report import tables as report
 from sweeplab.tracking import mlflow_store
 
 JOBS = [  # backend, batch size, precision, compile, samples/s, MFU, val/cos history

@@ -10,10 +10,12 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from sweeplab import report, report_figures
-from sweeplab.report_verdict import VerdictOptions
-from sweeplab.tracking import config_runs, mlflow_store, naming, ui
-from sweeplab.verdict import Job, summarize
+from sweeplab.report import config_runs, ui_links
+from sweeplab.report import figures as report_figures
+from sweeplab.report import tables as report
+from sweeplab.study.record import VerdictOptions
+from sweeplab.study.verdict import Job, summarize
+from sweeplab.tracking import mlflow_store, naming
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLES = np.arange(1000, 20_001, 1000)
@@ -155,7 +157,7 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     job_runs = mlflow_store.sweep_jobs(mlflow_uri, parent)
     assert len(job_runs) == len(jobs) and all("replicate" in r.data.tags for r in job_runs)
     assert len(report.experiment_runs(mlflow_uri, "sweeplab")) == len(jobs)
-    url = ui.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs' saved view
+    url = ui_links.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs' saved view
     assert f"viewStateShareKey=sweeplab-{parent}" in url  # its filter and sort: tests/test_ui_view.py
     description = MlflowClient(mlflow_uri).get_run(parent).data.tags["mlflow.note.content"]
     assert description.startswith(f"**{first.verdict.lines[0]}**")

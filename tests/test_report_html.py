@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 from html.parser import HTMLParser
 
-from sweeplab import report_html
-from sweeplab.report_html import Table
+from sweeplab.report import html as report_html
+from sweeplab.report.html import Table
 
 COLUMNS = ["configuration", "samples/s", "val/cos", "quality"]
 EVIL = "bs=8 <script>alert(1)</script> \"q\" & 'a'"

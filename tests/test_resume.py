@@ -73,7 +73,7 @@ def _resume_in_process(*overrides: str) -> float | None:
     """`resume=true` in this process, so the objective `train` hands to a sweeper can be read."""
     from omegaconf import open_dict
 
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     cfg = compose_train([*overrides, "resume=true"])
     with open_dict(cfg):
@@ -257,8 +257,8 @@ def test_a_resume_that_does_not_fit_the_checkpoint_or_its_run_is_refused_before_
     demo_dir, mlflow_uri, tmp_path
 ):
     from conftest import smoke_config
-    from sweeplab.errors import UserError
-    from sweeplab.training import train
+    from sweeplab.core.errors import UserError
+    from sweeplab.engine.training import train
 
     base = ["trainer.max_steps=10", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5"]
     train(smoke_config(demo_dir, *base))
@@ -290,8 +290,8 @@ def test_extending_a_finished_run_trains_a_new_run_linked_to_it_and_leaves_the_f
     demo_dir, mlflow_uri, tmp_path
 ):
     from conftest import smoke_config
-    from sweeplab.errors import UserError
-    from sweeplab.training import train
+    from sweeplab.core.errors import UserError
+    from sweeplab.engine.training import train
 
     base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
     train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
@@ -347,7 +347,7 @@ def test_a_copied_checkpoint_resumes_into_the_jobs_own_directory_and_the_run_she
 
 def test_a_checkpoint_whose_run_is_not_in_this_store_continues_as_a_new_run(demo_dir, mlflow_uri, tmp_path, monkeypatch, caplog):
     from conftest import smoke_config
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     base = ["trainer.val_check_interval=5", "checkpoint.every_n_steps=5", "trainer.log_every_n_steps=1"]
     train(smoke_config(demo_dir, *base, "trainer.max_steps=10"))
@@ -355,7 +355,7 @@ def test_a_checkpoint_whose_run_is_not_in_this_store_continues_as_a_new_run(demo
     other = f"sqlite:///{tmp_path / 'other.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
     ckpt = tmp_path / "outputs" / "checkpoints" / "last.ckpt"
-    with caplog.at_level("WARNING", logger="sweeplab.training"):
+    with caplog.at_level("WARNING", logger="sweeplab.engine.training"):
         train(smoke_config(demo_dir, *base, "trainer.max_steps=15", f"resume={ckpt}"))
     assert f"the run of checkpoint {ckpt} ({original.info.run_id}) is not in {other}" in caplog.text
     client, (run,) = _runs(other, "sweeplab")

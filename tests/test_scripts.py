@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import smoke_config
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import smoke_config
-from sweeplab import backends
-from sweeplab.errors import ConfigError
-from sweeplab.plan import plan
-from sweeplab.training import train
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
+from sweeplab.runtime import backends
 
 STEPS = 200
 
@@ -184,7 +184,7 @@ def test_nothing_is_read_back_from_the_device_between_logging_steps(switches, de
 
 
 def test_progress_bar_shows_the_last_logged_loss(demo_dir, tmp_path, monkeypatch):
-    from sweeplab.lightning_fit import LoggedLossProgressBar
+    from sweeplab.engine.lightning_fit import LoggedLossProgressBar
 
     monkeypatch.chdir(tmp_path)
     shown: list[dict] = []

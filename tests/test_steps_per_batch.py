@@ -12,10 +12,10 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.errors import ConfigError
-from sweeplab.plan import plan
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
 from sweeplab.tasks.optim import OptimConfig, lr_at
-from sweeplab.training import train
 
 
 def test_k_steps_in_one_call_equal_k_single_steps():

@@ -1,6 +1,6 @@
 """Stop requests that cannot be lost, and one process per run: real processes, real signals, no patched handler.
 
-- the flag mechanism (sweeplab.interrupts) in a plain subprocess: a signal swallowed where it landed is acted on at
+- the flag mechanism (sweeplab.core.interrupts) in a plain subprocess: a signal swallowed where it landed is acted on at
   the next safe point; inside `at_safe_points()` the handler only records; a second signal skips what is left;
   SIGHUP ignored at start (nohup) stays ignored;
 - SIGTERM, SIGINT and SIGHUP sent to `python -m sweeplab.train` of the fast-stepping example family while it
@@ -28,7 +28,7 @@ STOP_WITHIN_S = 10.0
 
 FLAG_SCRIPT = textwrap.dedent("""
     import os, signal, sys, weakref
-    from sweeplab import interrupts
+    from sweeplab.core import interrupts
 
     interrupts.install()
     print("hup", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-import sweeplab.sweep_callback  # noqa: F401  (registers the ${sweeplab_gpu_slots:} resolver)
+import sweeplab.sweep.callback  # noqa: F401  (registers the ${sweeplab_gpu_slots:} resolver)
 from conftest import compose_train
 
 

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import compose_train
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine.plan import plan
 from sweeplab.export import ExportOptions, export_checkpoint, load_program
 from sweeplab.families import get_family
 from sweeplab.families.loading import load_model
@@ -22,7 +23,6 @@ from sweeplab.models.textbridge_decoder import (
     TextBridgeDecoder,
     teacher_forcing,
 )
-from sweeplab.plan import plan
 from sweeplab.tasks.optim import OptimConfig
 
 VOCAB, EMBED, MAX_LEN, BOS, EOS = 200, 24, 12, 2, 3
@@ -250,7 +250,7 @@ def test_the_training_app_trains_resumes_and_exports_the_decoder(demo_dir, mlflo
     from mlflow.tracking import MlflowClient
     from omegaconf import open_dict
 
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     def config(*overrides: str):
         cfg = compose_train(["model=textbridge_decoder", "debug=smoke", f"data.path={demo_dir}", "data.batch_size=16",

@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset
 
-from sweeplab import devices
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.devices import hopper_chip, peak_flops
+from sweeplab.runtime import devices
+from sweeplab.runtime.devices import hopper_chip, peak_flops
 
 BATCH = 4
 
@@ -50,7 +50,7 @@ class FakeAsyncDevice:
 
 
 class FakeDeviceTimeline:
-    """Events on the fake device, as sweeplab.devices.DeviceTimeline records them on CUDA/MPS: a mark costs the host
+    """Events on the fake device, as sweeplab.runtime.devices.DeviceTimeline records them on CUDA/MPS: a mark costs the host
     nothing and is stamped when the device reaches it (at once if it is idle); reading the time between two marks
     makes the host wait until the device reached the later one."""
 
@@ -384,7 +384,7 @@ def test_the_host_probe_sees_a_process_that_takes_the_cpu_in_bursts():
     """A real process sharing this process's CPU in bursts, as a noisy neighbour on a VM does, makes the host's own
     speed waver: the probe says so; without it the same CPU reads steady. (Load average reads the same in both:
     one busy process on a host of several CPUs.)"""
-    from sweeplab.stability import UNSTEADY_HOST
+    from sweeplab.core.stability import UNSTEADY_HOST
 
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)

@@ -9,8 +9,8 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeplab import channels
-from sweeplab.errors import UserError
+from sweeplab.core import channels
+from sweeplab.core.errors import UserError
 from sweeplab.tracking import mlflow_store
 from test_sweeps_parallel import sweep
 
@@ -123,12 +123,12 @@ def test_make_ui_prints_the_latest_sweeps_runs_in_the_machine_learning_view(demo
     )
     env = {k: v for k, v in os.environ.items() if k != mlflow_store.UI_URL_ENV}
     out = subprocess.run(
-        [sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-m", "sweeplab.ui", "--no-serve"], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs?workflowType=machine_learning" in out
     assert parent.info.run_id in out  # the filter names this sweep's jobs
     # where the jobs' closing lines say the UI is (test_console), make ui serves it
-    moved = subprocess.run([sys.executable, "-m", "sweeplab.tracking.ui", "--no-serve"], capture_output=True, text=True,
+    moved = subprocess.run([sys.executable, "-m", "sweeplab.ui", "--no-serve"], capture_output=True, text=True,
                            check=True, env={**env, mlflow_store.UI_URL_ENV: "http://127.0.0.1:5123"}).stdout
     assert f"http://127.0.0.1:5123/#/experiments/{parent.info.experiment_id}/runs?" in moved
 

@@ -10,8 +10,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
 from conftest import compose_train
-from sweeplab import channels
-from sweeplab.sweep_callback import MLflowSweepCallback, record_best
+from sweeplab.core import channels
+from sweeplab.sweep.callback import MLflowSweepCallback, record_best
 from sweeplab.tracking import mlflow_store
 
 

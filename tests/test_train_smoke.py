@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from console_formats import foreign_lines
-from sweeplab.training import train
+from sweeplab.engine.training import train
 
 TRAIN_METRICS = {"train/loss", "train/cos", "train/mse", "lr", "train/step_time_s", "train/samples_per_sec", "train/tokens_per_sec"}
 VAL_METRICS = {"val/loss", "val/cos", "val/mse", "val/p_at_1", "val/mrr"}
@@ -57,7 +57,7 @@ def test_bad_input_fails_with_one_line_and_no_running_run(demo_dir, mlflow_uri, 
 def test_the_run_stays_running_until_the_whole_job_is_done(demo_dir, mlflow_uri, monkeypatch):
     """Lightning's logger would mark the run FINISHED when fit ends; the final validation, the summary and the
     export still follow, and only the job decides how the run ends."""
-    from sweeplab import lightning_fit
+    from sweeplab.engine import lightning_fit
 
     seen = []
     original = lightning_fit._monitored  # the job's last step: after fit, its final validation, summary and export

@@ -1,4 +1,4 @@
-"""The sweep's saved view of MLflow's runs table (sweeplab.tracking.ui_view) and `make ui-check`'s failure line.
+"""The sweep's saved view of MLflow's runs table (sweeplab.report.saved_view) and `make ui-check`'s failure line.
 
 The view's format is MLflow 3.17's UI's own: these tests pin what that UI reads (checked against its bundle:
 the `mlflow.sharedViewState.` tag prefix, the `viewStateShareKey` address parameter, the `deflate;` state and its
@@ -17,7 +17,8 @@ from pathlib import Path
 import mlflow
 from mlflow import MlflowClient
 
-from sweeplab.tracking import config_runs, mlflow_store, ui, ui_view
+from sweeplab.report import config_runs, saved_view, ui_links
+from sweeplab.tracking import mlflow_store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,25 +26,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_state_round_trips_through_the_encoding_mlflows_ui_reads():
     state = {"searchFilter": "tags.`sweeplab.role` = 'configuration'", "selectedColumns": ["tags.`samples/s`"],
              "label": "bs=32 α=0.7"}
-    encoded = ui_view.encode_state(state)
+    encoded = saved_view.encode_state(state)
     assert encoded.startswith("deflate;")
     # what the UI does: strip the prefix, base64, inflate (zlib), JSON
     assert json.loads(zlib.decompress(base64.b64decode(encoded[len("deflate;"):])).decode()) == state
-    assert ui_view.decode_state(encoded) == state
-    assert ui_view.decode_state(json.dumps(state)) == state  # an uncompressed state, as the UI also writes
-    envelope = json.loads(ui_view.envelope("sweep x: comparison", state, 1234))
+    assert saved_view.decode_state(encoded) == state
+    assert saved_view.decode_state(json.dumps(state)) == state  # an uncompressed state, as the UI also writes
+    envelope = json.loads(saved_view.envelope("sweep x: comparison", state, 1234))
     assert envelope["name"] == "sweep x: comparison" and envelope["createdAt"] == envelope["updatedAt"] == 1234
-    assert ui_view.decode_state(envelope["state"]) == state
+    assert saved_view.decode_state(envelope["state"]) == state
 
 
 def test_views_are_written_only_under_the_pinned_mlflow():
-    assert ui_view.view_supported(mlflow.__version__)  # pyproject pins the version this format was checked on
-    assert ui_view.view_supported("3.17.9")
-    assert not ui_view.view_supported("3.18.0") and not ui_view.view_supported("3.1.7")
+    assert saved_view.view_supported(mlflow.__version__)  # pyproject pins the version this format was checked on
+    assert saved_view.view_supported("3.17.9")
+    assert not saved_view.view_supported("3.18.0") and not saved_view.view_supported("3.1.7")
 
 
 def test_the_comparison_state_selects_the_figures_sorts_by_the_verdict_and_charts_them():
-    state = ui_view.comparison_state(["data.batch_size", "loss.alpha"], ["samples/s", "final val/cos"],
+    state = saved_view.comparison_state(["data.batch_size", "loss.alpha"], ["samples/s", "final val/cos"],
                                      "final_val_cos", "val/cos", "tags.x = 'y'")
     assert state["searchFilter"] == "tags.x = 'y'"
     assert state["orderByKey"] == "metrics.`speedup_to_target`" and state["orderByAsc"] is False
@@ -60,19 +61,19 @@ def test_the_comparison_state_selects_the_figures_sorts_by_the_verdict_and_chart
 
 
 def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs(mlflow_uri):
-    from sweeplab import report
-    from sweeplab.report_verdict import VerdictOptions
+    from sweeplab.report import tables as report
+    from sweeplab.study.record import VerdictOptions
     from test_report_figures import recorded_sweep, synthetic_jobs
 
     parent = recorded_sweep(mlflow_uri, synthetic_jobs())
     report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
     client = MlflowClient(mlflow_uri)
     experiment_id = client.get_run(parent).info.experiment_id
-    name, state = ui_view.read_view(client, experiment_id, ui_view.view_id(parent))
+    name, state = saved_view.read_view(client, experiment_id, saved_view.view_id(parent))
     assert name.endswith(": comparison")
     assert parent in state["searchFilter"] and "configuration" in state["searchFilter"]
     assert state["selectedColumns"][:2] == ["params.`data.batch_size`", "params.`loss.alpha`"]
-    url = ui.latest_sweep_url(mlflow_uri, "http://ui")
+    url = ui_links.latest_sweep_url(mlflow_uri, "http://ui")
     assert url == f"http://ui/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweeplab-{parent}"
     assert "searchFilter" not in url  # the UI ignores a view whose address carries its own search
     fast = next(r for r in config_runs.configuration_runs(mlflow_uri, parent)
@@ -83,9 +84,9 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     times = client.get_metric_history(fast.info.run_id, "curve/train_seconds")
     assert len(curve) == len(times) > 1 and {m.step for m in curve} == {m.step for m in times}
     # a view deleted (or a sweep reported before views existed) is written again by make ui
-    client.delete_experiment_tag(experiment_id, ui_view.VIEW_TAG_PREFIX + ui_view.view_id(parent))
-    assert ui.latest_sweep_url(mlflow_uri, "http://ui") == url
-    assert ui_view.read_view(client, experiment_id, ui_view.view_id(parent)) is not None
+    client.delete_experiment_tag(experiment_id, saved_view.VIEW_TAG_PREFIX + saved_view.view_id(parent))
+    assert ui_links.latest_sweep_url(mlflow_uri, "http://ui") == url
+    assert saved_view.read_view(client, experiment_id, saved_view.view_id(parent)) is not None
     assert mlflow_store.latest_sweep(mlflow_uri) == parent
 
 

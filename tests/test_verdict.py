@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from sweeplab.verdict import (
+from sweeplab.study.verdict import (
     Estimate,
     Interval,
     Job,
@@ -410,7 +410,7 @@ def test_the_tie_holds_only_configurations_no_other_beats():
 
 
 def test_a_huge_interval_bound_is_written_in_three_digits_not_dozens():
-    from sweeplab.verdict import Estimate, Interval, estimate_text
+    from sweeplab.study.verdict import Estimate, Interval, estimate_text
 
     cell = estimate_text(Estimate(1.5, Interval(1e-60, 3.2e60, 0.95), 2), "{:.2f}")
     assert cell == "1.50 (0.00–3.2e+60)"

@@ -10,12 +10,12 @@ CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).res
 
 # `python -m sweeplab.<app>`: runpy imports this package before the app's module, with sys.argv[0] still "-m"
 # (it becomes the module's path before the module runs), so this is the one place that runs before any app's
-# imports, torch's included; torch reads PYTORCH_ENABLE_MPS_FALLBACK only when it loads (sweeplab/mps_fallback.py).
+# imports, torch's included; torch reads PYTORCH_ENABLE_MPS_FALLBACK only when it loads (sweeplab/core/mps_fallback.py).
 # An ordinary `import sweeplab` (tests, notebooks, another program) sees another argv[0] and changes nothing.
 if getattr(sys, "argv", [])[:1] == ["-m"]:
     # deferred: only an app run with -m sets the env var, before its imports load torch
-    from sweeplab.host_arch import exit_if_translated
-    from sweeplab.mps_fallback import set_before_torch
+    from sweeplab.core.host_arch import exit_if_translated
+    from sweeplab.core.mps_fallback import set_before_torch
 
     exit_if_translated()  # an x86_64 Python under Rosetta: one line, before torch (which it cannot have) loads
     set_before_torch(sys.argv[1:])

@@ -35,21 +35,22 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab import backends, cli, devices, stability
 from sweeplab.callbacks.timing import compiled_graphs
-from sweeplab.config import build
-from sweeplab.console import quiet_libraries
+from sweeplab.core import cli, stability
+from sweeplab.core.config import build
+from sweeplab.core.console import quiet_libraries
+from sweeplab.core.errors import UserError, exit_on_user_error
+from sweeplab.core.files import write_text_atomic
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
-from sweeplab.errors import UserError, exit_on_user_error
+from sweeplab.engine.lightning_fit import fresh_compiler
+from sweeplab.engine.plan import plan
+from sweeplab.engine.training import train
 from sweeplab.families import check_task, get_family, missing_config_hint, resolve
-from sweeplab.files import write_text_atomic
-from sweeplab.lightning_fit import fresh_compiler
-from sweeplab.plan import plan
-from sweeplab.report import format_number, to_csv, to_markdown
+from sweeplab.report.tables import format_number, to_csv, to_markdown
+from sweeplab.runtime import backends, devices
 from sweeplab.tasks.optim import build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update, scheduled_lrs
 from sweeplab.tracking import mlflow_store, naming
-from sweeplab.training import train
 
 log = logging.getLogger("sweeplab.bench")
 
@@ -446,7 +447,7 @@ def _noise_note(pairs: list[float], spread: float = stability.NOISY_SPREAD) -> s
 
 
 def _stability_notes(r: RowResult) -> list[str]:
-    """The report's rules (sweeplab.stability.problems) over the row's sweeplab jobs, which run between its raw-loop
+    """The report's rules (sweeplab.core.stability.problems) over the row's sweeplab jobs, which run between its raw-loop
     runs: a step-time spread, a loaded or unsteady host during any of them, new batch shapes in timed steps. One
     note per kind, from the first job it held for (compilations: _compile_note counts both sides)."""
     notes: dict[str, str] = {}

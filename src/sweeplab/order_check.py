@@ -31,11 +31,11 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab import channels, cli, interrupts, stability
-from sweeplab.errors import UserError, report_user_error
+from sweeplab.core import channels, cli, interrupts, stability
+from sweeplab.core.errors import UserError, report_user_error
+from sweeplab.core.files import write_text_atomic
 from sweeplab.families import missing_config_hint
-from sweeplab.files import write_text_atomic
-from sweeplab.report import format_number, to_markdown
+from sweeplab.report.tables import format_number, to_markdown
 from sweeplab.tracking import mlflow_store
 
 ORDERS = ("forward", "reversed")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
-from sweeplab import cli
-from sweeplab.console import quiet_libraries
-from sweeplab.errors import exit_on_user_error
+from sweeplab.core import cli
+from sweeplab.core.console import quiet_libraries
+from sweeplab.core.errors import exit_on_user_error
 from sweeplab.families import missing_config_hint
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         exit_on_user_error(exc)
     # deferred: training imports torch and Lightning (seconds); --help and mistakes on the command line answer first
-    from sweeplab.training import train
+    from sweeplab.engine.training import train
 
     try:
         train(cfg, output_dir=out / "job")  # its own checkpoints, not a shared outputs/checkpoints/

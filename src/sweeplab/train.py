@@ -9,10 +9,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from sweeplab import CONF_DIR, channels, cli, interrupts, sweep_callback
-from sweeplab.console import quiet_libraries
-from sweeplab.errors import UserError, exit_on_user_error, is_user_error, user_message
+from sweeplab import CONF_DIR
+from sweeplab.core import channels, cli, interrupts
+from sweeplab.core.console import quiet_libraries
+from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
+from sweeplab.sweep import callback as sweep_callback
 
 log = logging.getLogger("sweeplab")
 quiet_libraries()
@@ -29,7 +31,7 @@ def _in_multirun() -> bool:
 def main(cfg: DictConfig) -> float | None:
     # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
     # installed the signal handlers before they load
-    from sweeplab.training import record_failed_job, train
+    from sweeplab.engine.training import record_failed_job, train
 
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises

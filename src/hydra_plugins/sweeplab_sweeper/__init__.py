@@ -2,7 +2,7 @@
 
 Hydra imports every module under the `hydra_plugins` namespace package when it starts and instantiates plugins from
 there only; this module registers the sweeper's config, sweeper.py holds the sweeper (the replicate arithmetic is
-sweeplab.replicates).
+sweeplab.study.replicates).
 """
 
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """The sweeplab sweeper (`hydra/sweeper=sweeplab`; Hydra instantiates plugins from the hydra_plugins package only):
-Hydra's BasicSweeper grid, run `replicates` times in rounds (sweeplab.replicates says which seed and order).
+Hydra's BasicSweeper grid, run `replicates` times in rounds (sweeplab.study.replicates says which seed and order).
 
 Each round is launched on its own (in chunks of `max_batch_size` when set), so with a parallel launcher a round's
 jobs run side by side and the next round starts after them: a configuration is always compared with the baseline's
@@ -12,7 +12,7 @@ skipped, an interrupted one resumes from its last checkpoint (`resume=true`), on
 (`resume=false`), numbered after the sweep's existing job folders so that no two jobs share one.
 
 replicates=auto: after the first `replicates_auto.first` rounds, each further round runs only the configurations
-whose intervals still straddle a decision (sweeplab.verdict.plan_replicates over the jobs so far; the baseline with
+whose intervals still straddle a decision (sweeplab.study.verdict.plan_replicates over the jobs so far; the baseline with
 them, as every comparison pairs with it), until none does or the budget of rounds or seconds is spent.
 """
 
@@ -27,7 +27,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sweeplab import replicates as replicated
+from sweeplab.study import replicates as replicated
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class SweeplabSweeper(BasicSweeper):
         """The jobs of this round that replicates=auto runs, or why it stops; the decisions still open are logged."""
         if round_number < auto.first:
             return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
-        from sweeplab.sweep_callback import undecided_configurations
+        from sweeplab.sweep.callback import undecided_configurations
 
         more, plan = undecided_configurations(self.config)
         jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s)
@@ -86,7 +86,7 @@ class SweeplabSweeper(BasicSweeper):
 
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""
-        from sweeplab.sweep_callback import sweep_job_states
+        from sweeplab.sweep.callback import sweep_job_states
 
         states = sweep_job_states(self.config)
         rounds = [replicated.continue_round(round_jobs, states) for round_jobs in planned]

@@ -22,8 +22,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from sweeplab.files import atomic_write
-from sweeplab.lightning_private import validates_after_this_batch
+from sweeplab.core.files import atomic_write
+from sweeplab.runtime.lightning_private import validates_after_this_batch
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ SWEEPLAB_FAULT_PAUSE_IN=<stage> pauses once inside a named stage, so that a test
                                (after a validation batch during fit, not the final validation), checkpointing
                                (inside the checkpoint IO's save, before the file is written), export (inside the
                                export, before the conversion), report (the sweep's end-of-sweep report).
-Unset in normal use; the callback is added only when one is set. The names are defined in sweeplab.channels.
+Unset in normal use; the callback is added only when one is set. The names are defined in sweeplab.core.channels.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from sweeplab import interrupts
-from sweeplab.channels import (
+from sweeplab.core import interrupts
+from sweeplab.core.channels import (
     FAULT_KILL_AFTER_FIT_ENV,
     FAULT_KILL_ENV,
     FAULT_KILL_IN_VALIDATION_ENV,

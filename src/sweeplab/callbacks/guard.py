@@ -28,7 +28,7 @@ import lightning as L
 import torch
 from annotated_types import Ge
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 
 log = logging.getLogger(__name__)
 MODES = ("stop", "skip", "off")

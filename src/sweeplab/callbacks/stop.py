@@ -1,4 +1,4 @@
-"""The fit loop's safe points for a stop request (sweeplab.interrupts): the signal handler only records a SIGINT,
+"""The fit loop's safe points for a stop request (sweeplab.core.interrupts): the signal handler only records a SIGINT,
 SIGTERM or SIGHUP while Lightning trains, and this callback raises `Interrupted` at the next training batch's end,
 validation's start, batch or end, or checkpoint save; Lightning's own exception path then runs.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from sweeplab import interrupts
+from sweeplab.core import interrupts
 
 
 class StopAtSafePoint(L.Callback):

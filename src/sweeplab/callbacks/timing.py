@@ -3,9 +3,9 @@
 CUDA and MPS run asynchronously: a host clock read without a device sync times kernel launches, not work, and a
 sync drains the device's queue, so the device idles until the host launches more: a timer that syncs slows what it
 times. On CUDA this callback marks the edges of each timed window on the device's own timeline (an event in its
-queue, stamped when the device gets there: sweeplab.devices.DeviceTimeline) and reads a window's time once the next
+queue, stamped when the device gets there: sweeplab.runtime.devices.DeviceTimeline) and reads a window's time once the next
 window is queued behind it, so no timed step ever waits for the measurement; on the CPU, MPS (whose events are host
-timestamps and drain the queue when read: sweeplab.devices.timeline) and MLX the marks are the host's clock after a
+timestamps and drain the queue when read: sweeplab.runtime.devices.timeline) and MLX the marks are the host's clock after a
 device sync. `clock_name` says which clock timed the run. It
 excludes warm-up steps (compilation, allocator growth) and validation, and fetches device-side token counts once
 per window. Windows are back to back: each ends at the end of a training batch and the next starts right there,
@@ -19,10 +19,10 @@ the timer runs one forward/backward of every shape the data can give (`shape_war
 `warm_up_shapes` of the task: no optimizer step, so training is unchanged), so no timed step pays. Every run also
 says how far it can be trusted: the spread of its window step times, the batch shapes its timed steps saw and how
 many of them were new there, graphs compiled there, host load and CPU threads (`summarize`; judged in
-sweeplab.stability).
+sweeplab.core.stability).
 
 Lightning's `ThroughputMonitor` synchronises only on CUDA, has no MPS branch and needs a full window before it emits
-anything. Device facts (peak FLOP/s, memory, the sync itself) come from sweeplab.devices; the phase profiler and the
+anything. Device facts (peak FLOP/s, memory, the sync itself) come from sweeplab.runtime.devices; the phase profiler and the
 trace this timer switches on and off live in callbacks/profiler.py.
 """
 
@@ -41,7 +41,8 @@ import torch
 from annotated_types import Ge
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
-from sweeplab.devices import (
+from sweeplab.core.stability import UNSYNCHRONISED, deciles
+from sweeplab.runtime.devices import (
     HostTimeline,
     TorchMemory,
     host_cpus,
@@ -50,9 +51,8 @@ from sweeplab.devices import (
     peak_flops,
     synchronize,
 )
-from sweeplab.devices import timeline as device_timeline
-from sweeplab.lightning_private import logging_step
-from sweeplab.stability import UNSYNCHRONISED, deciles
+from sweeplab.runtime.devices import timeline as device_timeline
+from sweeplab.runtime.lightning_private import logging_step
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class StepTimer:
     `train/samples_per_sec`, `train/tokens_per_sec` and `train/mfu` once per window of `window` optimizer steps,
     after `warmup_steps` untimed steps (and, before them, `warmup_per_shape` forward/backward passes of every batch
     shape the data can give); `summary` holds the run's median, p10 and p90 step time, throughput at the median,
-    stability figures and peak memory. `timeline` (device -> marks; default sweeplab.devices.timeline), `sync` and
+    stability figures and peak memory. `timeline` (device -> marks; default sweeplab.runtime.devices.timeline), `sync` and
     `clock` are injectable so tests can stand in for an async device; an injected `sync` or `clock` alone times on
     the host clock with that sync at every mark."""
 
@@ -306,7 +306,7 @@ class StepTimer:
         step) has been read back to the host, which cannot happen before the device has done that step. A timer whose
         device sync does not wait (the clock reads launches only: up to 10x too fast on MPS, pytorch#152199) times
         the window at a fraction of that; the summary keeps the ratio (`summary/timer_readback_ratio`) and
-        sweeplab.stability flags the run below half. CUDA's event timeline is the device's own clock: not checked."""
+        sweeplab.core.stability flags the run below half. CUDA's event timeline is the device's own clock: not checked."""
         if self._readback_done or result is None or self._host_t0 is None or len(self._win["stretches"]) != 1:
             self._host_t0 = self._clock() if not self._readback_done else None  # the next window's start
             return
@@ -423,7 +423,7 @@ class StepTimer:
         tokens and FLOPs of all timed steps over `step_time_s_median`), so samples/s = samples per step / median step
         time exactly; `samples_per_sec_overall` is all timed samples over all timed seconds (what a stopwatch around
         the timed steps gives; the bench compares it with its raw loop). `step_time_spread` = (p90 - p10) / median of
-        the window step times: how much the run's own speed moved (sweeplab.stability judges it)."""
+        the window step times: how much the run's own speed moved (sweeplab.core.stability judges it)."""
         summary = {
             "summary/peak_mem_mb": self._peak_mem_mb,
             "summary/compiles_in_timed_steps": float(self._compiles_timed),

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from sweeplab.errors import ConfigError, UserError
+from sweeplab.core.errors import ConfigError, UserError
 
 SWITCHED_DATA_PATH = "the checkpoint's data position was saved with data.on_device={saved}; resume with that setting"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from sweeplab.errors import UserError
-from sweeplab.files import atomic_write
+from sweeplab.core.errors import UserError
+from sweeplab.core.files import atomic_write
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"

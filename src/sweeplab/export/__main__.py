@@ -13,9 +13,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import CONF_DIR, cli
-from sweeplab.console import quiet_libraries
-from sweeplab.errors import ConfigError, UserError, exit_on_user_error
+from sweeplab import CONF_DIR
+from sweeplab.core import cli
+from sweeplab.core.console import quiet_libraries
+from sweeplab.core.errors import ConfigError, UserError, exit_on_user_error
 from sweeplab.export.options import ExportOptions
 from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint, options_from_config
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.export import ct_fixes
 from sweeplab.export.options import ExportOptions
 from sweeplab.export.reference import import_coremltools

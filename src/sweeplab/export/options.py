@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sweeplab.config import build
+from sweeplab.core.config import build
 
 FORMATS = ("coreml", "none")
 PRECISIONS = ("fp16", "fp32")

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sweeplab import interrupts
-from sweeplab.errors import UserError, environment_error
+from sweeplab.core import interrupts
+from sweeplab.core.errors import UserError, environment_error
 from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
 from sweeplab.export.ane import to_ane_layout
@@ -100,7 +100,7 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
         "sweeplab.checkpoint": str(loaded.path),
         "sweeplab.global_step": str(loaded.global_step),
         "sweeplab.run_id": run_id or "",
-        "sweeplab.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
+        "sweeplab.core.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
         "sweeplab.alpha": json.dumps(alpha, sort_keys=True),
         "sweeplab.metrics": json.dumps(dict(metrics), sort_keys=True),
     }

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 
 COMPRESSION_OP_PREFIX = "constexpr_"
 Observer = Callable[[object, tuple], None]  # (MIL op, its outputs before rounding) -> None

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sweeplab.errors import DataFormatError, UserError
+from sweeplab.core.errors import DataFormatError, UserError
 from sweeplab.export import isolated
 from sweeplab.families import get_family, resolve
 

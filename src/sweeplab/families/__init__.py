@@ -32,7 +32,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from sweeplab.errors import ConfigError, UserError
+from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.families.checks import check_contract, check_task
 from sweeplab.families.record import ExportSpec, Family, Target, resolve
 from sweeplab.tracking.naming import name_value  # noqa: F401  (0.1 records format their run names' values with it)

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from sweeplab.errors import ConfigError, UserError
+from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.families.record import Family
 
 # the record fields a job builds from, and what to write when one is missing

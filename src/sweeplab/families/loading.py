@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeplab.errors import ConfigError, UserError
+from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.families import get_family
 from sweeplab.tasks.checkpoint import LoadedModel, read_checkpoint
 

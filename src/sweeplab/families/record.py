@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from omegaconf import OmegaConf
 
-from sweeplab.config import build, build_sized
-from sweeplab.errors import ConfigError, UserError
-from sweeplab.labels import label
+from sweeplab.core.config import build, build_sized
+from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.labels import label
 from sweeplab.tracking.naming import name_value
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class Family:
         return resolve(getattr(self, field_name), f"family {self.name}", field_name)
 
     def label(self, key: str, whole_key: bool = False) -> str:
-        """A config key's short label: this family's, else the engine's (sweeplab.labels)."""
+        """A config key's short label: this family's, else the engine's (sweeplab.core.labels)."""
         return label(key, self.labels, whole_key)
 
     def data_group(self, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
-from sweeplab.lightning_private import count_optimizer_steps
+from sweeplab.runtime.lightning_private import count_optimizer_steps
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import (
     MultiStepGraph,

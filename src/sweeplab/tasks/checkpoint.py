@@ -33,8 +33,8 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from torch import nn
 
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.errors import UserError
-from sweeplab.files import atomic_write
+from sweeplab.core.errors import UserError
+from sweeplab.core.files import atomic_write
 
 log = logging.getLogger(__name__)
 

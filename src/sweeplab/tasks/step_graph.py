@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-from sweeplab.devices import copy_into
+from sweeplab.runtime.devices import copy_into
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeplab import channels
-from sweeplab.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
-from sweeplab.errors import UserError, exception_chain
-from sweeplab.interrupts import is_interrupt
+from sweeplab.core import channels
+from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
+from sweeplab.core.errors import UserError, exception_chain
+from sweeplab.core.interrupts import is_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ SWEEP_ROLE, CONFIGURATION_ROLE = "sweep", "configuration"
 
 
 def is_job_run(run) -> bool:
-    """A training job's run: not a sweep's parent run, not a configuration's run (sweeplab.tracking.config_runs)."""
+    """A training job's run: not a sweep's parent run, not a configuration's run (sweeplab.report.config_runs)."""
     return run.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
 
 

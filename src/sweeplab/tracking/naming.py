@@ -3,7 +3,7 @@
 A job's name says what tells it from its neighbours, swept keys first (a narrow name column still shows them): the
 sweep callback writes the swept keys to the environment (channels.SWEPT_KEYS_ENV) before the first job, and each
 job, wherever it runs, reads them here. Each family supplies the keys its runs always show (`Family.name_keys`);
-every key is shown by its short label (sweeplab.labels: the family's `labels`, then the engine's), values formatted
+every key is shown by its short label (sweeplab.core.labels: the family's `labels`, then the engine's), values formatted
 with `name_value`. A run's description is the command that runs it again.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
-from sweeplab.channels import REPLICATE_ENV, SWEPT_KEYS_ENV
-from sweeplab.labels import label
+from sweeplab.core.channels import REPLICATE_ENV, SWEPT_KEYS_ENV
+from sweeplab.core.labels import label
 
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"

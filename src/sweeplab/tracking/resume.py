@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
-from sweeplab.lightning_private import logging_step
+from sweeplab.runtime.lightning_private import logging_step
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)

@@ -33,12 +33,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from sweeplab.core.errors import UserError
+from sweeplab.core.files import atomic_write
 from sweeplab.data.corpus import demo_lm_splits
 from sweeplab.data.sampling import ResumableDataLoader, ResumableShuffleBatchSampler
 from sweeplab.data.tokenizer import TextTokenizer
-from sweeplab.errors import UserError
 from sweeplab.families.contract import FamilyDataModule
-from sweeplab.files import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
 from sweeplab.families import ExportSpec, Family
 
 

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from sweeplab.core.errors import ConfigError
 from sweeplab.data.sampling import SWITCHED_DATA_PATH, ResumableShuffleBatchSampler
-from sweeplab.devices import to_device
-from sweeplab.errors import ConfigError
+from sweeplab.runtime.devices import to_device
 
 log = logging.getLogger(__name__)
 

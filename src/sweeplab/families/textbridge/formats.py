@@ -23,9 +23,9 @@ from typing import BinaryIO
 
 import numpy as np
 
+from sweeplab.core.errors import DataFormatError
+from sweeplab.core.files import atomic_write
 from sweeplab.data.tokenizer import TextTokenizer
-from sweeplab.errors import DataFormatError
-from sweeplab.files import atomic_write
 
 EFB1_MAGIC = b"EFB1"
 _EFB1_HEADER = struct.Struct("<4sII")  # magic, num_samples, embed_dim

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"

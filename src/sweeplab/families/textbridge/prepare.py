@@ -31,12 +31,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeplab import cli
+from sweeplab.core import cli
+from sweeplab.core.errors import is_user_error, user_message
+from sweeplab.core.files import atomic_write, current_umask
 from sweeplab.data.corpus import CORPORA, corpus_record, corpus_sentences
 from sweeplab.data.tokenizer import TextTokenizer
-from sweeplab.errors import is_user_error, user_message
 from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
-from sweeplab.files import atomic_write, current_umask
 
 MANIFEST_VERSION = 1
 TEACHERS = ("random", "minilm")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
 from sweeplab.families import ExportSpec, Family
 
 # the tokens that start and end a sentence, when model.bos_id / model.eos_id are unset: BERT's, which both the

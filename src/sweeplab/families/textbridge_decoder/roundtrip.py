@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sweeplab.errors import UserError, exit_on_user_error
+from sweeplab.core.errors import UserError, exit_on_user_error
 from sweeplab.families.textbridge_decoder.task import chrf
 
 BATCH = 64

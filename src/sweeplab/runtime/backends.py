@@ -1,4 +1,4 @@
-"""Backends (cpu, mps, cuda, auto, and mlx: Apple's MLX, trained by sweeplab.mlx.loop) and the precision/compile combinations each one can run.
+"""Backends (cpu, mps, cuda, auto, and mlx: Apple's MLX, trained by sweeplab.engine.mlx_fit) and the precision/compile combinations each one can run.
 
 Combinations that cannot work fail here, before any data is prepared; combinations known to be fragile warn.
 """
@@ -14,8 +14,8 @@ from typing import Annotated
 import torch
 from annotated_types import Ge
 
-from sweeplab import mps_fallback
-from sweeplab.errors import ConfigError, UserError
+from sweeplab.core import mps_fallback
+from sweeplab.core.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ def _check_mlx(
     precision: str, compile_mode: str, optim_implementation: str, gradient_checkpointing: bool, cuda_graph: bool,
     steps_per_batch: int, devices: int, accumulate_grad_batches: int,
 ) -> None:
-    """What sweeplab's MLX loop (sweeplab.mlx.loop) does not do: PyTorch's own switches, and what it has no port of.
+    """What sweeplab's MLX loop (sweeplab.engine.mlx_fit) does not do: PyTorch's own switches, and what it has no port of.
     Its training step is always compiled with mx.compile."""
     if compile_mode != "off":
         raise ConfigError("compile", f"{compile_mode} is torch.compile; backend=mlx compiles its step with mx.compile itself: use compile=off")
@@ -321,7 +321,7 @@ def apply_backend_settings(cfg: BackendConfig, backend: str) -> None:
 
 def check_mps_fallback(cfg: BackendConfig, backend: str) -> None:
     """Refuse `backend.mps_fallback=true` when torch loaded without the fallback: torch reads the variable once, at
-    import (sweeplab/mps_fallback.py), so no setting made now could act. A fallback the environment turned on
+    import (sweeplab/core/mps_fallback.py), so no setting made now could act. A fallback the environment turned on
     although the config says false only warns; the run's `mps_fallback` tag says what was in effect."""
     if backend != "mps":
         return

@@ -2,8 +2,8 @@
 loop, record the result.
 
 `sweeplab.train` is the Hydra entry point around `train(cfg)`; tests call `train` with a composed config. The plan
-and its checks are sweeplab.plan; the loops are sweeplab.lightning_fit and sweeplab.mlx.loop; what both loops share
-(the data and task, the closing record of a fit) is sweeplab.job.
+and its checks are sweeplab.engine.plan; the loops are sweeplab.engine.lightning_fit and sweeplab.engine.mlx_fit; what both loops share
+(the data and task, the closing record of a fit) is sweeplab.engine.job.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, channels, devices, distributed, host_arch, interrupts, lightning_fit
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.errors import ConfigError, UserError
-from sweeplab.files import check_writable_dir
-from sweeplab.job import FitResult, Job, finish, hold_run_lock
-from sweeplab.plan import JobPlan, plan
+from sweeplab.core import channels, host_arch, interrupts
+from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.files import check_writable_dir
+from sweeplab.engine import lightning_fit
+from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
+from sweeplab.engine.plan import JobPlan, plan
+from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
@@ -64,7 +66,7 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
 
 
 def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
-    """What the verdict groups and pairs a sweep job by (sweeplab.replicates): its configuration (the swept values,
+    """What the verdict groups and pairs a sweep job by (sweeplab.study.replicates): its configuration (the swept values,
     the same in every replicate), seed, host, and the replicate, round, configuration index and concurrency the
     sweeplab sweeper set in this job's environment. None outside a sweep."""
     if sweep_dir is None:
@@ -90,7 +92,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
 
-    A stop request (sweeplab.interrupts) that came before the fit loop is checked between these stages."""
+    A stop request (sweeplab.core.interrupts) that came before the fit loop is checked between these stages."""
     interrupts.check()
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -181,7 +183,9 @@ def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig,
 
 def _fit(job: Job) -> FitResult:
     if job.plan.backend == "mlx":  # Lightning does not run MLX: sweeplab's own loop, same data, metrics, runs and files
-        from sweeplab.mlx import loop  # deferred: imports MLX, which only backend=mlx needs (and may be absent)
+        from sweeplab.engine import (
+            mlx_fit as loop,  # deferred: imports MLX, which only backend=mlx needs (and may be absent)
+        )
 
         return loop.fit(job)
     return lightning_fit.fit(job)

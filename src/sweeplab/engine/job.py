@@ -1,13 +1,13 @@
 """One job, as both fit loops see it: everything but the training step itself.
 
-sweeplab.training opens a `Job` (its plan, output folder, MLflow run and logger, the checkpoint it resumes from) and
-hands it to a fit loop: Lightning's (sweeplab.lightning_fit) or sweeplab's own MLX loop (sweeplab.mlx.loop). Each
+sweeplab.engine.training opens a `Job` (its plan, output folder, MLflow run and logger, the checkpoint it resumes from) and
+hands it to a fit loop: Lightning's (sweeplab.engine.lightning_fit) or sweeplab's own MLX loop (sweeplab.engine.mlx_fit). Each
 loop calls `start_fit` for the data and the task, trains, and returns a `FitResult`; `finish` then records the fit
 the same way for both: summary metrics, the `checkpoint` tag, the checkpoint artifact, the export, the closing line
 and the job log.
 
 `hold_run_lock` keeps one process per run: the job's output folder is locked (flock) for the job's whole life. A stop
-request (sweeplab.interrupts) is checked between the stages here: after the data is set up, before the export, before
+request (sweeplab.core.interrupts) is checked between the stages here: after the data is set up, before the export, before
 the uploads.
 """
 
@@ -27,16 +27,16 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 
-from sweeplab import interrupts
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.devices import release_earlier_jobs
-from sweeplab.errors import UserError
+from sweeplab.core import interrupts
+from sweeplab.core.errors import UserError
+from sweeplab.engine.plan import JobPlan
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
-from sweeplab.plan import JobPlan
-from sweeplab.report_verdict import BATCH_SIZE_USED_TAG
+from sweeplab.runtime.devices import release_earlier_jobs
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.schema import BATCH_SIZE_USED_TAG
 
 log = logging.getLogger(__name__)
 

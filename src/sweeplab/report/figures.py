@@ -1,4 +1,4 @@
-"""The verdict's pictures, written beside report.md from the sweep's summary (sweeplab.verdict.SweepSummary).
+"""The verdict's pictures, written beside report.md from the sweep's summary (sweeplab.study.verdict.SweepSummary).
 
 - speed_quality.png, the speed-quality plane: one point per configuration at (median time to target, median final
   metric), or (median samples/s, median final metric) when no configuration's median reaches the target, with the
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
+from sweeplab.report.plots import _figure
+from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary
 from sweeplab.tracking import naming
-from sweeplab.tracking.sweep_plots import _figure
-from sweeplab.verdict import ConfigSummary, Estimate, Job, SweepSummary
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ REACH = 2.0  # interval bounds further than this many point spans from the point
 
 
 def family_labels(runs) -> dict[str, str]:
-    """The short labels of the config keys of the families these runs trained (sweeplab.labels)."""
+    """The short labels of the config keys of the families these runs trained (sweeplab.core.labels)."""
     labels: dict[str, str] = {}
     for name in sorted({r.data.tags.get("family", "") for r in runs} - {""}):
         try:

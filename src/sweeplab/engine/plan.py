@@ -1,7 +1,7 @@
 """A job's plan: the whole config checked and turned into typed settings before anything is built or written.
 
 `plan(cfg)` reads every group once, raises ConfigError naming the key for a bad value or a combination that cannot
-run (the rules: sweeplab.rules), and returns a JobPlan; sweeplab.training runs it.
+run (the rules: sweeplab.engine.rules), and returns a JobPlan; sweeplab.engine.training runs it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,16 @@ import lightning as L
 from annotated_types import Ge, Interval
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import backends, host_arch, rules, tuning
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.timing import StepTimer
-from sweeplab.config import bind, build
-from sweeplab.console import once
-from sweeplab.errors import ConfigError
+from sweeplab.core import host_arch
+from sweeplab.core.config import bind, build
+from sweeplab.core.console import once
+from sweeplab.core.errors import ConfigError
+from sweeplab.engine import rules, tuning
 from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
+from sweeplab.runtime import backends
 from sweeplab.tasks.optim import OptimConfig
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The verdict part of a sweep's report: MLflow runs into sweeplab.verdict's `Job` records, the summary, its lines,
+"""The verdict part of a sweep's report: MLflow runs into sweeplab.study.verdict's `Job` records, the summary, its lines,
 the per-configuration table (Markdown) and rows (CSV).
 
 A job's curve is its family's monitored metric (e.g. val/cos) at each validation against the training samples seen
@@ -6,7 +6,7 @@ by then: Lightning logs the validation after n optimizer steps at step n - 1, so
 samples per step (batch size x gradient accumulation x data-parallel devices). Its samples/s is
 `summary/samples_per_sec`, which leaves validation and checkpoint pauses out; its wall seconds at each validation
 (time since the run started) give the wall time to target beside it. Jobs are grouped by their `config` tag and
-paired by their `round` tag (tags the sweeplab sweeper gives every job: sweeplab.replicates); a sweep recorded
+paired by their `round` tag (tags the sweeplab sweeper gives every job: sweeplab.study.replicates); a sweep recorded
 without them has one job per configuration as far as anyone can tell, and gets "one replicate: no verdict".
 """
 
@@ -17,21 +17,26 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sweeplab import verdict
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
+from sweeplab.core.labels import label
 from sweeplab.families import get_family
-from sweeplab.labels import label
+from sweeplab.study import verdict
 from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking.schema import (
+    BATCH_SIZE_USED_TAG,
+    CONFIG_INDEX_TAG,
+    CONFIG_TAG,
+    REPLICATE_TAG,
+    ROUND_TAG,
+)
 
 THROUGHPUT = "summary/samples_per_sec"
-CONFIG_TAG, REPLICATE_TAG, ROUND_TAG, CONFIG_INDEX_TAG = "config", "replicate", "round", "config_index"
 NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (", "one replicate: no verdict (this "
                                                   "sweep's jobs carry no replicate tags: it ran before replicates "
                                                   "existed, or with a sweeper that runs each job once; ", 1)
 
 
 # the sweep run's record of what its verdict was asked (sweep_callback.verdict_option_tags)
-TARGET_TAG, TOLERANCE_TAG = "report.target", "report.quality_tolerance"
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,6 @@ class VerdictReport:
     lines: tuple[str, ...]
 
 
-BATCH_SIZE_USED_TAG = "data.batch_size_used"  # set by sweeplab.job where a job trained on smaller batches
 
 
 def batch_size(run) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sweeplab.errors import exit_on_user_error
-from sweeplab.files import check_writable_dir
+from sweeplab.core.errors import exit_on_user_error
+from sweeplab.core.files import check_writable_dir
 
 
 class WritableOutputDir(Callback):

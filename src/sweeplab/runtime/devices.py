@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from sweeplab.backends import import_mlx
-from sweeplab.stability import deciles
+from sweeplab.core.stability import deciles
+from sweeplab.runtime.backends import import_mlx
 
 PRECISION_DTYPES = {
     "32-true": torch.float32,

@@ -1,6 +1,6 @@
 """The fit loop of every torch backend (cpu, cuda, mps): Lightning's Trainer with sweeplab's callbacks.
 
-Everything around the step (data, task, recording the run) is sweeplab.job's, shared with the MLX loop.
+Everything around the step (data, task, recording the run) is sweeplab.engine.job's, shared with the MLX loop.
 """
 
 from __future__ import annotations
@@ -10,16 +10,18 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from sweeplab import backends, distributed, interrupts, tuning
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, ValidateAtLastStep
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.console import progress_bar_shown, quiet_libraries
+from sweeplab.core import interrupts
+from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.data.sampling import ResumableDataCheck
-from sweeplab.job import FitResult, Job, record_batch_size, start_fit
-from sweeplab.plan import JobPlan
+from sweeplab.engine import tuning
+from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
+from sweeplab.engine.plan import JobPlan
+from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
@@ -46,7 +48,7 @@ def fresh_compiler() -> None:
 
 
 def fit(job: Job) -> FitResult:
-    quiet_libraries()  # Lightning is imported now: its own console handler goes (sweeplab.console)
+    quiet_libraries()  # Lightning is imported now: its own console handler goes (sweeplab.core.console)
     p = job.plan
     show_bar = progress_bar_shown(p.trainer.enable_progress_bar)
     datamodule, _, task = start_fit(job)

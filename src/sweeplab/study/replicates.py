@@ -4,10 +4,10 @@
 Replicate r uses seed `seed + r` in every configuration (data order and initialisation), so the configurations of
 one round differ only in what was swept. Round r runs each configuration once; the order is reversed every other
 round (round 0 as listed, round 1 reversed, ...), so a drift of the machine over the sweep weighs on every
-configuration alike and the paired comparisons of sweeplab.verdict cancel it.
+configuration alike and the paired comparisons of sweeplab.study.verdict cancel it.
 
 Pure: the sweeper (hydra_plugins/sweeplab_sweeper) launches what `rounds` returns; the jobs learn their replicate, round and
-configuration index through the environment variables named in sweeplab.channels.
+configuration index through the environment variables named in sweeplab.core.channels.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeplab.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, REPLICATE_ENV, ROUND_ENV
-from sweeplab.errors import ConfigError
+from sweeplab.core.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, REPLICATE_ENV, ROUND_ENV
+from sweeplab.core.errors import ConfigError
 
 MAX_REPLICATES = 1000  # a typo guard (replicates=300000 would queue a sweep nobody meant)
 AUTO = "auto"

@@ -12,7 +12,7 @@ Shared with the Lightning path, not copied:
 - checkpoints: Lightning-format files with the PyTorch state dict (`families/loading.load_model` reads them), so
   report and export work on an MLX-trained model.
 
-Not done here (refused up front by sweeplab.rules.check_mlx): resume, gradient accumulation, several devices, mixed precision.
+Not done here (refused up front by sweeplab.engine.rules.check_mlx): resume, gradient accumulation, several devices, mixed precision.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from pathlib import Path
 import mlx.core as mx
 import torch
 
-from sweeplab import devices, distributed, interrupts
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
-from sweeplab.job import FitResult, Job, record_batch_size, start_fit
+from sweeplab.core import interrupts
+from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
+from sweeplab.runtime import devices, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tasks.optim import lr_at
 

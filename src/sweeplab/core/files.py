@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from sweeplab.errors import environment_error
+from sweeplab.core.errors import environment_error
 
 
 @contextmanager

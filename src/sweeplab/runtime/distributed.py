@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeplab.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
-from sweeplab.errors import UserError
+from sweeplab.core.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
+from sweeplab.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, Union
 
 import annotated_types
 
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
 
 _META_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_"})
 

@@ -4,9 +4,9 @@ ConfigError naming the key. (The backend's own rules, precision, compile and dev
 
 from __future__ import annotations
 
-from sweeplab import backends
-from sweeplab.errors import ConfigError
+from sweeplab.core.errors import ConfigError
 from sweeplab.families.contract import serves_steps_per_batch
+from sweeplab.runtime import backends
 
 
 def check_steps_per_batch(

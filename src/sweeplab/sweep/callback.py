@@ -4,13 +4,13 @@ In the process that launches the sweep, before any job starts (`on_multirun_star
 are created once (parallel jobs racing to create a fresh sqlite schema fail), an unreachable tracking server or a
 missing launcher setting stops the sweep with one line, and the parent run is created. Its id reaches every job
 through the `mlflow_parent_run_id` file in the sweep dir and the SWEEPLAB_PARENT_RUN_ID variable (inherited by
-joblib/loky workers and submitit jobs); sweeplab.channels lists these and every other channel to the jobs.
+joblib/loky workers and submitit jobs); sweeplab.core.channels lists these and every other channel to the jobs.
 
 In each job's own process (`on_job_start`, `on_job_end`), wherever the launcher runs it: with `assign_gpus` the job
 takes its own GPU(s) before CUDA starts; the job's return value (what a sweeper optimises: the best monitored
 metric) is logged to the job's run as the metric `objective`.
 
-At the end (`on_multirun_end`): the sweep's report (tables, plots and report.html: sweeplab.report) and an
+At the end (`on_multirun_end`): the sweep's report (tables, plots and report.html: sweeplab.report.tables) and an
 objective-per-job plot are attached to the parent, which also names the best job (tags `best_run_id`,
 `best_run_name`, `best_job`; params `best.<swept key>`; metric `best/objective`); the closing lines are `best: ...`
 and `report: <absolute path of report.html>`.
@@ -35,23 +35,20 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab import channels, distributed, interrupts, replicates
-from sweeplab.errors import UserError, is_user_error, user_message
+from sweeplab.core import channels, interrupts
+from sweeplab.core.errors import UserError, is_user_error, user_message
+from sweeplab.core.files import write_text_atomic
+from sweeplab.core.interrupts import is_interrupt
+from sweeplab.engine.plan import check_data_path
 from sweeplab.families import get_family
-from sweeplab.files import write_text_atomic
-from sweeplab.interrupts import is_interrupt
-from sweeplab.plan import check_data_path
-from sweeplab.report import sweep_report
-from sweeplab.report_verdict import (
-    CONFIG_INDEX_TAG,
-    CONFIG_TAG,
-    TARGET_TAG,
-    TOLERANCE_TAG,
-    VerdictOptions,
-    sweep_verdict,
-)
-from sweeplab.tracking import mlflow_store, naming, sweep_plots, ui
-from sweeplab.verdict import ReplicatePlan, SweepSummary, plan_replicates
+from sweeplab.report import plots, ui_links
+from sweeplab.report.tables import sweep_report
+from sweeplab.runtime import distributed
+from sweeplab.study import replicates
+from sweeplab.study.record import VerdictOptions, sweep_verdict
+from sweeplab.study.verdict import ReplicatePlan, SweepSummary, plan_replicates
+from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking.schema import CONFIG_INDEX_TAG, CONFIG_TAG, TARGET_TAG, TOLERANCE_TAG
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -243,7 +240,7 @@ class MLflowSweepCallback(Callback):
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
                 print(report.markdown + (f"\nbest: {best}" if best else ""), flush=True)
-                print(ui.sweep_line(uri, self.parent_run_id), flush=True)  # where make ui's address opens
+                print(ui_links.sweep_line(uri, self.parent_run_id), flush=True)  # where make ui's address opens
                 if report.html:
                     print(f"report: {report.html}", flush=True)  # the page, for those who never open the UI
             for path in files:
@@ -418,7 +415,7 @@ def sweep_job_states(config: DictConfig) -> dict[tuple[int, int], str]:
 
 def undecided_configurations(config: DictConfig) -> tuple[list[int], ReplicatePlan | None]:
     """replicates=auto, between two rounds: the grid indices of the configurations whose intervals still straddle a
-    decision (sweeplab.verdict.plan_replicates over the sweep's finished jobs so far), and that plan (None while
+    decision (sweeplab.study.verdict.plan_replicates over the sweep's finished jobs so far), and that plan (None while
     there is no summary yet: then every configuration runs again)."""
     uri = MLflowSweepCallback._settings(config)[0]
     parent = os.environ.get(channels.PARENT_RUN_ENV)
@@ -548,7 +545,7 @@ def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]
     try:
         jobs = sorted((_job_number(r), r.data.metrics["objective"]) for r in scored)
         metric = scored[0].data.tags.get("objective", "")
-        return [sweep_plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
+        return [plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("objective plot skipped: %s", exc)
         return []

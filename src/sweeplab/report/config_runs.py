@@ -22,9 +22,10 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from sweeplab import stability
-from sweeplab.tracking import mlflow_store, naming, ui_view
-from sweeplab.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
+from sweeplab.core import stability
+from sweeplab.report import saved_view
+from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
+from sweeplab.tracking import mlflow_store, naming
 
 NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
 JOB_IDS_TAG = "job_run_ids"
@@ -152,23 +153,23 @@ def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: 
 
 
 def comparison_view(uri: str, parent_run_id: str) -> str | None:
-    """Save the sweep's comparison as a view of its experiment's runs table (sweeplab.tracking.ui_view), from its
+    """Save the sweep's comparison as a view of its experiment's runs table (sweeplab.report.saved_view), from its
     configuration runs; its id. None under an MLflow whose UI sweeplab has not checked (the address is then a filter
     and a sort) or for a sweep without configuration runs."""
     runs = configuration_runs(uri, parent_run_id)
-    if not ui_view.view_supported() or not runs:
+    if not saved_view.view_supported() or not runs:
         return None
     client = mlflow_store.client(uri)
     parent = client.get_run(parent_run_id)
     monitored = runs[0].data.tags.get("objective", "")
     texts = [name for name in figure_tag_names(monitored) if name in runs[0].data.tags]
-    state = ui_view.comparison_state(
+    state = saved_view.comparison_state(
         list(naming.config_values(runs[0].data.tags.get("config", ""))), texts, f"final_{metric_key(monitored)}", monitored,
         f"tags.mlflow.parentRunId = '{parent_run_id}' and "
         f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
     )
     name = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}: comparison"
-    return ui_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
+    return saved_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
 
 
 def _create_configuration_run(client, parent, config: ConfigSummary, summary: SweepSummary, name: str,
@@ -204,9 +205,9 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
     now = int(time.time() * 1000)
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
-    curve_value = ui_view.CURVE_PREFIX + summary.metric_name
+    curve_value = saved_view.CURVE_PREFIX + summary.metric_name
     for step, seconds, value in median_curve(jobs):
-        metrics += [Metric(ui_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
+        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
     for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
         client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
     client.set_terminated(run.info.run_id, "FINISHED")

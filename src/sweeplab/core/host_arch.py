@@ -15,7 +15,7 @@ from __future__ import annotations
 import platform
 import sys
 
-from sweeplab.errors import UserError
+from sweeplab.core.errors import UserError
 
 
 def proc_translated() -> int | None:

@@ -7,7 +7,7 @@ already wrote (speed_quality.png as `<img id="speed-quality">`, curves.png as `<
 validation plots), embedded as PNG data URIs, then the per-job table, folded. Nothing is fetched: the CSS and the
 few lines of script that sort a table when its header is clicked (on a cell's leading number, else its text) are
 inline, and no src or href leaves the page. Every text from a run (labels, names, errors) is escaped. The rows,
-cells and verdict lines are the report's (sweeplab.report): nothing is computed here.
+cells and verdict lines are the report's (sweeplab.report.tables): nothing is computed here.
 """
 
 from __future__ import annotations

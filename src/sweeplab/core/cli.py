@@ -10,7 +10,7 @@ exit status 2, never a traceback.
 - `check_writable`: an output directory that cannot be written (read-only, full, a file in the way) fails before any
   work.
 
-`SWEEPLAB_TRACEBACK=1` adds the full traceback to any expected error (sweeplab.errors.exit_on_user_error), for
+`SWEEPLAB_TRACEBACK=1` adds the full traceback to any expected error (sweeplab.core.errors.exit_on_user_error), for
 debugging; the `error:` line stays the last line.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from sweeplab.errors import ConfigError, UserError, exit_on_user_error
+from sweeplab.core.errors import ConfigError, UserError, exit_on_user_error
 
 GRAMMAR = "quote a value holding spaces or other special characters: key='value'"
 Hint = Callable[[str], "str | None"]

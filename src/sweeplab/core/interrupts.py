@@ -31,7 +31,7 @@ started (`nohup`): then it stays ignored.
 
 Cooperation with other handlers: Lightning chains the SIGTERM handler it finds behind its own notifier and puts it
 back after every fit, so its DDP and SLURM logic still sees the signal (a `SIGTERMException` it raises itself is turned
-into `Interrupted` by sweeplab.lightning_fit). SIGUSR1/SIGUSR2 (Lightning's and submitit's requeue signals) are left
+into `Interrupted` by sweeplab.engine.lightning_fit). SIGUSR1/SIGUSR2 (Lightning's and submitit's requeue signals) are left
 alone, and submitit's job processes never call `install()` (they start through submitit's own entry point, whose
 SIGTERM bypass and SIGUSR2 checkpoint-and-requeue stay as they are).
 """

@@ -5,10 +5,10 @@ an experiment, or a multirun dir).
                               [--target VALUE] [--quality-tolerance VALUE] [--out DIR]
 
 report.md starts with the verdict's lines (which configuration reaches the target fastest among those that keep
-quality, or the tie, or why there is none: sweeplab.report_verdict, docs/verdict.md), then the per-configuration
+quality, or the tie, or why there is none: sweeplab.study.record, docs/verdict.md), then the per-configuration
 table (medians and intervals over the replicates; short columns, a legend line, settings alike in every row said
 once above), then the per-job table. report.csv has both, told apart by its `row` column (job | configuration), under
-long, stable column names. report.html (sweeplab.report_html) puts the same verdict and tables and the plots on one
+long, stable column names. report.html (sweeplab.report.html) puts the same verdict and tables and the plots on one
 self-contained page; `python -m sweeplab.report` and the sweep print its path last (`report: <path>`). The per-job table: configuration, backend, device, batch size, precision,
 compile, median step time, samples/s at that median, spread of the step times, tokens/s, MFU, speedup against the
 baseline row or "within noise", stability, final validation metric. Two plots:
@@ -31,15 +31,18 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab import channels, cli, report_apple, report_figures, report_html, stability
-from sweeplab import labels as config_labels
-from sweeplab.console import quiet_libraries
-from sweeplab.errors import UserError, report_user_error
+from sweeplab.core import channels, cli, stability
+from sweeplab.core import labels as config_labels
+from sweeplab.core.console import quiet_libraries
+from sweeplab.core.errors import UserError, report_user_error
+from sweeplab.core.files import write_text_atomic
 from sweeplab.families import get_family
-from sweeplab.files import write_text_atomic
-from sweeplab.report_verdict import (
-    TARGET_TAG,
-    TOLERANCE_TAG,
+from sweeplab.report import apple as report_apple
+from sweeplab.report import config_runs
+from sweeplab.report import figures as report_figures
+from sweeplab.report import html as report_html
+from sweeplab.report.plots import _figure, curves_plot
+from sweeplab.study.record import (
     VerdictOptions,
     VerdictReport,
     batch_size,
@@ -51,8 +54,8 @@ from sweeplab.report_verdict import (
     samples_per_step,
     sweep_verdict,
 )
-from sweeplab.tracking import config_runs, mlflow_store, naming
-from sweeplab.tracking.sweep_plots import _figure, curves_plot
+from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking.schema import TARGET_TAG, TOLERANCE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class Report:
     markdown: str
     files: list[Path] = field(default_factory=list)
     failed: int = 0
-    verdict: VerdictReport | None = None  # the sweep's verdict (sweeplab.report_verdict); None without a store
+    verdict: VerdictReport | None = None  # the sweep's verdict (sweeplab.study.record); None without a store
 
     @property
     def html(self) -> Path | None:
@@ -169,7 +172,7 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     families = {r.data.tags.get("family", "") for r in runs}
     param_keys = list(BASE_PARAMS)
-    labels: dict[str, str] = {}  # the short labels of the families' keys (sweeplab.labels), one column per key
+    labels: dict[str, str] = {}  # the short labels of the families' keys (sweeplab.core.labels), one column per key
     for family in sorted(families):
         record = _family(family)
         param_keys += [k for k in (record.report_keys if record else ()) if k not in param_keys]
@@ -406,7 +409,7 @@ def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
 def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None,
                  options: VerdictOptions | None = None, never_ran: tuple[str, ...] = ()) -> Report:
     """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
-    job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report_html: the
+    job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report.html: the
     same tables and the plots, on one page)."""
     runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     rows, columns, failed = build_rows(runs, baseline)
@@ -456,7 +459,7 @@ NO_STORE = "no verdict: the report was built without an MLflow store to read the
 
 
 def configuration_table(summary, runs) -> report_html.Table:
-    """The per-configuration table (sweeplab.report_verdict's cells), its configurations by their short names, the
+    """The per-configuration table (sweeplab.study.record's cells), its configurations by their short names, the
     target's line above it and the legend below."""
     labels = report_figures.family_labels(runs)
     names = naming.configuration_run_names([c.config for c in summary.configs], labels)
@@ -527,7 +530,7 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
     title = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}"
     report = write_report(runs, out_dir, title, uri, baseline, options, jobs_never_run(parent, runs))
-    # the verdict as the sweep run's description, one run per configuration under it (sweeplab.tracking.config_runs)
+    # the verdict as the sweep run's description, one run per configuration under it (sweeplab.report.config_runs)
     config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
                                report_figures.family_labels(runs))
     return report
@@ -629,6 +632,3 @@ def _report(args: argparse.Namespace) -> int:
     print(f"report: {report.html}")
     return 1 if report.failed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

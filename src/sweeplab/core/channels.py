@@ -2,12 +2,12 @@
 each other: each name once, with who writes it, who reads it and why it travels this way.
 
 A sweep's jobs run in the launching process (Hydra's basic launcher), in joblib/loky workers, in submitit jobs on
-other hosts, or as DDP ranks that re-run the command line (sweeplab.distributed). None of them gets a Python object
+other hosts, or as DDP ranks that re-run the command line (sweeplab.runtime.distributed). None of them gets a Python object
 from the sweep: they inherit its environment, and some see its sweep directory. Inside one process, Hydra's
 callbacks and sweeplab's entry point share no call path either (a Hydra callback returns nothing to the app), so
 the few facts they exchange are module attributes here, set and read as `channels.<name>`.
 
-Not listed: the launchers' own rank variables (torchrun, Lightning, SLURM), which sweeplab.distributed reads and
+Not listed: the launchers' own rank variables (torchrun, Lightning, SLURM), which sweeplab.runtime.distributed reads and
 restores between jobs (`RANK_ENV_VARS`, `LAUNCH_ENV_VARS`); they are the launchers' protocol, not sweeplab's.
 """
 
@@ -32,9 +32,9 @@ SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 # file PARENT_RUN_FILE in the sweep dir says the same and wins (it names this very sweep); the environment covers
 # a job that cannot see the sweep dir.
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
-PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report --multirun-dir` and order_check read it
+PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report.tables --multirun-dir` and order_check read it
 
-# A replicated sweep's place of each job (sweeplab.replicates): its replicate r (seed `seed + r`), the round it ran
+# A replicated sweep's place of each job (sweeplab.study.replicates): its replicate r (seed `seed + r`), the round it ran
 # in, its configuration's index in the grid (0: the baseline of the verdict), and how many jobs the launcher ran at
 # once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job, which Hydra's
 # run_job sets in the job's own process wherever the launcher runs it; read by training.run_tags, which records

@@ -10,9 +10,9 @@ search facets (`searchFilter`, `orderByKey`, `orderByAsc`, ...) and the table's 
 
 This format is the UI's own, not a documented API: sweeplab writes it only under the MLflow it pins (PINNED_MLFLOW,
 checked by tests/test_ui_view.py and by `make ui-check` against that version's UI). Under another MLflow,
-`view_supported()` is False and `make ui` prints a filter-and-sort address instead (sweeplab.tracking.ui).
+`view_supported()` is False and `make ui` prints a filter-and-sort address instead (sweeplab.ui).
 
-The view of a replicated sweep: its configuration runs (sweeplab.tracking.config_runs), fastest to the target
+The view of a replicated sweep: its configuration runs (sweeplab.report.config_runs), fastest to the target
 first; columns: the swept keys, samples/s, the final validation metric, time to target and speedup to target, each
 as `median (low–high)`, then the verdict, the stability of the speed and the quality; charts: one bar per
 configuration for each of those figures, and the validation metric against training time (the configuration's
