@@ -25,6 +25,7 @@ from sweeplab.core import host_arch, stability
 from sweeplab.core.errors import UserError
 from sweeplab.report import tables as report
 from sweeplab.runtime import devices
+from sweeplab.study.sweep import sweep_from_runs
 from test_timing import FakeAsyncDevice
 
 MPS = torch.device("mps")  # a device type only: nothing here runs on it
@@ -169,7 +170,7 @@ def test_mps_mfu_comes_from_the_apple_table_and_fills_the_report_and_the_bench(m
     run = client.create_run(client.create_experiment("apple"), tags={"backend": "mps", "mps_fallback": "true",
                                                                       "device": devices.device_name("mps")})
     client.log_batch(run.info.run_id, metrics=[_metric(k, v) for k, v in summary.items()])
-    (row,) = report.build_rows([client.get_run(run.info.run_id)])[0]
+    (row,) = report.build_rows(sweep_from_runs(None, [client.get_run(run.info.run_id)]))[0]
     assert row["MFU"] == f"{summary['summary/mfu']:.1%}" and row["device"] == M4_MAX
     assert "MPS fallback on (ops MPS lacks ran on the CPU)" in row["stability"]  # the switch, in the stability column
     cells = _bench_cell(summary, "auto")  # the bench's accelerator rows: backend=auto, MPS on this (mocked) Mac
@@ -198,7 +199,7 @@ def test_an_mlx_gpu_run_reports_mfu_and_mlx_peak_memory(demo_dir, mlflow_uri, mo
     assert 0 < m["summary/peak_mem_mb"] <= mx.get_peak_memory() / 2**20 and m["summary/peak_mem_mb"] < rss_mb / 4
     assert tags["timing.clock"] == "host" and tags["timing.sync_check"] == "agrees"  # loss.item() against mx.synchronize
     assert tags["platform.machine"] == platform.machine() and "rosetta" not in tags  # Linux: no sysctl to ask
-    (row,) = report.build_rows([run])[0]
+    (row,) = report.build_rows(sweep_from_runs(None, [run]))[0]
     assert row["MFU"] == f"{m['summary/mfu']:.1%}" and row["device"] == f"MLX gpu ({M4_MAX})"
     assert _bench_cell(m, "mlx")["MFU"] == f"{m['summary/mfu']:.1%}"
 

@@ -196,12 +196,13 @@ def test_a_damaged_checkpoint_is_refused_by_resume_export_and_report_and_the_fin
 
 
 def test_the_recorded_batch_size_is_the_one_used(finished):
-    from sweeplab.study.record import batch_size, samples_per_step
+    from sweeplab.study.sweep import sweep_from_runs
 
     run = finished.run
     used = int(run.data.tags["data.batch_size_used"])  # the whole training split: fewer than 4096 samples
     assert 0 < used < 4096 and run.data.params["data.batch_size"] == "4096"  # the param keeps what was given
-    assert batch_size(run) == str(used) and samples_per_step(run) == used  # what the report and verdict use
+    (job,) = sweep_from_runs(None, [run]).jobs
+    assert job.batch_size == str(used) and job.samples_per_step == used  # what the report and verdict use
     assert float(run.data.metrics["summary/samples_per_sec"]) > 0
 
 

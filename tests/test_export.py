@@ -23,6 +23,7 @@ from sweeplab.export.verify import check_weights
 from sweeplab.families import get_family
 from sweeplab.models.gpt import GPT, GPTConfig
 from sweeplab.models.textbridge import TextBridgeConfig
+from sweeplab.study.sweep import sweep_from_runs
 from sweeplab.tasks.optim import OptimConfig
 
 TB_VOCAB, LM_VOCAB, SEQ = 300, 40000, 16  # an LM vocabulary past int16: ids a 16-bit cast would break are tested
@@ -395,7 +396,7 @@ def test_run_id_export_logs_package_and_report(monkeypatch, capsys, store, check
     run = client.get_run(run_id)
     verdict = run.data.tags["export/standard-fp16/ane_verdict"]
     assert verdict.startswith("blockers: ") and "gather" in verdict
-    shown = write_report([run], None, "exports")
+    shown = write_report(sweep_from_runs(None, [run]), None, "exports")
     share = metrics["export/standard-fp16/ane_unready_work_share"]
     assert shown.rows[0]["ANE readiness"] == f"standard-fp16: 2 blockers, {share:.1%} of work off the ANE"
     assert f"standard-fp16: {verdict}" in shown.markdown

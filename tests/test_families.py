@@ -51,8 +51,9 @@ def test_an_installed_family_trains_reports_and_benches_through_the_cli(example_
         assert run.data.metrics["summary/samples_per_sec"] > 0  # samples counted from the batch's leading dimension
         assert "summary/tokens_per_sec" not in run.data.metrics  # no tokens: none reported, not 0
         assert "val/r2" in run.data.metrics and run.data.tags["objective"] == "val/loss"
+        assert run.data.tags["monitor"] == "val/loss" and run.data.tags["monitor_mode"] == "min"
     report = (tmp_path / "sweep" / "report.md").read_text()
-    assert "val R²" in report  # the record's report metric
+    assert "val/loss" in report and "val R²" not in report  # one metric: the one the jobs monitor
     assert foreign_lines(sweep.stdout + sweep.stderr, report) == [], sweep.stdout + sweep.stderr
 
     bench = _run(["sweeplab.bench", "experiment=bench_mlp", "bench.steps=5", "bench.warmup_steps=1", "bench.repeats=1"],

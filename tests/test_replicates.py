@@ -19,8 +19,9 @@ from conftest import compose_train
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.report import tables as report
-from sweeplab.study import replicates
+from sweeplab.study import replicates, rounds
 from sweeplab.study.record import VerdictOptions
+from sweeplab.study.sweep import read_sweep
 from sweeplab.sweep import callback as sweep_callback
 from sweeplab.tracking import mlflow_store
 
@@ -109,7 +110,7 @@ def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(mon
             launched.append((initial_job_idx, [job[0] for job in batch]))
             return [SimpleNamespace(return_value=0.0) for _ in batch]
 
-    monkeypatch.setattr(sweep_callback, "undecided_configurations", lambda config: (next(answers), None))
+    monkeypatch.setattr(rounds, "undecided_configurations", lambda sweep, options: (next(answers), None))
     sweeper = SweeplabSweeper(max_batch_size=None, params={"data.batch_size": "32,64,128"})
     sweeper.config = OmegaConf.create({"seed": 0, "replicates": "auto", "replicates_auto": {"first": 2, "most": 6},
                                        "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": None}})
@@ -185,7 +186,7 @@ def test_the_default_sweeper_is_sweeplabs_and_counts_replicates_in_the_planned_j
     grid = 1
     for values in config.hydra.sweeper.params.values():
         grid *= len(str(values).split(","))
-    assert sweep_callback.planned_jobs(config) == grid * config.replicates
+    assert rounds.planned_jobs(config) == grid * config.replicates
 
 
 def test_optuna_refuses_replicates_in_one_line():
@@ -280,7 +281,7 @@ def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_p
     summary = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65)).verdict.summary
     client = MlflowClient(mlflow_uri)
     config = compose_train([], return_hydra_config=True)
-    line = sweep_callback.record_best(client, parent, mlflow_store.sweep_jobs(mlflow_uri, parent), config, summary)
+    line = sweep_callback.record_best(client, parent, read_sweep(mlflow_uri, parent), config, summary)
     assert line.startswith("tie between "), line
     tags = client.get_run(parent).data.tags
     assert tags["best_verdict"] == "tie" and set(tags["best_config"].split(" | ")) == {"bs=32 a", "bs=32 b"}

@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeplab.core import channels
 from sweeplab.report import tables as report
+from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
 
 JOBS = [  # backend, batch size, precision, compile, samples/s, MFU, val/cos history
@@ -81,7 +82,7 @@ def test_baseline_by_name_or_row(mlflow_uri, tmp_path):
 
 def test_throughput_series_are_per_backend_precision_compile(mlflow_uri, tmp_path):
     parent = make_sweep(mlflow_uri, tmp_path)
-    series = report.throughput_points(mlflow_store.sweep_jobs(mlflow_uri, parent))
+    series = report.throughput_points(read_sweep(mlflow_uri, parent))
     assert sorted(series) == ["cpu 32-true (AMD EPYC)", "cuda bf16-mixed compile=default (NVIDIA H100 80GB HBM3)"]
     assert series["cpu 32-true (AMD EPYC)"] == [(16, 100.0), (32, 150.0)]
 

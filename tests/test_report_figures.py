@@ -14,6 +14,7 @@ from sweeplab.report import config_runs, ui_links
 from sweeplab.report import figures as report_figures
 from sweeplab.report import tables as report
 from sweeplab.study.record import VerdictOptions
+from sweeplab.study.sweep import read_experiment
 from sweeplab.study.verdict import Job, summarize
 from sweeplab.tracking import mlflow_store, naming
 
@@ -156,7 +157,7 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     # the jobs stay the sweep's jobs: the report, the job counts and best_* read them, not the configuration runs
     job_runs = mlflow_store.sweep_jobs(mlflow_uri, parent)
     assert len(job_runs) == len(jobs) and all("replicate" in r.data.tags for r in job_runs)
-    assert len(report.experiment_runs(mlflow_uri, "sweeplab")) == len(jobs)
+    assert len(read_experiment(mlflow_uri, "sweeplab").jobs) == len(jobs)
     url = ui_links.latest_sweep_url(mlflow_uri, "http://ui")  # make ui opens the configuration runs' saved view
     assert f"viewStateShareKey=sweeplab-{parent}" in url  # its filter and sort: tests/test_ui_view.py
     description = MlflowClient(mlflow_uri).get_run(parent).data.tags["mlflow.note.content"]

@@ -11,6 +11,7 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from sweeplab.core import channels
+from sweeplab.study.sweep import sweep_from_runs
 from sweeplab.sweep.callback import MLflowSweepCallback, record_best
 from sweeplab.tracking import mlflow_store
 
@@ -78,7 +79,7 @@ def test_the_parent_names_the_best_job_in_the_sweeps_direction(mlflow_uri, tmp_p
         _child(client, experiment_id, parent_id, 20.0, "min", **{"optim.lr": "1e-4", "data.seed": "0"}),
     ]
     cfg = _sweep_config(tmp_path, *search)  # Optuna's direction (maximize) overrules the jobs' own mode (min)
-    line = record_best(client, parent_id, children, cfg)
+    line = record_best(client, parent_id, sweep_from_runs(None, children), cfg)
     parent = client.get_run(parent_id)
     assert parent.data.params == {"best.optim.lr": expected_lr}  # what varied, not what stayed
     best = next(r for r in children if r.data.params["optim.lr"] == expected_lr)

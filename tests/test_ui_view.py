@@ -106,8 +106,8 @@ def test_a_configurations_stability_counts_its_unreliable_jobs_and_names_why():
     def job(spread: float):
         metrics = {"summary/batch_shapes": 1.0, "summary/step_time_spread": spread, "summary/host_cpus": 2.0,
                    "summary/load_avg_start": 0.5}
-        return SimpleNamespace(data=SimpleNamespace(metrics=metrics, tags={}))
+        return SimpleNamespace(metrics=metrics, tags={})
 
     assert config_runs.stability_text([job(0.02), job(0.03)]) == "ok"
     assert config_runs.stability_text([job(0.02), job(0.3)]) == "1/2 jobs: noisy"
-    assert config_runs.stability_text([SimpleNamespace(data=SimpleNamespace(metrics={}, tags={}))]) == ""
+    assert config_runs.stability_text([SimpleNamespace(metrics={}, tags={})]) == ""

@@ -13,6 +13,5 @@ FAMILY = Family(
     task="mlp_regressor.task:RegressionTask",
     name_keys=("model.hidden",),
     report_keys=("model.size",),
-    report_metric=("val/r2", "val R²"),
     config_searchpath="pkg://mlp_regressor.conf",
 )

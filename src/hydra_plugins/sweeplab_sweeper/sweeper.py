@@ -28,11 +28,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from sweeplab.study import replicates as replicated
+from sweeplab.study import rounds
 
 log = logging.getLogger(__name__)
 
 
 class SweeplabSweeper(BasicSweeper):
+    runs_replicates = True  # what the sweep callback and sweeplab.study.rounds ask of a sweeper's class
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -73,9 +75,8 @@ class SweeplabSweeper(BasicSweeper):
         """The jobs of this round that replicates=auto runs, or why it stops; the decisions still open are logged."""
         if round_number < auto.first:
             return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
-        from sweeplab.sweep.callback import undecided_configurations
-
-        more, plan = undecided_configurations(self.config)
+        more, plan = rounds.undecided_configurations(rounds.read_open_sweep(self.config),
+                                                     rounds.verdict_options(self.config))
         jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s)
         for decision in plan.open_decisions if plan is not None else ():
             log.info("sweep: replicates=auto: %s: %s", "open" if stop is None else "stayed open", decision)
@@ -86,16 +87,14 @@ class SweeplabSweeper(BasicSweeper):
 
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""
-        from sweeplab.sweep.callback import sweep_job_states
-
-        states = sweep_job_states(self.config)
-        rounds = [replicated.continue_round(round_jobs, states) for round_jobs in planned]
+        states = rounds.job_states(rounds.read_open_sweep(self.config))
+        continued = [replicated.continue_round(round_jobs, states) for round_jobs in planned]
         done = sum(states.get((j.config_index, j.replicate)) == "finished" for r in planned for j in r)
-        resumed = sum("resume=true" in j.overrides for r in rounds for j in r)
+        resumed = sum("resume=true" in j.overrides for r in continued for j in r)
         log.info("sweep: continuing: %d jobs finished, %d resume from a checkpoint, %d start afresh", done, resumed,
-                 sum(len(r) for r in rounds) - resumed)
+                 sum(len(r) for r in continued) - resumed)
         numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()]
-        return rounds, max(numbered, default=-1) + 1
+        return continued, max(numbered, default=-1) + 1
 
     def _launch_round(self, round_jobs: list, next_index: int, returns: list) -> int:
         launcher_config = OmegaConf.select(self.config, "hydra.launcher")

@@ -453,6 +453,7 @@ class StepTimer:
         summary["summary/step_time_s_p90"] = p90
         if steps and median > 0:
             summary["summary/samples_per_sec"] = total["samples"] / steps / median
+            summary["summary/samples_per_step"] = total["samples"] / steps
             if total["tokens"]:
                 summary["summary/tokens_per_sec"] = total["tokens"] / steps / median
             if self._peak and total["flops"]:

@@ -30,7 +30,7 @@ from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
 from sweeplab.engine.plan import JobPlan, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
-from sweeplab.tracking import mlflow_store, naming, resume
+from sweeplab.tracking import mlflow_store, naming, resume, schema
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
 
 log = logging.getLogger(__name__)
@@ -48,16 +48,18 @@ def _hydra_runtime() -> tuple[Path, str | None]:
 
 def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     return {
-        "backend": p.backend,
-        "device": devices.device_name(p.backend),
-        "family": p.family.name,
-        "precision": p.trainer.precision,
-        "compile": p.compile_mode,
+        schema.BACKEND_TAG: p.backend,
+        schema.DEVICE_TAG: devices.device_name(p.backend),
+        schema.FAMILY_TAG: p.family.name,
+        schema.MONITOR_TAG: p.family.monitor,
+        schema.MONITOR_MODE_TAG: p.family.monitor_mode,
+        schema.PRECISION_TAG: p.trainer.precision,
+        schema.COMPILE_TAG: p.compile_mode,
         "cuda_graph": str(p.cuda_graph).lower(),
         "torch": torch.__version__,
         "lightning": L.__version__,
         "git_commit": mlflow_store.git_commit(),
-        "sweep_id": naming.sweep_id(sweep_dir),
+        schema.SWEEP_ID_TAG: naming.sweep_id(sweep_dir),
         **backends.mps_fallback_tags(p.backend),
         **host_arch.host_tags(),
         **_preset_tags(),
@@ -71,9 +73,10 @@ def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     sweeplab sweeper set in this job's environment. None outside a sweep."""
     if sweep_dir is None:
         return {}
-    tags = {"config": naming.config_key(), "seed": str(p.container.get("seed", 0)), "host": platform.node()}
-    placed = {"replicate": channels.REPLICATE_ENV, "round": channels.ROUND_ENV,
-              "config_index": channels.CONFIG_INDEX_ENV, "concurrent_jobs": channels.CONCURRENT_JOBS_ENV}
+    tags = {schema.CONFIG_TAG: naming.config_key(), schema.SEED_TAG: str(p.container.get("seed", 0)),
+            schema.HOST_TAG: platform.node()}
+    placed = {schema.REPLICATE_TAG: channels.REPLICATE_ENV, schema.ROUND_TAG: channels.ROUND_ENV,
+              schema.CONFIG_INDEX_TAG: channels.CONFIG_INDEX_ENV, schema.CONCURRENT_JOBS_TAG: channels.CONCURRENT_JOBS_ENV}
     tags |= {tag: os.environ[name] for tag, name in placed.items() if os.environ.get(name)}
     return tags
 
@@ -199,7 +202,7 @@ def _tag_new_run(job: Job, target: resume.ResumePoint | None, continued: bool) -
         if (description := naming.run_description()) is not None:
             run.set_tag("mlflow.note.content", description)
         run.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
-    run.set_tag("output_dir", str(job.output_dir))
+    run.set_tag(schema.OUTPUT_DIR_TAG, str(job.output_dir))
     if target is not None:
         run.set_tag("resumed_from", str(target.checkpoint))
         if target.extends:

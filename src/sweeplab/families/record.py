@@ -150,7 +150,8 @@ class Family:
     labels: Mapping[str, str] = field(default_factory=dict)  # short labels of its keys: {"loss.alpha": "α"}
     name_keys: tuple[str, ...] | Target = ()  # keys every run name shows (a swept key is named anyway); or cfg -> keys
     report_keys: tuple[str, ...] = ()  # keys the report's table shows for this family (after the batch size)
-    # (metric, its label in the report and CSV); None: the monitored metric, labelled by its name as everywhere else
+    # deprecated, ignored: the report judges, plots and tabulates one metric, the one the jobs monitor (`monitor`);
+    # kept so that a record written for sweeplab 0.1 still loads
     report_metric: tuple[str, str] | None = None
     # --- optional parts ------------------------------------------------------------------------------------------
     export: ExportSpec | None = None  # the Core ML export; None: export=coreml is refused at plan time
@@ -226,10 +227,6 @@ class Family:
         if isinstance(self.build_task, _Derived):
             return _task(self, model_config, loss_config, optim)
         return self.build_task(model_config, loss_values, optim)
-
-    @property
-    def final_metric(self) -> tuple[str, str]:
-        return self.report_metric or (self.monitor, self.monitor)
 
     def model_sizes(self) -> Mapping[str, Mapping[str, Any]]:
         """The family's named model sizes: `sizes`, else SIZES in the module of `model_config`."""

@@ -12,18 +12,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from sweeplab.study.sweep import JobRecord
+
 COLUMN = "ANE readiness"
 _METRIC = re.compile(r"^export/(?P<variant>[^/]+)/(?P<name>ane_\w+|fp16_\w+)$")
 
 
-def readiness_figures(run) -> dict[str, dict[str, float | str]]:
-    """{variant: {figure: value, "verdict": line}} of a run's exports; empty for a run that exported nothing."""
+def readiness_figures(job: JobRecord) -> dict[str, dict[str, float | str]]:
+    """{variant: {figure: value, "verdict": line}} of a job's exports; empty for a job that exported nothing."""
     found: dict[str, dict[str, float | str]] = {}
-    for key, value in run.data.metrics.items():
+    for key, value in job.metrics.items():
         if match := _METRIC.match(key):
             found.setdefault(match["variant"], {})[match["name"]] = value
     for variant, figures in found.items():
-        if verdict := run.data.tags.get(f"export/{variant}/ane_verdict"):
+        if verdict := job.tags.get(f"export/{variant}/ane_verdict"):
             figures["verdict"] = verdict
     return found
 
@@ -39,10 +41,10 @@ def _cell(variant: str, figures: dict) -> str:
     return f"{variant}: {', '.join(parts)}"
 
 
-def ane_column(runs: Sequence, rows: list[dict[str, str]]) -> list[str]:
-    """Fill each row's `ANE readiness` cell from its run (rows and runs in the same order); returns the column to add
-    to the table, or none when no run exported."""
-    cells = ["; ".join(_cell(v, f) for v, f in sorted(readiness_figures(run).items())) for run in runs]
+def ane_column(jobs: Sequence[JobRecord], rows: list[dict[str, str]]) -> list[str]:
+    """Fill each row's `ANE readiness` cell from its job (rows and jobs in the same order); returns the column to add
+    to the table, or none when no job exported."""
+    cells = ["; ".join(_cell(v, f) for v, f in sorted(readiness_figures(job).items())) for job in jobs]
     if not any(cells):
         return []
     for row, cell in zip(rows, cells):
@@ -50,14 +52,13 @@ def ane_column(runs: Sequence, rows: list[dict[str, str]]) -> list[str]:
     return [COLUMN]
 
 
-def ane_lines(runs: Sequence) -> str:
-    """The readiness verdict of every exported run, one line each, as Markdown ("" when no run exported)."""
+def ane_lines(jobs: Sequence[JobRecord]) -> str:
+    """The readiness verdict of every exported job, one line each, as Markdown ("" when no job exported)."""
     lines = []
-    for run in runs:
-        label = run.data.tags.get("mlflow.runName", run.info.run_id[:8])
-        for variant, figures in sorted(readiness_figures(run).items()):
+    for job in jobs:
+        for variant, figures in sorted(readiness_figures(job).items()):
             verdict = figures.get("verdict", "verdict not recorded (an export before sweeplab logged it)")
-            lines.append(f"- {label}, {variant}: {verdict}")
+            lines.append(f"- {job.name}, {variant}: {verdict}")
     if not lines:
         return ""
     return "\n### ANE readiness of the exports\n\n" + "\n".join(lines) + "\n"

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import stability
 from sweeplab.report import saved_view
+from sweeplab.study.sweep import JobRecord, Sweep, SweepRun
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking import mlflow_store, naming, schema
 
 NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
 JOB_IDS_TAG = "job_run_ids"
@@ -88,11 +89,11 @@ def figure_tags(config: ConfigSummary, summary: SweepSummary) -> dict[str, str]:
     return {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
 
 
-def stability_text(job_runs: Iterable) -> str:
+def stability_text(jobs: Iterable[JobRecord]) -> str:
     """How far the configuration's speed can be trusted, from its jobs' stability figures: `ok`, or how many of its
     jobs were unreliable and why (each reason's first words, as the report's stability column words them)."""
-    runs = [r for r in job_runs if stability.has_stability_data(r.data.metrics)]
-    found = [stability.problems(r.data.metrics, r.data.tags) for r in runs]
+    runs = [j for j in jobs if stability.has_stability_data(j.metrics)]
+    found = [stability.problems(j.metrics, j.tags) for j in runs]
     bad = [p for p in found if p]
     if not bad:
         return "ok" if runs else ""
@@ -123,13 +124,14 @@ def verdict_description(lines: Sequence[str], command: str | None) -> str:
     return "\n".join(text)
 
 
-def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: SweepSummary | None, job_runs,
+def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | None,
                    family_labels: Mapping[str, str] | None = None) -> list[str]:
     """Set the verdict as the sweep run's description and replace its configuration runs by one per configuration
     of `summary` (none with one replicate or no summary); returns the new runs' ids."""
+    uri, parent = sweep.uri, sweep.parent
+    parent_run_id = parent.run_id
     client = mlflow_store.client(uri)
-    parent = client.get_run(parent_run_id)
-    overrides = parent.data.tags.get("sweep_overrides")
+    overrides = parent.tags.get(schema.SWEEP_OVERRIDES_TAG)
     command = naming.sweep_description(overrides.split(" ")) if overrides is not None else None
     client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
     for run in configuration_runs(uri, parent_run_id):
@@ -137,9 +139,9 @@ def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: 
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
     names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
-    runs_by_config: dict[str, list] = {}
-    for run in job_runs:
-        runs_by_config.setdefault(run.data.tags.get("config", ""), []).append(run)
+    runs_by_config: dict[str, list[JobRecord]] = {}
+    for job in sweep.jobs:
+        runs_by_config.setdefault(job.config or "", []).append(job)
     jobs_by_config: dict[str, list[Job]] = {}
     for at_target in summary.jobs_at_target:
         jobs_by_config.setdefault(at_target.job.config, []).append(at_target.job)
@@ -172,15 +174,15 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     return saved_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
 
 
-def _create_configuration_run(client, parent, config: ConfigSummary, summary: SweepSummary, name: str,
-                              job_runs: list, jobs: list[Job]) -> str:
+def _create_configuration_run(client, parent: SweepRun, config: ConfigSummary, summary: SweepSummary, name: str,
+                              job_runs: list[JobRecord], jobs: list[Job]) -> str:
     from mlflow.entities import Metric
 
     verdict = summary.verdict
     standing = ("fastest" if verdict.kind == "fastest" else "tied for fastest") if config.config in verdict.fastest else ""
-    ids = ",".join(r.info.run_id for r in job_runs)
+    ids = ",".join(j.run_id for j in job_runs)
     tags = {
-        "mlflow.parentRunId": parent.info.run_id,
+        "mlflow.parentRunId": parent.run_id,
         mlflow_store.ROLE_TAG: mlflow_store.CONFIGURATION_ROLE,
         "config": config.config,
         "quality": config.quality,
@@ -198,10 +200,10 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
     tags.update(figure_tags(config, summary))
     if text := stability_text(job_runs):
         tags[STABILITY_TAG] = text
-    for key in ("sweep_id", "sweep_dir"):
-        if key in parent.data.tags:
-            tags[key] = parent.data.tags[key]
-    run = client.create_run(parent.info.experiment_id, run_name=name, tags=tags)
+    for key in (schema.SWEEP_ID_TAG, schema.SWEEP_DIR_TAG):
+        if key in parent.tags:
+            tags[key] = parent.tags[key]
+    run = client.create_run(parent.experiment_id, run_name=name, tags=tags)
     now = int(time.time() * 1000)
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]

@@ -31,6 +31,7 @@ import numpy as np
 from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.report.plots import _figure
+from sweeplab.study.sweep import Sweep
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary
 from sweeplab.tracking import naming
 
@@ -43,10 +44,10 @@ EDGE_ROOM = 0.06  # share of an axis left free beyond the outermost point or bou
 REACH = 2.0  # interval bounds further than this many point spans from the points are drawn as going beyond the plot
 
 
-def family_labels(runs) -> dict[str, str]:
-    """The short labels of the config keys of the families these runs trained (sweeplab.core.labels)."""
+def family_labels(sweep: Sweep) -> dict[str, str]:
+    """The short labels of the config keys of the families the sweep's jobs trained (sweeplab.core.labels)."""
     labels: dict[str, str] = {}
-    for name in sorted({r.data.tags.get("family", "") for r in runs} - {""}):
+    for name in sorted(set(sweep.families) - {""}):
         try:
             labels.update({k: v for k, v in get_family(name).labels.items() if k not in labels})
         except UserError:  # the family is not installed where the report runs: the keys' last parts

@@ -45,16 +45,15 @@ from sweeplab.report.plots import _figure, curves_plot
 from sweeplab.study.record import (
     VerdictOptions,
     VerdictReport,
-    batch_size,
     config_columns,
     config_csv_rows,
     config_header,
     config_legend,
     config_rows,
-    samples_per_step,
     sweep_verdict,
 )
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.study.sweep import JobRecord, Sweep, read_experiment, read_sweep
+from sweeplab.tracking import mlflow_store, naming, schema
 from sweeplab.tracking.schema import TARGET_TAG, TOLERANCE_TAG
 
 log = logging.getLogger(__name__)
@@ -87,6 +86,7 @@ class Report:
     files: list[Path] = field(default_factory=list)
     failed: int = 0
     verdict: VerdictReport | None = None  # the sweep's verdict (sweeplab.study.record); None without a store
+    sweep: Sweep | None = None  # what the report read (the sweep callback's `best` and counts read it too)
 
     @property
     def html(self) -> Path | None:
@@ -102,33 +102,14 @@ def format_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def experiment_runs(uri: str, experiment_name: str):
-    client = mlflow_store.client(uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
-    runs = client.search_runs(
-        [experiment.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"],
-    )
-    # in Python: MLflow's `tags.x != 'y'` leaves out the runs without the tag, i.e. every job
-    return [r for r in runs if mlflow_store.is_job_run(r)]
-
-
-def _run_label(run) -> str:
-    return run.data.tags.get("mlflow.runName", run.info.run_id[:8])
-
-
-def pick_baseline(runs, baseline: str | None) -> int | None:
-    """Index of the baseline run: `baseline` as a row number (0-based) or a run-name/id substring; by default the
-    first finished CPU run, else the first finished run."""
-    usable = [i for i, r in enumerate(runs) if r.data.metrics.get("summary/samples_per_sec")]
+def pick_baseline(sweep: Sweep, baseline: str | None) -> int | None:
+    """Row of the per-job table the speedups are against: the job `baseline` names (Sweep.baseline_job: a row number
+    or a run-name/id part that picks one configuration); by default the first finished CPU job, else the first
+    finished job."""
+    usable = [i for i, j in enumerate(sweep.jobs) if j.samples_per_sec]
     if baseline is not None:
-        if baseline.isdigit():
-            index = int(baseline)
-            return index if index in usable else None
-        matches = [i for i in usable if baseline in _run_label(runs[i]) or runs[i].info.run_id.startswith(baseline)]
-        return matches[0] if matches else None
-    cpu = [i for i in usable if runs[i].data.tags.get("backend") == "cpu"]
+        return sweep.jobs.index(sweep.baseline_job(baseline))
+    cpu = [i for i in usable if sweep.jobs[i].tags.get(schema.BACKEND_TAG) == "cpu"]
     return (cpu or usable or [None])[0]
 
 
@@ -141,12 +122,6 @@ def _family(name: str):
         return None
 
 
-def final_metric(family: str) -> tuple[str, str]:
-    """(metric, column label) of a family's final metric: its record's, else the validation loss."""
-    record = _family(family)
-    return record.final_metric if record else ("val/loss", "val/loss")
-
-
 def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, str]:
     """{key: column header}: its short label; the whole key where two keys of one table share a label (two families'
     α: loss.alpha and model.alpha)."""
@@ -157,20 +132,19 @@ def _column_labels(keys: list[str], family_labels: dict[str, str]) -> dict[str, 
     return headers
 
 
-def _follows_backend(key: str, runs) -> bool:
+def _follows_backend(key: str, jobs: tuple[JobRecord, ...] | list[JobRecord]) -> bool:
     """A `backend.*` setting with one value per backend in the table (backend.name; MLX's backend.device, absent
     elsewhere): it says which backend ran, as the `backend` column does, so a mixed-backend sweep shows one column."""
     if not key.startswith("backend."):
         return False
     values: dict[str, set] = {}
-    for run in runs:
-        values.setdefault(run.data.tags.get("backend", ""), set()).add(run.data.params.get(key))
+    for job in jobs:
+        values.setdefault(job.tags.get(schema.BACKEND_TAG, ""), set()).add(job.params.get(key))
     return all(len(seen) == 1 for seen in values.values())
 
 
-def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
-    runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
-    families = {r.data.tags.get("family", "") for r in runs}
+def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str, str]], list[str], int]:
+    families = set(sweep.families)
     param_keys = list(BASE_PARAMS)
     labels: dict[str, str] = {}  # the short labels of the families' keys (sweeplab.core.labels), one column per key
     for family in sorted(families):
@@ -179,30 +153,30 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
         labels.update({k: v for k, v in (record.labels if record else {}).items() if k not in labels})
     # a job that failed before training has no params: it would make every key look varying; its row shows the
     # status and the error only
-    configured = [r for r in runs if r.data.params]
-    all_keys = sorted({k for r in configured for k in r.data.params})
+    configured = [j for j in sweep.jobs if j.params]
+    all_keys = sorted({k for j in configured for k in j.params})
     varying = [
         k
         for k in all_keys
-        if k not in param_keys and k not in IGNORED_VARYING and len({r.data.params.get(k) for r in configured}) > 1
+        if k not in param_keys and k not in IGNORED_VARYING and len({j.params.get(k) for j in configured}) > 1
         and not _follows_backend(k, configured)
     ]
     param_keys += varying
     headers = _column_labels(param_keys, labels)
     columns = ["run", "status", "backend", "device", *headers.values()]
     columns += ["precision", "compile", *PERF_COLUMNS, "final metric"]
-    base_index = pick_baseline(runs, baseline)
-    base_metrics = runs[base_index].data.metrics if base_index is not None else {}
-    base_rate = base_metrics.get("summary/samples_per_sec")
+    base_index = pick_baseline(sweep, baseline)
+    base_metrics = sweep.jobs[base_index].metrics if base_index is not None else {}
+    base_rate = base_metrics.get(schema.SAMPLES_PER_SEC)
+    metric = sweep.metric  # the one metric the report judges, plots and tabulates: the jobs' own monitored metric
     rows, failed = [], 0
-    for i, r in enumerate(runs):
-        m, tags = r.data.metrics, r.data.tags
-        status = r.info.status
+    for i, job in enumerate(sweep.jobs):
+        m, tags = job.metrics, job.tags
+        status = job.status
         if status == "FAILED":
             failed += 1
-            status = f"FAILED: {tags.get('error', '')[:60]}"
-        metric, label = final_metric(tags.get("family", ""))
-        rate = m.get("summary/samples_per_sec")
+            status = f"FAILED: {tags.get(schema.ERROR_TAG, '')[:60]}"
+        rate = m.get(schema.SAMPLES_PER_SEC)
         speedup = ""
         if rate and base_rate:
             speedup = f"{rate / base_rate:.2f}×"
@@ -210,33 +184,33 @@ def build_rows(runs, baseline: str | None = None) -> tuple[list[dict[str, str]],
                 speedup += " (baseline)"
             elif stability.within_noise(rate, m, base_rate, base_metrics):
                 speedup = f"within noise ({speedup})"
-        spread = m.get("summary/step_time_spread")
+        spread = m.get(schema.STEP_TIME_SPREAD)
         row = {
-            "run": _run_label(r),
+            "run": job.name,
             "status": status,
-            "backend": tags.get("backend", ""),
-            "device": tags.get("device", ""),
-            "precision": tags.get("precision", ""),
-            "compile": tags.get("compile", ""),
-            "median step (s)": format_number(m.get("summary/step_time_s_median")),
+            "backend": tags.get(schema.BACKEND_TAG, ""),
+            "device": tags.get(schema.DEVICE_TAG, ""),
+            "precision": tags.get(schema.PRECISION_TAG, ""),
+            "compile": tags.get(schema.COMPILE_TAG, ""),
+            "median step (s)": format_number(m.get(schema.STEP_TIME_MEDIAN)),
             "samples/s": format_number(rate),
             "spread": f"{spread:.1%}" if spread is not None else "",
-            "tokens/s": format_number(m.get("summary/tokens_per_sec")),
-            "MFU": f"{m['summary/mfu']:.1%}" if "summary/mfu" in m else "",
+            "tokens/s": format_number(m.get(schema.TOKENS_PER_SEC)),
+            "MFU": f"{m[schema.MFU]:.1%}" if schema.MFU in m else "",
             "speedup": speedup,
             "stability": ("; ".join(stability.problems(m, tags)) or "ok") if stability.has_stability_data(m) else "",
-            "final metric": f"{label} {format_number(m[metric])}" if metric in m else "",
+            "final metric": f"{metric} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
-            row[headers[k]] = batch_size(r) if k == "data.batch_size" else r.data.params.get(k, "")
+            row[headers[k]] = job.batch_size if k == schema.BATCH_SIZE_PARAM else job.params.get(k, "")
         # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
         # ratio; the stability column says why it is not claimed)
         row[NUMBERS] = {
-            "median step (s)": m.get("summary/step_time_s_median"),
+            "median step (s)": m.get(schema.STEP_TIME_MEDIAN),
             "samples/s": rate,
             "spread": spread,
-            "tokens/s": m.get("summary/tokens_per_sec"),
-            "MFU": m.get("summary/mfu"),
+            "tokens/s": m.get(schema.TOKENS_PER_SEC),
+            "MFU": m.get(schema.MFU),
             "speedup": rate / base_rate if rate and base_rate else None,
             "final metric": m.get(metric),
         }
@@ -326,19 +300,17 @@ def to_csv(rows: list[dict[str, str]], columns: list[str]) -> str:
 
 
 # --- plots --------------------------------------------------------------------------------------------
-def throughput_points(runs) -> dict[str, list[tuple[int, float]]]:
+def throughput_points(sweep: Sweep) -> dict[str, list[tuple[int, float]]]:
     """'backend precision compile' -> [(batch size, samples/s)] of every finished job with a throughput."""
     series: dict[str, list[tuple[int, float]]] = {}
-    for r in runs:
-        rate = r.data.metrics.get("summary/samples_per_sec")
-        batch = batch_size(r)
+    for job in sweep.jobs:
+        rate, batch, tags = job.samples_per_sec, job.batch_size, job.tags
         if not rate or not batch.isdigit():
             continue
-        tags = r.data.tags
-        label = f"{tags.get('backend', '?')} {tags.get('precision', '')}"
-        if tags.get("compile", "off") != "off":
-            label += f" compile={tags['compile']}"
-        device = tags.get("device", "")
+        label = f"{tags.get(schema.BACKEND_TAG, '?')} {tags.get(schema.PRECISION_TAG, '')}"
+        if tags.get(schema.COMPILE_TAG, "off") != "off":
+            label += f" compile={tags[schema.COMPILE_TAG]}"
+        device = tags.get(schema.DEVICE_TAG, "")
         if device:
             label += f" ({device[:28]})"
         series.setdefault(label, []).append((int(batch), rate))
@@ -371,52 +343,41 @@ def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Pa
     return out
 
 
-def validation_curves(uri: str, runs) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], str]:
+def validation_curves(sweep: Sweep) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """Run label -> {"samples": [(samples seen, value)], "seconds": [(seconds since the run started, value)]} of
-    the family's validation metric, and that metric's name. Steps are not comparable across batch sizes: at step
-    100 a bs-64 job has seen twice the data of a bs-32 one."""
-    families = [r.data.tags.get("family", "") for r in runs]
-    metric = final_metric(max(set(families), key=families.count) if families else "")[0]
-    client = mlflow_store.client(uri)
-    curves = {}
-    for r in runs:
-        history = sorted(client.get_metric_history(r.info.run_id, metric), key=lambda m: m.step)
-        per_step = samples_per_step(r)
-        if history and per_step:
-            start_ms = r.info.start_time or history[0].timestamp
-            curves[_run_label(r)] = {
-                "samples": [(m.step * per_step, m.value) for m in history],
-                "seconds": [((m.timestamp - start_ms) / 1000, m.value) for m in history],
-            }
-    return curves, metric
+    the sweep's monitored metric: the jobs' curves (sweeplab.study.sweep: samples seen = (step + 1) × samples per
+    step, as the verdict reads them). Steps are not comparable across batch sizes: at step 100 a bs-64 job has seen
+    twice the data of a bs-32 one."""
+    return {job.name: {"samples": [(p.samples_seen, p.value) for p in job.curve],
+                       "seconds": [(p.wall_seconds, p.value) for p in job.curve]}
+            for job in sweep.jobs if job.curve}
 
 
-def write_plots(uri: str | None, runs, out_dir: Path) -> list[Path]:
+def write_plots(sweep: Sweep, out_dir: Path) -> list[Path]:
     files = []
     try:
-        series = throughput_points(runs)
+        series = throughput_points(sweep)
         if series:
             files.append(throughput_plot(series, out_dir / "throughput.png"))
-        if uri is not None:
-            curves, metric = validation_curves(uri, runs)
-            if curves:
-                files.append(curves_plot(curves, metric, out_dir / "validation.png"))
+        curves = validation_curves(sweep)
+        if curves:
+            files.append(curves_plot(curves, sweep.metric, out_dir / "validation.png"))
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("report plots skipped: %s", exc)
     return files
 
 
-def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None, baseline: str | None = None,
+def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str | None = None,
                  options: VerdictOptions | None = None, never_ran: tuple[str, ...] = ()) -> Report:
     """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
     job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report.html: the
     same tables and the plots, on one page)."""
-    runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
-    rows, columns, failed = build_rows(runs, baseline)
-    columns += report_apple.ane_column(runs, rows)  # exported runs: their Neural Engine readiness
-    base_index = pick_baseline(runs, baseline)
-    found = sweep_verdict(uri, runs, options or VerdictOptions(baseline_run=baseline)) if uri is not None else None
-    configs = configuration_table(found.summary, runs) if found is not None and found.summary is not None else None
+    rows, columns, failed = build_rows(sweep, baseline)
+    columns += report_apple.ane_column(sweep.jobs, rows)  # exported runs: their Neural Engine readiness
+    base_index = pick_baseline(sweep, baseline)
+    options = options or VerdictOptions(baseline_run=baseline)
+    found = sweep_verdict(sweep, options) if sweep.uri is not None else None
+    configs = configuration_table(found.summary, sweep) if found is not None and found.summary is not None else None
     if configs is not None:
         columns = [c for c in columns if c != "speedup"]
     job_notes = [REPLICATED_NOTE if configs is not None else
@@ -432,25 +393,25 @@ def write_report(runs, out_dir: Path | None, title: str, uri: str | None = None,
     markdown += f"## {title}\n\n"
     if configs is not None:
         markdown += f"### per configuration\n\n{_table_markdown(configs)}\n\n### per job\n\n"
-    markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(runs)
+    markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(sweep.jobs)
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
     files: list[Path] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        plots = write_plots(uri, runs, out_dir)
-        plots += report_figures.write_figures(found.summary if found else None, out_dir, report_figures.family_labels(runs))
+        plots = write_plots(sweep, out_dir)
+        plots += report_figures.write_figures(found.summary if found else None, out_dir, report_figures.family_labels(sweep))
         if plots:  # named, not embedded: MLflow's Markdown viewer shows no images (it shows the PNGs themselves)
             markdown += "\nplots beside this file: " + ", ".join(f"`{p.name}`" for p in plots) + "\n"
         markdown += f"\n{HTML_NOTE}\n"
         page = report_html.page(title, (*verdict_lines, *never_ran), configs or jobs, jobs if configs else None,
-                                plots, [ln.lstrip("- ") for ln in report_apple.ane_lines(runs).splitlines()
+                                plots, [ln.lstrip("- ") for ln in report_apple.ane_lines(sweep.jobs).splitlines()
                                         if ln.startswith("- ")])
-        for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(runs, rows, columns, found)),
+        for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(sweep, rows, columns, found)),
                            (HTML, page)):
             write_text_atomic(out_dir / name, text)
             files.append(out_dir / name)
         files += plots
-    return Report(rows, columns, markdown, files, failed, found)
+    return Report(rows, columns, markdown, files, failed, found, sweep)
 
 
 HTML = "report.html"
@@ -458,10 +419,10 @@ HTML_NOTE = f"{HTML} beside this file: the verdict, these tables (sortable) and 
 NO_STORE = "no verdict: the report was built without an MLflow store to read the validation curves from"
 
 
-def configuration_table(summary, runs) -> report_html.Table:
+def configuration_table(summary, sweep: Sweep) -> report_html.Table:
     """The per-configuration table (sweeplab.study.record's cells), its configurations by their short names, the
     target's line above it and the legend below."""
-    labels = report_figures.family_labels(runs)
+    labels = report_figures.family_labels(sweep)
     names = naming.configuration_run_names([c.config for c in summary.configs], labels)
     rows = config_rows(summary, names)
     # the figures stay in the table even when alike (two configurations of one speed): it is the comparison
@@ -476,11 +437,11 @@ def _table_markdown(table: report_html.Table) -> str:
                          *(ln for ln in table.below if ln)])
 
 
-def _csv_with_configurations(runs, rows: list[dict], columns: list[str], found: VerdictReport | None) -> str:
+def _csv_with_configurations(sweep: Sweep, rows: list[dict], columns: list[str], found: VerdictReport | None) -> str:
     """The jobs' table as numbers (`row` job, with its `configuration` tag), then one row per configuration with
     each figure's median (or ratio) and interval bounds, in columns of their own where the jobs have none."""
-    for run, row in zip(runs, rows):
-        row["row"], row["configuration"] = "job", run.data.tags.get("config", "")
+    for job, row in zip(sweep.jobs, rows):
+        row["row"], row["configuration"] = "job", job.config or ""
     table = list(csv.reader(io.StringIO(to_csv(rows, ["row", "configuration", *columns]))))
     header, body = table[0], table[1:]
     extra = config_csv_rows(found.summary) if found is not None and found.summary is not None else []
@@ -502,37 +463,45 @@ def _csv_cell(value) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def jobs_never_run(parent, runs) -> tuple[str, ...]:
+def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
     """Lines naming what an interrupted sweep never ran (its parent's `jobs_not_run`, recorded when it closed): how
     many, which (configuration, replicate) pairs are missing among the configurations that ran, and the command
     that continues the sweep. Nothing for a sweep that ran every job or is still running."""
-    metrics, tags = parent.data.metrics, parent.data.tags
-    not_run, planned = int(metrics.get("jobs_not_run", 0)), int(metrics.get("jobs_planned", 0))
-    if not_run <= 0 or parent.info.status == "RUNNING":
+    parent = sweep.parent
+    metrics, tags = parent.metrics, parent.tags
+    not_run, planned = int(metrics.get(schema.JOBS_NOT_RUN, 0)), int(metrics.get(schema.JOBS_PLANNED, 0))
+    if not_run <= 0 or parent.status == "RUNNING":
         return ()
-    lines = [f"{not_run} of {planned} planned jobs never ran (the sweep ended {parent.info.status})"]
-    configs = sorted({r.data.tags["config"] for r in runs if r.data.tags.get("config")})
+    lines = [f"{not_run} of {planned} planned jobs never ran (the sweep ended {parent.status})"]
+    configs = sorted({j.config for j in sweep.jobs if j.config})
     if configs and planned % len(configs) == 0:
-        present = {(r.data.tags.get("config"), r.data.tags.get("replicate")) for r in runs}
+        present = {(j.config, j.replicate) for j in sweep.jobs}
         missing = [f"{c} replicate {k}" for k in range(planned // len(configs)) for c in configs
-                   if (c, str(k)) not in present]
+                   if (c, k) not in present]
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
-    if tags.get("sweep_dir"):
-        lines.append(f"continue it with: {naming.continue_command(tags.get('sweep_overrides', '').split(), tags['sweep_dir'])}")
+    if tags.get(schema.SWEEP_DIR_TAG):
+        lines.append("continue it with: " + naming.continue_command(tags.get(schema.SWEEP_OVERRIDES_TAG, "").split(),
+                                                                   tags[schema.SWEEP_DIR_TAG]))
     return tuple(lines)
 
 
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
-    runs = mlflow_store.sweep_jobs(uri, parent_run_id)
-    parent = mlflow_store.client(uri).get_run(parent_run_id)
+    """The report of a sweep, read once (sweeplab.study.sweep.read_sweep; the record is `Report.sweep`):
+    report.md/.csv/.html and the plots, the verdict as the sweep run's description and one run per configuration
+    under it (sweeplab.report.config_runs)."""
+    return report_of(read_sweep(uri, parent_run_id), out_dir, baseline, options)
+
+
+def report_of(sweep: Sweep, out_dir: Path | None, baseline: str | None = None,
+              options: VerdictOptions | None = None) -> Report:
+    """sweep_report of a sweep already read."""
+    parent = sweep.parent
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
-    title = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}"
-    report = write_report(runs, out_dir, title, uri, baseline, options, jobs_never_run(parent, runs))
-    # the verdict as the sweep run's description, one run per configuration under it (sweeplab.report.config_runs)
-    config_runs.record_verdict(uri, parent_run_id, report.verdict.lines, report.verdict.summary, runs,
-                               report_figures.family_labels(runs))
+    title = f"sweep {parent.tags.get(schema.SWEEP_ID_TAG) or parent.run_id[:8]}"
+    report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep))
+    config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
     return report
 
 
@@ -574,14 +543,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
 
 
-def check_baseline(runs, baseline: str | None) -> None:
-    """`--baseline` must name a run with a speed (a row number or a run-name/id substring); one line otherwise."""
-    if baseline is not None and pick_baseline(runs, baseline) is None:
-        names = [f"{i}: {_run_label(r)}" for i, r in enumerate(runs) if r.data.metrics.get("summary/samples_per_sec")]
-        shown = "; ".join(names[:12]) + ("; ..." if len(names) > 12 else "")
-        raise UserError(f"--baseline {baseline!r} matches no finished run with a speed; runs: {shown or 'none'}")
-
-
 def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
     """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
     an experiment's runs), else the defaults."""
@@ -596,9 +557,9 @@ def _report(args: argparse.Namespace) -> int:
 
     if args.experiment:
         out = Path(args.out or Path("reports") / args.experiment)
-        runs = experiment_runs(uri, args.experiment)
-        check_baseline(runs, args.baseline)
-        report = write_report(runs, out, args.experiment, uri, args.baseline, asked_of_the_sweep(args, {}))
+        sweep = read_experiment(uri, args.experiment)
+        sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
+        report = write_report(sweep, out, args.experiment, args.baseline, asked_of_the_sweep(args, {}))
     else:
         parent = args.sweep
         out = Path(args.out) if args.out else None
@@ -614,13 +575,14 @@ def _report(args: argparse.Namespace) -> int:
             where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
             print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
             return 2
-        parent_tags = mlflow_store.get_run(uri, parent, "--sweep").data.tags
-        sweep_dir = parent_tags.get("sweep_dir")
-        options = asked_of_the_sweep(args, parent_tags)
-        check_baseline(mlflow_store.sweep_jobs(uri, parent), args.baseline)
+        mlflow_store.get_run(uri, parent, "--sweep")  # an unknown run id: one line naming the flag
+        sweep = read_sweep(uri, parent)
+        sweep_dir = sweep.parent.tags.get(schema.SWEEP_DIR_TAG)
+        options = asked_of_the_sweep(args, sweep.parent.tags)
+        sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
-        report = sweep_report(uri, parent, out, args.baseline, options)
+        report = report_of(sweep, out, args.baseline, options)
         client = mlflow_store.client(uri)
         for path in report.files:  # the plots and tables travel with the sweep's parent run too
             try:

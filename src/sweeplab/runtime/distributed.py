@@ -60,7 +60,8 @@ def job_summary(summary: Mapping[str, float], world_size: int) -> dict[str, floa
     """The job's throughput from rank 0's: DDP ranks run the same number of equal batches in lock step."""
     out = dict(summary)
     if world_size > 1:
-        for key in ("summary/samples_per_sec", "summary/samples_per_sec_overall", "summary/tokens_per_sec"):
+        for key in ("summary/samples_per_sec", "summary/samples_per_sec_overall", "summary/tokens_per_sec",
+                    "summary/samples_per_step"):
             if key in out:
                 out[f"{key}_per_device"] = out[key]
                 out[key] = out[key] * world_size

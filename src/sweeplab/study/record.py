@@ -1,36 +1,20 @@
-"""The verdict part of a sweep's report: MLflow runs into sweeplab.study.verdict's `Job` records, the summary, its lines,
-the per-configuration table (Markdown) and rows (CSV).
-
-A job's curve is its family's monitored metric (e.g. val/cos) at each validation against the training samples seen
-by then: Lightning logs the validation after n optimizer steps at step n - 1, so samples seen = (step + 1) x
-samples per step (batch size x gradient accumulation x data-parallel devices). Its samples/s is
-`summary/samples_per_sec`, which leaves validation and checkpoint pauses out; its wall seconds at each validation
-(time since the run started) give the wall time to target beside it. Jobs are grouped by their `config` tag and
-paired by their `round` tag (tags the sweeplab sweeper gives every job: sweeplab.study.replicates); a sweep recorded
-without them has one job per configuration as far as anyone can tell, and gets "one replicate: no verdict".
+"""The verdict part of a sweep's report: a `Sweep` (sweeplab.study.sweep: its jobs and their curves, read once)
+into the summary and its lines, the per-configuration table (Markdown) and rows (CSV). Jobs are grouped by their
+configuration and paired by their round (the sweeplab sweeper's tags: sweeplab.study.replicates); a sweep recorded
+without them gets "one replicate: no verdict".
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sweeplab.core.errors import UserError
 from sweeplab.core.labels import label
-from sweeplab.families import get_family
 from sweeplab.study import verdict
-from sweeplab.tracking import mlflow_store, naming
-from sweeplab.tracking.schema import (
-    BATCH_SIZE_USED_TAG,
-    CONFIG_INDEX_TAG,
-    CONFIG_TAG,
-    REPLICATE_TAG,
-    ROUND_TAG,
-)
+from sweeplab.study.sweep import Sweep
+from sweeplab.tracking import naming
 
-THROUGHPUT = "summary/samples_per_sec"
 NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (", "one replicate: no verdict (this "
                                                   "sweep's jobs carry no replicate tags: it ran before replicates "
                                                   "existed, or with a sweeper that runs each job once; ", 1)
@@ -61,73 +45,17 @@ class VerdictReport:
 
 
 
-def batch_size(run) -> str:
-    """The batch size a job trained with: `data.batch_size`, or the tag saying it used less (a training split
-    smaller than the batch is trained on whole); '' when neither is recorded."""
-    return run.data.tags.get(BATCH_SIZE_USED_TAG) or run.data.params.get("data.batch_size", "")
-
-
-def samples_per_step(run) -> int | None:
-    """Training samples one optimizer step consumes: batch size x gradient accumulation x data-parallel devices."""
-    params = run.data.params
-    try:
-        return (
-            int(batch_size(run))
-            * int(params.get("trainer.accumulate_grad_batches", 1))
-            * int(params.get("trainer.devices", 1))
-        )
-    except (KeyError, ValueError):
-        return None
-
-
-def monitored_metric(runs) -> tuple[str, verdict.Mode]:
-    """The monitored metric and its direction of the family most of the runs trained."""
-    families = Counter(r.data.tags.get("family", "") for r in runs)
-    try:
-        family = get_family(families.most_common(1)[0][0]) if families else None
-    except UserError:  # the family is not installed where the report runs
-        family = None
-    if family is None:
-        return "val/loss", "min"
-    return family.monitor, "max" if family.monitor_mode == "max" else "min"
-
-
-def has_replicate_tags(runs) -> bool:
-    return any(REPLICATE_TAG in r.data.tags and CONFIG_TAG in r.data.tags for r in runs)
-
-
-def verdict_job(client, run, metric: str) -> verdict.Job | None:
-    """One finished run as a verdict Job; None when it has no throughput, batch size or replicate tags."""
-    tags, rate, per_step = run.data.tags, run.data.metrics.get(THROUGHPUT), samples_per_step(run)
-    if run.info.status != "FINISHED" or not rate or not per_step or REPLICATE_TAG not in tags:
-        return None
-    history = sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: (m.step, m.timestamp))
-    start_ms = run.info.start_time or (history[0].timestamp if history else 0)
-    curve = [verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp - start_ms) / 1000)
-             for m in history if math.isfinite(m.value)]
-    return verdict.Job(
-        config=tags.get(CONFIG_TAG, ""),
-        replicate=int(tags[REPLICATE_TAG]),
-        round=int(tags.get(ROUND_TAG, tags[REPLICATE_TAG])),
-        samples_per_sec=float(rate),
-        final_metric=curve[-1].value if curve else None,
-        curve=curve,
-        host=tags.get("host") or None,
-        concurrent_jobs=int(tags.get("concurrent_jobs", "1") or 1),
-    )
-
-
-def baseline_config(runs, jobs: list[verdict.Job], baseline_run: str | None) -> str:
-    """The configuration of `baseline_run` (a run-name substring or run-id prefix) when given, else the grid's
-    first (config_index 0), else the first job's."""
+def baseline_config(sweep: Sweep, jobs: list[verdict.Job], baseline_run: str | None) -> str:
+    """The configuration of the job `baseline_run` names (Sweep.baseline_job: the report's one reading of
+    `--baseline`) when given, else the grid's first (config_index 0), else the first job's."""
     configs = {j.config for j in jobs}
-    if baseline_run is not None:
-        for r in runs:
-            name = r.data.tags.get("mlflow.runName", "")
-            if (baseline_run in name or r.info.run_id.startswith(baseline_run)) and r.data.tags.get(CONFIG_TAG) in configs:
-                return r.data.tags[CONFIG_TAG]
-        raise UserError(f"--baseline {baseline_run!r}: no finished run of this sweep matches it")
-    first = [r.data.tags.get(CONFIG_TAG) for r in runs if r.data.tags.get(CONFIG_INDEX_TAG) == "0"]
+    named = sweep.baseline_job(baseline_run)
+    if named is not None:
+        if named.config not in configs:
+            raise UserError(f"--baseline {baseline_run!r}: {named.name} belongs to no configuration with a finished "
+                            "replicated job")
+        return named.config
+    first = [j.config for j in sweep.jobs if j.config_index == 0]
     return next((c for c in first if c in configs), jobs[0].config)
 
 
@@ -141,20 +69,17 @@ def pair_by(jobs: list[verdict.Job]) -> verdict.PairBy:
     return "host" if any(len(hosts) > 1 for hosts in hosts_per_round.values()) else "round"
 
 
-def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) -> VerdictReport:
-    """The sweep's summary and verdict lines from its job runs."""
-    runs = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
-    if not has_replicate_tags(runs):
+def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> VerdictReport:
+    """The sweep's summary and verdict lines from its jobs."""
+    if not sweep.replicated:
         return VerdictReport(None, (NO_REPLICATE_TAGS,))
-    metric, mode = monitored_metric(runs)
-    client = mlflow_store.client(uri)
-    jobs = [j for r in runs if (j := verdict_job(client, r, metric)) is not None]
+    jobs = sweep.verdict_jobs()
     if not jobs:
         return VerdictReport(None, ("no verdict: no job of this sweep finished with a throughput",))
     try:
         summary = verdict.summarize(
-            jobs, baseline=baseline_config(runs, jobs, options.baseline_run), mode=mode, target=options.target,
-            quality_tolerance=options.quality_tolerance, metric_name=metric, pair_by=pair_by(jobs),
+            jobs, baseline=baseline_config(sweep, jobs, options.baseline_run), mode=sweep.mode, target=options.target,
+            quality_tolerance=options.quality_tolerance, metric_name=sweep.metric, pair_by=pair_by(jobs),
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))

@@ -45,10 +45,12 @@ from sweeplab.report import plots, ui_links
 from sweeplab.report.tables import sweep_report
 from sweeplab.runtime import distributed
 from sweeplab.study import replicates
-from sweeplab.study.record import VerdictOptions, sweep_verdict
-from sweeplab.study.verdict import ReplicatePlan, SweepSummary, plan_replicates
-from sweeplab.tracking import mlflow_store, naming
-from sweeplab.tracking.schema import CONFIG_INDEX_TAG, CONFIG_TAG, TARGET_TAG, TOLERANCE_TAG
+from sweeplab.study.record import VerdictOptions
+from sweeplab.study.rounds import planned_jobs, runs_replicates, verdict_options
+from sweeplab.study.sweep import JobRecord, Sweep
+from sweeplab.study.verdict import SweepSummary
+from sweeplab.tracking import mlflow_store, naming, schema
+from sweeplab.tracking.schema import TARGET_TAG, TOLERANCE_TAG
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -140,7 +142,7 @@ class MLflowSweepCallback(Callback):
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
         self.continue_command = naming.continue_command(overrides, sweep_dir)
         if config.get("resume") is True:
-            if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
+            if not runs_replicates(config):
                 raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
                                 "cannot skip the jobs that finished)")
             self.parent_run_id = reopen_sweep(client, sweep_dir, overrides)
@@ -225,17 +227,18 @@ class MLflowSweepCallback(Callback):
         uri, _, _ = self._settings(config)
         client = mlflow_store.client(uri)
         sweep_dir = Path(config.hydra.sweep.dir)
-        status = "FINISHED"
+        status, sweep = "FINISHED", None
         try:
             if os.environ.get(channels.FAULT_PAUSE_IN_ENV):  # reliability tests: a signal lands in the report
                 from sweeplab.callbacks.faults import pause_in  # imports Lightning: only when a test asks for it
 
                 pause_in("report")
+            # the run list once, each job's history once: `best`, the plot and the job counts read the report's record
             report = sweep_report(uri, self.parent_run_id, sweep_dir, options=verdict_options(config))
-            children = mlflow_store.sweep_jobs(uri, self.parent_run_id)
+            sweep = report.sweep
             summary = report.verdict.summary if report.verdict is not None else None
-            best = record_best(client, self.parent_run_id, children, config, summary)
-            files = list(report.files) + _objective_plot(children, sweep_dir, config)
+            best = record_best(client, self.parent_run_id, sweep, config, summary)
+            files = list(report.files) + _objective_plot(sweep, sweep_dir, config)
             if (sweep_dir / OPTUNA_RESULTS).exists():
                 files.append(sweep_dir / OPTUNA_RESULTS)
             if self.print_report:
@@ -255,10 +258,11 @@ class MLflowSweepCallback(Callback):
                 status = "KILLED"
             raise
         finally:
-            self._close(status)
+            self._close(status, sweep)
 
-    def _close(self, status: str) -> None:
-        """End the parent run with `status` and the job counts; once, whichever way the sweep ends."""
+    def _close(self, status: str, sweep: Sweep | None = None) -> None:
+        """End the parent run with `status` and the job counts (from `sweep`, read after the last job, where the
+        report read it); once, whichever way the sweep ends."""
         parent, self.parent_run_id = self.parent_run_id, None
         channels.open_sweep = None
         os.environ.pop(channels.PARENT_RUN_ENV, None)
@@ -266,15 +270,19 @@ class MLflowSweepCallback(Callback):
             return
         client = mlflow_store.client(self._uri)
         try:
-            children = mlflow_store.sweep_jobs(self._uri, parent)
-            if status == "KILLED" and self._jobs_die_with_the_sweep:
-                # joblib's workers are terminated with the launching process before they can close their runs
-                for run in children:
-                    if run.info.status == "RUNNING":
-                        client.set_tag(run.info.run_id, "error", "Interrupted: the sweep was interrupted")
-                        client.set_terminated(run.info.run_id, "KILLED")
+            if sweep is not None and status != "KILLED":
+                statuses = [job.status for job in sweep.jobs]
+            else:
                 children = mlflow_store.sweep_jobs(self._uri, parent)
-            record_job_counts(client, parent, children, self._planned_jobs)
+                if status == "KILLED" and self._jobs_die_with_the_sweep:
+                    # joblib's workers are terminated with the launching process before they can close their runs
+                    for run in children:
+                        if run.info.status == "RUNNING":
+                            client.set_tag(run.info.run_id, schema.ERROR_TAG, "Interrupted: the sweep was interrupted")
+                            client.set_terminated(run.info.run_id, "KILLED")
+                    children = mlflow_store.sweep_jobs(self._uri, parent)
+                statuses = [run.info.status for run in children]
+            record_job_counts(client, parent, statuses, self._planned_jobs)
         except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
         client.set_terminated(parent, status)
@@ -304,44 +312,23 @@ def end_failed_sweep(exc: BaseException) -> None:
         sweep._close("FAILED")
 
 
-def record_job_counts(client, parent_run_id: str, children, planned: int | None) -> dict[str, int]:
+def record_job_counts(client, parent_run_id: str, statuses: list[str], planned: int | None) -> dict[str, int]:
     """Metrics `jobs_done` (FINISHED), `jobs_failed`, `jobs_killed` and, when the sweeper says how many jobs it
-    plans, `jobs_planned` and `jobs_not_run` on the parent run."""
+    plans, `jobs_planned` and `jobs_not_run` on the parent run, from the statuses of its jobs' runs."""
     from mlflow.entities import Metric
 
-    statuses = [r.info.status for r in children]
     counts = {
         "jobs_done": statuses.count("FINISHED"),
         "jobs_failed": statuses.count("FAILED"),
         "jobs_killed": statuses.count("KILLED"),
     }
     if planned is not None:
-        counts["jobs_planned"] = planned
-        counts["jobs_not_run"] = max(0, planned - len(children))
+        counts[schema.JOBS_PLANNED] = planned
+        counts[schema.JOBS_NOT_RUN] = max(0, planned - len(statuses))
     now = int(time.time() * 1000)
     client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
     return counts
 
-
-def planned_jobs(config: DictConfig) -> int | None:
-    """How many jobs the sweeper will launch: the product of the swept values (basic sweeper), `n_trials` (Optuna);
-    None when it cannot be told in advance."""
-    sweeper = OmegaConf.select(config, "hydra.sweeper")
-    if sweeper is None:
-        return None
-    target = str(sweeper.get("_target_", ""))
-    if "BasicSweeper" in target or "SweeplabSweeper" in target:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
-        overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
-        grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
-        if "SweeplabSweeper" in target and replicates.is_auto(config):
-            return None  # replicate until decided: how many rounds is found out on the way
-        return grid * replicates.replicates_setting(config) if "SweeplabSweeper" in target else grid
-    n_trials = sweeper.get("n_trials")
-    return int(n_trials) if isinstance(n_trials, int) else None
 
 
 def _placement(config: DictConfig) -> str:
@@ -375,7 +362,7 @@ def _check_required(config: DictConfig) -> None:
 def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
     """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own parent run (RUNNING
     again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
-    ones (sweep_job_states). The same study only: the overrides must be the ones it ran with."""
+    ones (sweeplab.study.rounds.job_states). The same study only: the overrides must be the ones it ran with."""
     marker = sweep_dir / channels.PARENT_RUN_FILE
     if not marker.is_file():
         raise UserError(f"resume=true with -m continues the sweep in hydra.sweep.dir; {sweep_dir} holds none (no "
@@ -395,38 +382,6 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
     return parent_id
 
 
-def sweep_job_states(config: DictConfig) -> dict[tuple[int, int], str]:
-    """(configuration index, replicate) -> "finished" | "interrupted" (its run has a last checkpoint to resume
-    from) for the jobs the sweep being continued has run; a job missing here never ran (or left nothing to resume)."""
-    uri = MLflowSweepCallback._settings(config)[0]
-    parent = os.environ.get(channels.PARENT_RUN_ENV)
-    states: dict[tuple[int, int], str] = {}
-    for run in mlflow_store.sweep_jobs(uri, parent) if parent else []:
-        tags = run.data.tags
-        if not (tags.get(CONFIG_INDEX_TAG, "").isdigit() and tags.get("replicate", "").isdigit()):
-            continue
-        key = (int(tags[CONFIG_INDEX_TAG]), int(tags["replicate"]))
-        if run.info.status == "FINISHED":
-            states[key] = "finished"
-        elif states.get(key) != "finished" and (Path(tags.get("output_dir", "")) / "checkpoints" / "last.ckpt").is_file():
-            states[key] = "interrupted"
-    return states
-
-
-def undecided_configurations(config: DictConfig) -> tuple[list[int], ReplicatePlan | None]:
-    """replicates=auto, between two rounds: the grid indices of the configurations whose intervals still straddle a
-    decision (sweeplab.study.verdict.plan_replicates over the sweep's finished jobs so far), and that plan (None while
-    there is no summary yet: then every configuration runs again)."""
-    uri = MLflowSweepCallback._settings(config)[0]
-    parent = os.environ.get(channels.PARENT_RUN_ENV)
-    runs = mlflow_store.sweep_jobs(uri, parent) if parent else []
-    summary = sweep_verdict(uri, runs, verdict_options(config)).summary if runs else None
-    index_of = {r.data.tags.get(CONFIG_TAG): int(r.data.tags[CONFIG_INDEX_TAG]) for r in runs
-                if r.data.tags.get(CONFIG_INDEX_TAG, "").isdigit()}
-    if summary is None:
-        return sorted(set(index_of.values())), None
-    plan = plan_replicates(summary)
-    return sorted(index_of[name] for name in plan.more if name in index_of), plan
 
 
 def _check_replicates(config: DictConfig) -> None:
@@ -439,7 +394,7 @@ def _check_replicates(config: DictConfig) -> None:
         raise UserError("replicates=auto decides from the jobs' results in MLflow: it needs logger.enabled=true "
                         "(or give a number of replicates)")
     setting = f"replicates={config.get('replicates')}"
-    if "SweeplabSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or ""):
+    if not runs_replicates(config):
         choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get("hydra/sweeper", "")
         raise UserError(f"{setting} needs hydra/sweeper=sweeplab; the {choice} sweeper runs each job once "
                         "(run it with replicates=1)")
@@ -456,15 +411,6 @@ def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
     return tags
 
 
-def verdict_options(config: DictConfig) -> VerdictOptions:
-    """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
-    target = OmegaConf.select(config, "report.target", default=None)
-    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=0.0)
-    try:
-        return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
-
 
 def _objective_of(config: DictConfig) -> tuple[str, str]:
     """(metric, "max"|"min") the job's return value is: the family's monitored metric."""
@@ -475,40 +421,40 @@ def _objective_of(config: DictConfig) -> tuple[str, str]:
     return family.monitor, family.monitor_mode
 
 
-def _direction(config: DictConfig, children) -> str:
+def _direction(config: DictConfig, jobs: list[JobRecord]) -> str:
     """The sweeper's direction when it has one (Optuna), else the jobs' own monitor mode."""
     direction = OmegaConf.select(config, "hydra.sweeper.direction")
     if isinstance(direction, str):
         return "max" if direction.lower().startswith("max") else "min"
-    modes = {r.data.tags.get("objective_mode") for r in children} - {None, ""}
+    modes = {j.tags.get(schema.OBJECTIVE_MODE_TAG) for j in jobs} - {None, ""}
     return modes.pop() if len(modes) == 1 else ""
 
 
-def record_best(client, parent_run_id: str, children, config: DictConfig,
+def record_best(client, parent_run_id: str, sweep: Sweep, config: DictConfig,
                 summary: SweepSummary | None = None) -> str | None:
     """Mark the best on the parent run; returns a one-line description, or None. With replicates (`summary` of
     configurations with more than one job) the best is the verdict's: one configuration, a tie, or none; else the
     finished job with the best objective."""
     if summary is not None and max(c.jobs for c in summary.configs) > 1:
         return _record_verdict_best(client, parent_run_id, summary)
-    scored = [r for r in children if r.info.status == "FINISHED" and "objective" in r.data.metrics]
+    scored = [j for j in sweep.jobs if j.finished and schema.OBJECTIVE in j.metrics]
     mode = _direction(config, scored)
     if not scored or not mode:
         return None
     pick = max if mode == "max" else min
-    best = pick(scored, key=lambda r: r.data.metrics["objective"])
-    value = best.data.metrics["objective"]
-    metric = best.data.tags.get("objective", "")
+    best = pick(scored, key=lambda j: j.metrics[schema.OBJECTIVE])
+    value = best.metrics[schema.OBJECTIVE]
+    metric = best.tags.get(schema.OBJECTIVE_TAG, "")
     swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
-    configured = [r for r in children if r.data.params]  # not the jobs that failed before training
-    swept |= {k for k in best.data.params if len({r.data.params.get(k) for r in configured}) > 1}
-    swept -= {"data.seed"}
-    params = {f"best.{k}": best.data.params[k] for k in sorted(swept) if k in best.data.params}
-    name = best.data.tags.get("mlflow.runName", best.info.run_id[:8])
+    configured = [j for j in sweep.jobs if j.params]  # not the jobs that failed before training
+    swept |= {k for k in best.params if len({j.params.get(k) for j in configured}) > 1}
+    swept -= {schema.SEED_PARAM}
+    params = {f"best.{k}": best.params[k] for k in sorted(swept) if k in best.params}
+    name = best.name
     tags = {
-        "best_run_id": best.info.run_id,
+        "best_run_id": best.run_id,
         "best_run_name": name,
-        "best_job": best.data.tags.get("hydra_job", ""),
+        "best_job": best.tags.get(schema.HYDRA_JOB_TAG, ""),
         "objective": metric,
         "objective_mode": mode,
     }
@@ -536,21 +482,21 @@ def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary) -> s
     return f"none ({verdict.lines[0]})"
 
 
-def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
+def _objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig) -> list[Path]:
     """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
     the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
-    scored = [r for r in children if "objective" in r.data.metrics]
+    scored = [j for j in sweep.jobs if schema.OBJECTIVE in j.metrics]
     if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
         return []
     try:
-        jobs = sorted((_job_number(r), r.data.metrics["objective"]) for r in scored)
-        metric = scored[0].data.tags.get("objective", "")
+        jobs = sorted((_job_number(j), j.metrics[schema.OBJECTIVE]) for j in scored)
+        metric = scored[0].tags.get(schema.OBJECTIVE_TAG, "")
         return [plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("objective plot skipped: %s", exc)
         return []
 
 
-def _job_number(run) -> int:
-    text = run.data.tags.get("hydra_job", "")
+def _job_number(job: JobRecord) -> int:
+    text = job.tags.get(schema.HYDRA_JOB_TAG, "")
     return int(text) if text.isdigit() else 0

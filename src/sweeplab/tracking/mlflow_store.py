@@ -173,13 +173,14 @@ def is_job_run(run) -> bool:
     return run.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
 
 
-def sweep_jobs(uri: str, parent_run_id: str):
+def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | None = None):
     """The runs of a sweep's jobs (the children of its parent run but its configuration runs), in the order they
-    started."""
-    store = client(uri)
-    parent = store.get_run(parent_run_id)
+    started. `store` (a client) and the sweep's `experiment_id`, where the caller has them, save a look-up."""
+    store = store or client(uri)
+    if experiment_id is None:
+        experiment_id = store.get_run(parent_run_id).info.experiment_id
     children = store.search_runs(
-        [parent.info.experiment_id],
+        [experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
         max_results=10000,
         order_by=["attributes.start_time ASC"],

@@ -1,20 +1,57 @@
-"""The run record: every tag, param and metric name a sweeplab run carries, in one place (docs/metrics.md).
+"""The run record: the tag, param and metric names sweeplab's runs carry (docs/metrics.md), in one place.
 
-Writers (the job, the timer, the sweep) and readers (the study's record, the report, the MLflow views) both import
-these names; no other module spells a run-record key as a string literal.
+Writers (the job, its timer, the sweep) and readers (the study's record, the report, the MLflow views) import these
+names; a run-record key is spelled as a string literal nowhere else in src/ (tests/test_schema.py).
 """
 
 from __future__ import annotations
 
-# --- a job's place in a study (tags) ---
-CONFIG_TAG = "config"              # the configuration's identity: its swept overrides, sorted
-CONFIG_INDEX_TAG = "config_index"  # the configuration's index in the sweep's plan (0 = the first, the default baseline)
-REPLICATE_TAG = "replicate"        # which replicate of its configuration (0-based; seed = data.seed + replicate)
-ROUND_TAG = "round"                # the round the job ran in (a round runs each configuration once)
-
-# --- what the job trained on (tags) ---
+# --- what every job run says about itself (tags) --------------------------------------------------------------------
+RUN_NAME_TAG = "mlflow.runName"
+FAMILY_TAG = "family"
+BACKEND_TAG = "backend"
+DEVICE_TAG = "device"
+PRECISION_TAG = "precision"
+COMPILE_TAG = "compile"
+ERROR_TAG = "error"                # why a run FAILED or was KILLED, one line
+OUTPUT_DIR_TAG = "output_dir"      # the job's Hydra output directory (its checkpoints/ are under it)
+MONITOR_TAG = "monitor"            # the validation metric the job monitors (its best checkpoint's, the verdict's)
+MONITOR_MODE_TAG = "monitor_mode"  # "max" | "min"
 BATCH_SIZE_USED_TAG = "data.batch_size_used"  # set where a job trained on smaller batches than it asked for
 
-# --- what the sweep asked of its verdict (tags of the sweep's parent run) ---
-TARGET_TAG = "report.target"
+# --- a job's place in a study (tags the sweeplab sweeper's jobs carry) ----------------------------------------------
+CONFIG_TAG = "config"              # the configuration's identity: its swept overrides
+CONFIG_INDEX_TAG = "config_index"  # the configuration's index in the sweep's grid (0: the default baseline)
+REPLICATE_TAG = "replicate"        # which replicate of its configuration (0-based; seed = seed + replicate)
+ROUND_TAG = "round"                # the round the job ran in (a round runs each configuration once)
+HOST_TAG = "host"
+CONCURRENT_JOBS_TAG = "concurrent_jobs"  # jobs of the sweep that ran side by side with this one
+SEED_TAG = "seed"
+SWEEP_ID_TAG = "sweep_id"
+HYDRA_JOB_TAG = "hydra_job"        # the job's number in Hydra's launch order
+OBJECTIVE_TAG = "objective"        # the job's return value's metric name (the sweep callback's record)
+OBJECTIVE_MODE_TAG = "objective_mode"
+
+# --- the sweep's own run (tags, metrics) ----------------------------------------------------------------------------
+TARGET_TAG = "report.target"       # what the sweep asked of its verdict
 TOLERANCE_TAG = "report.quality_tolerance"
+SWEEP_DIR_TAG = "sweep_dir"
+SWEEP_OVERRIDES_TAG = "sweep_overrides"
+JOBS_PLANNED = "jobs_planned"
+JOBS_NOT_RUN = "jobs_not_run"
+
+# --- params (the flattened resolved config) the study reads ---------------------------------------------------------
+BATCH_SIZE_PARAM = "data.batch_size"
+ACCUMULATE_PARAM = "trainer.accumulate_grad_batches"
+DEVICES_PARAM = "trainer.devices"
+SEED_PARAM = "data.seed"
+
+# --- a job's summary metrics (callbacks/timing.py and the task) -----------------------------------------------------
+SAMPLES_PER_SEC = "summary/samples_per_sec"
+SAMPLES_PER_STEP = "summary/samples_per_step"  # training samples one optimizer step consumed, as the timer counted
+TOKENS_PER_SEC = "summary/tokens_per_sec"
+MFU = "summary/mfu"
+STEP_TIME_MEDIAN = "summary/step_time_s_median"
+STEP_TIME_SPREAD = "summary/step_time_spread"
+PEAK_MEM_MB = "summary/peak_mem_mb"
+OBJECTIVE = "objective"            # the job's return value (metric)

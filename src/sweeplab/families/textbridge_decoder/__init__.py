@@ -73,7 +73,6 @@ FAMILY = Family(
     data_keys=("vocab_size", "embed_dim", "bos_id", "eos_id", "pad_id"),
     name_keys=("data.batch_size",),
     report_keys=("model.size",),
-    report_metric=("val/token_acc", "val token acc"),
     bench_data="sweeplab.families.textbridge.bench:bench_data",
     export=ExportSpec(
         "logits", "context", "next-token logits (B, vocab) after the last real token of input_ids",

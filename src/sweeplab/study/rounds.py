@@ -1,0 +1,108 @@
+"""The study between its rounds, as the sweeplab sweeper sees it: which sweeper runs a study, how many jobs it
+plans, which jobs of a continued study already finished, and which configurations replicates=auto runs again.
+
+The sweeper (src/hydra_plugins/sweeplab_sweeper) calls these with a `Sweep` read from MLflow; the Hydra callback
+(sweeplab.sweep.callback) keeps the MLflow side: the store, the parent run, closing it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab.core import channels
+from sweeplab.core.errors import UserError
+from sweeplab.study import replicates
+from sweeplab.study.record import VerdictOptions, sweep_verdict
+from sweeplab.study.sweep import Sweep, read_sweep
+from sweeplab.study.verdict import ReplicatePlan, plan_replicates
+from sweeplab.tracking import mlflow_store, schema
+
+
+def sweeper_class(config: DictConfig):
+    """The class of the sweep's sweeper (None when there is none or it cannot be imported)."""
+    target = OmegaConf.select(config, "hydra.sweeper._target_")
+    try:
+        return get_class(target) if isinstance(target, str) and target else None
+    except Exception:  # a sweeper Hydra will refuse itself, with its own message
+        return None
+
+
+def runs_replicates(config: DictConfig) -> bool:
+    """The sweep's sweeper runs replicates in rounds (the class says so: `runs_replicates = True`)."""
+    return bool(getattr(sweeper_class(config), "runs_replicates", False))
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweeper will launch: the product of the swept values (a grid sweeper) times the replicates
+    (the sweeplab sweeper), `n_trials` (Optuna); None when it cannot be told in advance."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = OmegaConf.select(config, "hydra.sweeper")
+    if sweeper is None:
+        return None
+    cls = sweeper_class(config)
+    if cls is not None and issubclass(cls, BasicSweeper):
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+        grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+        if not runs_replicates(config):
+            return grid
+        if replicates.is_auto(config):
+            return None  # replicate until decided: how many rounds is found out on the way
+        return grid * replicates.replicates_setting(config)
+    n_trials = sweeper.get("n_trials")
+    return int(n_trials) if isinstance(n_trials, int) else None
+
+
+def verdict_options(config: DictConfig) -> VerdictOptions:
+    """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
+    target = OmegaConf.select(config, "report.target", default=None)
+    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=0.0)
+    try:
+        return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
+
+
+def read_open_sweep(config: DictConfig) -> Sweep | None:
+    """The record of the sweep this process runs (its parent run, opened by the callback); None before it has one."""
+    parent = os.environ.get(channels.PARENT_RUN_ENV)
+    if not parent:
+        return None
+    logger = config.get("logger") or {}
+    return read_sweep(mlflow_store.resolve_uri(logger.get("tracking_uri")), parent)
+
+
+def job_states(sweep: Sweep | None) -> dict[tuple[int, int], str]:
+    """(configuration index, replicate) -> "finished" | "interrupted" (its run has a last checkpoint to resume
+    from) for the jobs the sweep being continued has run; a job missing here never ran (or left nothing to resume)."""
+    states: dict[tuple[int, int], str] = {}
+    for job in sweep.jobs if sweep is not None else ():
+        if job.config_index is None or job.replicate is None:
+            continue
+        key = (job.config_index, job.replicate)
+        if job.finished:
+            states[key] = "finished"
+        elif states.get(key) != "finished" and (
+                Path(job.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt").is_file():
+            states[key] = "interrupted"
+    return states
+
+
+def undecided_configurations(sweep: Sweep | None, options: VerdictOptions) -> tuple[list[int], ReplicatePlan | None]:
+    """replicates=auto, between two rounds: the grid indices of the configurations whose intervals still straddle a
+    decision (sweeplab.study.verdict.plan_replicates over the sweep's finished jobs so far), and that plan (None while
+    there is no summary yet: then every configuration runs again)."""
+    if sweep is None or not sweep.jobs:
+        return [], None
+    index_of = sweep.config_indices()
+    summary = sweep_verdict(sweep, options).summary
+    if summary is None:
+        return sorted(set(index_of.values())), None
+    plan = plan_replicates(summary)
+    return sorted(index_of[name] for name in plan.more if name in index_of), plan

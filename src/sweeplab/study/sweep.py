@@ -1,0 +1,241 @@
+"""The record of a sweep, read from MLflow once: `read_sweep(uri, parent_run_id) -> Sweep`.
+
+Every reader of a study (the verdict, the tables and the CSV, the figures, report.html, the per-configuration runs
+and the saved view, `best`, the order check, the sweeper's next round) takes a `Sweep` rather than MLflow runs, so
+each fact about a job is derived here, once, with one formula:
+
+- samples seen at a validation: Lightning logs a validation after n optimizer steps at step n - 1
+  (`_batches_that_stepped`), so samples seen = (step + 1) × samples per step;
+- samples per step: what the job's timer measured (`summary/samples_per_step`), else batch size used × gradient
+  accumulation × data-parallel devices from its params (runs recorded before the timer wrote it);
+- the batch size used: the job's `data.batch_size_used` tag (a training split smaller than the batch), else
+  `data.batch_size`;
+- the monitored metric and its direction: the job's own `monitor` / `monitor_mode` tags, else the sweep's `objective`
+  tags, else the family's record, else val/loss (min).
+
+The run list is fetched once and each job's history of the monitored metric once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sweeplab.core.errors import UserError
+from sweeplab.families import get_family
+from sweeplab.study import verdict
+from sweeplab.tracking import mlflow_store, schema
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job of a sweep as MLflow recorded it, with what the study derives from it."""
+
+    run_id: str
+    name: str
+    status: str
+    start_ms: int | None
+    params: Mapping[str, str]
+    tags: Mapping[str, str]
+    metrics: Mapping[str, float]
+    family: str
+    config: str | None  # the configuration's identity (its swept overrides), None outside a replicated sweep
+    config_index: int | None
+    replicate: int | None
+    round: int | None
+    host: str | None
+    concurrent_jobs: int
+    batch_size: str  # the batch size it trained with ('' when unknown)
+    samples_per_step: int | None
+    samples_per_sec: float | None
+    curve: tuple[verdict.ValidationPoint, ...] = ()  # the sweep's monitored metric at each validation
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "FINISHED"
+
+    @property
+    def final_metric(self) -> float | None:
+        return self.curve[-1].value if self.curve else None
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """The sweep's own (parent) run."""
+
+    run_id: str
+    experiment_id: str
+    status: str
+    tags: Mapping[str, str]
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep's jobs in the order they started, its parent run (None for an experiment's runs), and the one metric
+    its report judges, plots and tabulates."""
+
+    uri: str | None
+    jobs: tuple[JobRecord, ...]
+    metric: str = "val/loss"
+    mode: verdict.Mode = "min"
+    parent: SweepRun | None = None
+    families: tuple[str, ...] = field(default=())
+
+    @property
+    def replicated(self) -> bool:
+        """The jobs carry the sweeplab sweeper's configuration and replicate tags."""
+        return any(j.config is not None and j.replicate is not None for j in self.jobs)
+
+    def config_indices(self) -> dict[str, int]:
+        """configuration -> its index in the sweep's grid."""
+        return {j.config: j.config_index for j in self.jobs if j.config is not None and j.config_index is not None}
+
+    def verdict_jobs(self) -> list[verdict.Job]:
+        """The finished jobs with a throughput, a batch size and replicate tags, as the verdict's records."""
+        return [verdict.Job(config=j.config, replicate=j.replicate, round=j.round, samples_per_sec=j.samples_per_sec,
+                            final_metric=j.final_metric, curve=list(j.curve), host=j.host,
+                            concurrent_jobs=j.concurrent_jobs)
+                for j in self.jobs
+                if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
+                and j.replicate is not None]
+
+    def baseline_job(self, baseline: str | None) -> JobRecord | None:
+        """The job `--baseline` names, one meaning for the whole report: a row number of the per-job table (digits,
+        0-based) or a run-name substring / run-id prefix that picks jobs of a single configuration (the first of
+        them). None for None. A name matching jobs of several configurations is refused, as is one matching none.
+        The per-job table's speedups are against this job; the verdict's baseline is its configuration."""
+        if baseline is None:
+            return None
+        usable = [j for j in self.jobs if j.samples_per_sec]
+        if baseline.isdigit():
+            index = int(baseline)
+            if index < len(self.jobs) and self.jobs[index].samples_per_sec:
+                return self.jobs[index]
+            raise UserError(f"--baseline {baseline}: row {index} of the per-job table is not a finished job with a "
+                            f"speed; {_rows(usable, self.jobs)}")
+        matches = [j for j in usable if baseline in j.name or j.run_id.startswith(baseline)]
+        if not matches:
+            raise UserError(f"--baseline {baseline!r} matches no finished run with a speed; {_rows(usable, self.jobs)}")
+        configs = {j.config for j in matches}
+        if self.replicated and len(configs) > 1:
+            shown = ", ".join(sorted(str(c) for c in configs))
+            raise UserError(f"--baseline {baseline!r} is ambiguous: it matches runs of {len(configs)} configurations "
+                            f"({shown}); give a row number or a longer part of one run's name")
+        return matches[0]
+
+
+def _rows(usable: list[JobRecord], jobs: tuple[JobRecord, ...]) -> str:
+    names = [f"{jobs.index(j)}: {j.name}" for j in usable]
+    return "runs: " + ("; ".join(names[:12]) + ("; ..." if len(names) > 12 else "") if names else "none")
+
+
+def read_sweep(uri: str, parent_run_id: str) -> Sweep:
+    """A sweep's record: its parent run, then its job runs (one search), then each job's monitored metric (one
+    history each)."""
+    client = mlflow_store.client(uri)
+    parent = client.get_run(parent_run_id)
+    runs = mlflow_store.sweep_jobs(uri, parent_run_id, store=client, experiment_id=parent.info.experiment_id)
+    return sweep_from_runs(uri, runs, parent=parent, client=client)
+
+
+def read_experiment(uri: str, experiment_name: str) -> Sweep:
+    """Every job run of an experiment, as one record (the report's `--experiment`)."""
+    client = mlflow_store.client(uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
+    runs = client.search_runs([experiment.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"])
+    # in Python: MLflow's `tags.x != 'y'` leaves out the runs without the tag, i.e. every job
+    return sweep_from_runs(uri, [r for r in runs if mlflow_store.is_job_run(r)], client=client)
+
+
+def sweep_from_runs(uri: str | None, runs: Iterable, parent=None, client=None) -> Sweep:
+    """The record of job runs already fetched (a sweep's, an experiment's); with `uri` each job's history of the
+    monitored metric is read (once), without it the jobs have no curves."""
+    runs = [r for r in runs if mlflow_store.is_job_run(r)]
+    metric, mode = monitored_metric(runs)
+    if uri is not None and client is None:
+        client = mlflow_store.client(uri)
+    jobs = tuple(_job(r, metric, client) for r in runs)
+    families = tuple(sorted({j.family for j in jobs}))
+    parent_record = None if parent is None else SweepRun(
+        parent.info.run_id, parent.info.experiment_id, parent.info.status, dict(parent.data.tags),
+        dict(parent.data.metrics))
+    return Sweep(uri, jobs, metric, mode, parent_record, families)
+
+
+def monitored_metric(runs) -> tuple[str, verdict.Mode]:
+    """The metric the jobs recorded as theirs (`monitor` / `monitor_mode`, else a sweep's `objective` tags), else
+    the monitored metric of the family most of them trained, else val/loss (min)."""
+    for name_tag, mode_tag in ((schema.MONITOR_TAG, schema.MONITOR_MODE_TAG),
+                               (schema.OBJECTIVE_TAG, schema.OBJECTIVE_MODE_TAG)):
+        recorded = Counter((r.data.tags.get(name_tag), r.data.tags.get(mode_tag)) for r in runs
+                           if r.data.tags.get(name_tag) and r.data.tags.get(mode_tag) in ("max", "min"))
+        if recorded:
+            (name, mode), _ = recorded.most_common(1)[0]
+            return name, mode
+    families = Counter(r.data.tags.get(schema.FAMILY_TAG, "") for r in runs)
+    try:
+        family = get_family(families.most_common(1)[0][0]) if families else None
+    except UserError:  # the family is not installed where the report runs
+        family = None
+    if family is None:
+        return "val/loss", "min"
+    return family.monitor, "max" if family.monitor_mode == "max" else "min"
+
+
+def _int_tag(tags: Mapping[str, str], key: str) -> int | None:
+    value = tags.get(key, "")
+    return int(value) if value.isdigit() else None
+
+
+def batch_size_used(params: Mapping[str, str], tags: Mapping[str, str]) -> str:
+    return tags.get(schema.BATCH_SIZE_USED_TAG) or params.get(schema.BATCH_SIZE_PARAM, "")
+
+
+def samples_per_step(params: Mapping[str, str], tags: Mapping[str, str], metrics: Mapping[str, float]) -> int | None:
+    """Training samples one optimizer step consumes: as the job's timer measured it, else batch size used ×
+    gradient accumulation × data-parallel devices."""
+    measured = metrics.get(schema.SAMPLES_PER_STEP)
+    if measured:
+        return int(measured)
+    try:
+        return (int(batch_size_used(params, tags)) * int(params.get(schema.ACCUMULATE_PARAM, 1))
+                * int(params.get(schema.DEVICES_PARAM, 1)))
+    except (KeyError, ValueError):
+        return None
+
+
+def _job(run, metric: str, client) -> JobRecord:
+    params, tags, metrics = dict(run.data.params), dict(run.data.tags), dict(run.data.metrics)
+    per_step = samples_per_step(params, tags, metrics)
+    curve: tuple[verdict.ValidationPoint, ...] = ()
+    if client is not None and per_step:
+        history = sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: (m.step, m.timestamp))
+        start_ms = run.info.start_time or (history[0].timestamp if history else 0)
+        curve = tuple(verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp - start_ms) / 1000)
+                      for m in history if math.isfinite(m.value))
+    replicate = _int_tag(tags, schema.REPLICATE_TAG)
+    return JobRecord(
+        run_id=run.info.run_id,
+        name=tags.get(schema.RUN_NAME_TAG, run.info.run_id[:8]),
+        status=run.info.status,
+        start_ms=run.info.start_time,
+        params=params,
+        tags=tags,
+        metrics=metrics,
+        family=tags.get(schema.FAMILY_TAG, ""),
+        config=tags.get(schema.CONFIG_TAG) if schema.CONFIG_TAG in tags else None,
+        config_index=_int_tag(tags, schema.CONFIG_INDEX_TAG),
+        replicate=replicate,
+        round=_int_tag(tags, schema.ROUND_TAG) if schema.ROUND_TAG in tags else replicate,
+        host=tags.get(schema.HOST_TAG) or None,
+        concurrent_jobs=_int_tag(tags, schema.CONCURRENT_JOBS_TAG) or 1,
+        batch_size=batch_size_used(params, tags),
+        samples_per_step=per_step,
+        samples_per_sec=metrics.get(schema.SAMPLES_PER_SEC) or None,
+        curve=curve,
+    )
