@@ -188,3 +188,19 @@ def test_make_clean_leaves_nothing_sweeplab_writes(tmp_path):
     subprocess.run(["make", "clean"], cwd=tmp_path, check=True, capture_output=True)
     assert [n for n in written if (tmp_path / n).exists()] == []
     assert [n for n in kept if not (tmp_path / n).exists()] == []
+
+
+def test_the_source_map_and_the_docs_index_match_the_tree():
+    """docs/usage.md's Layout names every package and top-level module of src/sweeplab and nothing that is gone;
+    docs/README.md lists every page of docs/."""
+    repo = Path(__file__).resolve().parents[1]
+    layout = (repo / "docs" / "usage.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("```")[1]
+    tree = repo / "src" / "sweeplab"
+    present = {f"{p.name}/" for p in tree.iterdir() if (p / "__init__.py").exists()}
+    present |= {p.name for p in tree.glob("*.py") if p.name != "__init__.py"}
+    named = set(re.findall(r"^  ([\w]+/|[\w]+\.py)", layout, re.M))
+    named |= {n.strip() for line in re.findall(r"^  ([\w.]+\.py(?:, [\w.]+\.py)+)", layout, re.M) for n in line.split(",")}
+    assert present - named == set() and named - present == set()
+    index = (repo / "docs" / "README.md").read_text(encoding="utf-8")
+    pages = {p.name for p in (repo / "docs").glob("*.md")} - {"README.md"}
+    assert {p for p in pages if f"]({p})" not in index} == set()

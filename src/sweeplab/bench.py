@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sweeplab.callbacks.timing import compiled_graphs
-from sweeplab.core import cli, stability
+from sweeplab.core import cli, schema, stability
 from sweeplab.core.config import build
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error
@@ -278,7 +278,7 @@ class RawLoop:
 def sweeplab_rate(metrics: dict[str, float]) -> float | None:
     """A job's samples/s as the raw loop measures its own: all timed samples over all timed seconds (the job's
     headline `summary/samples_per_sec` is at its median window, which a single stopwatch stretch does not have)."""
-    return metrics.get("summary/samples_per_sec_overall") or metrics.get("summary/samples_per_sec")
+    return metrics.get("summary/samples_per_sec_overall") or metrics.get(schema.SAMPLES_PER_SEC)
 
 
 @dataclass
@@ -495,15 +495,15 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
         pairs = r.pair_overheads
         row.update(
             {
-                "step (s)": format_number(r.median("sweeplab", "summary/step_time_s_median")),
+                "step (s)": format_number(r.median("sweeplab", schema.STEP_TIME_MEDIAN)),
                 "samples/s": format_number(ours),
                 "raw samples/s": format_number(r.median("raw", "samples_per_sec")),
                 "overhead": format_number(r.overhead, 3),
                 "pairs": " ".join(f"{x:.3f}" for x in pairs),
                 "speedup": f"{ours / baseline:.2f}×" if ours and baseline else "",
-                "tokens/s": format_number(r.median("sweeplab", "summary/tokens_per_sec")),
-                "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", "summary/mfu")) else "",
-                "peak mem (MB)": format_number(r.median("sweeplab", "summary/peak_mem_mb")),
+                "tokens/s": format_number(r.median("sweeplab", schema.TOKENS_PER_SEC)),
+                "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", schema.MFU)) else "",
+                "peak mem (MB)": format_number(r.median("sweeplab", schema.PEAK_MEM_MB)),
                 "status": _status(r),
             }
         )
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = client.create_run(
         experiment_id,
         run_name=naming.bench_run_name(out_dir),
-        tags={"sweeplab.role": "sweep", "sweep_dir": str(out_dir), "bench.command": command},
+        tags={mlflow_store.ROLE_TAG: mlflow_store.SWEEP_ROLE, schema.SWEEP_DIR_TAG: str(out_dir), "bench.command": command},
     )
     parent_run_id = parent.info.run_id
 

@@ -31,7 +31,7 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab.core import channels, cli, interrupts, stability
+from sweeplab.core import channels, cli, interrupts, schema, stability
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import write_text_atomic
 from sweeplab.families import missing_config_hint
@@ -117,7 +117,7 @@ def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
         metrics = run.data.metrics
         out[config] = {
             "position": position,
-            "rate": metrics.get("summary/samples_per_sec"),
+            "rate": metrics.get(schema.SAMPLES_PER_SEC),
             "problems": stability.problems(metrics),
             "status": run.info.status,
         }

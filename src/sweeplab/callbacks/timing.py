@@ -41,6 +41,7 @@ import torch
 from annotated_types import Ge
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
+from sweeplab.core import schema
 from sweeplab.core.stability import UNSYNCHRONISED, deciles
 from sweeplab.runtime.devices import (
     HostTimeline,
@@ -425,7 +426,7 @@ class StepTimer:
         the timed steps gives; the bench compares it with its raw loop). `step_time_spread` = (p90 - p10) / median of
         the window step times: how much the run's own speed moved (sweeplab.core.stability judges it)."""
         summary = {
-            "summary/peak_mem_mb": self._peak_mem_mb,
+            schema.PEAK_MEM_MB: self._peak_mem_mb,
             "summary/compiles_in_timed_steps": float(self._compiles_timed),
             "summary/batch_shapes": float(len(self._timed_shapes)),
             "summary/new_shapes_in_timed_steps": float(self._new_timed_shapes),
@@ -446,18 +447,18 @@ class StepTimer:
         if not step_times:
             return summary
         p10, median, p90 = deciles(step_times)
-        summary["summary/step_time_s_median"] = median
+        summary[schema.STEP_TIME_MEDIAN] = median
         if len(step_times) >= 2:
-            summary["summary/step_time_spread"] = (p90 - p10) / median
+            summary[schema.STEP_TIME_SPREAD] = (p90 - p10) / median
         summary["summary/step_time_s_p10"] = p10
         summary["summary/step_time_s_p90"] = p90
         if steps and median > 0:
-            summary["summary/samples_per_sec"] = total["samples"] / steps / median
-            summary["summary/samples_per_step"] = total["samples"] / steps
+            summary[schema.SAMPLES_PER_SEC] = total["samples"] / steps / median
+            summary[schema.SAMPLES_PER_STEP] = total["samples"] / steps
             if total["tokens"]:
-                summary["summary/tokens_per_sec"] = total["tokens"] / steps / median
+                summary[schema.TOKENS_PER_SEC] = total["tokens"] / steps / median
             if self._peak and total["flops"]:
-                summary["summary/mfu"] = total["flops"] / steps / median / self._peak
+                summary[schema.MFU] = total["flops"] / steps / median / self._peak
         return summary
 
     @staticmethod

@@ -15,6 +15,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
+from sweeplab.core import schema
+
 # (p90 - p10) / median of a run's window step times above this: its own speed moved too much to compare closely.
 # A quiet machine gives a few percent.
 NOISY_SPREAD = 0.10
@@ -63,7 +65,7 @@ def problems(metrics: Mapping[str, float], tags: Mapping[str, str] | None = None
     """Why a run's speed cannot be trusted (empty: nothing known against it); `tags`: the run's, for what it records
     as tags (the MPS fallback)."""
     found = []
-    spread = metrics.get("summary/step_time_spread")
+    spread = metrics.get(schema.STEP_TIME_SPREAD)
     if spread is not None and spread > NOISY_SPREAD:
         found.append(f"noisy (spread {_over(spread, NOISY_SPREAD)})")
     cpus = metrics.get("summary/host_cpus")
@@ -103,7 +105,7 @@ def unsteady_host(metrics: Mapping[str, float]) -> float | None:
     spread = metrics.get("summary/host_speed_spread")
     if spread is None or spread <= UNSTEADY_HOST:
         return None
-    steps = metrics.get("summary/step_time_spread")
+    steps = metrics.get(schema.STEP_TIME_SPREAD)
     return None if steps is not None and steps < NOISE_FLOOR else spread
 
 
@@ -114,7 +116,7 @@ def has_stability_data(metrics: Mapping[str, float]) -> bool:
 
 def noise(metrics: Mapping[str, float]) -> float:
     """Relative noise of a run's throughput: its spread, at least NOISE_FLOOR."""
-    return max(NOISE_FLOOR, metrics.get("summary/step_time_spread") or 0.0)
+    return max(NOISE_FLOOR, metrics.get(schema.STEP_TIME_SPREAD) or 0.0)
 
 
 def within_noise(rate: float, metrics: Mapping[str, float], other_rate: float, other: Mapping[str, float]) -> bool:

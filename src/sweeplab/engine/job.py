@@ -28,15 +28,15 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.core import interrupts
+from sweeplab.core import interrupts, schema
 from sweeplab.core.errors import UserError
+from sweeplab.core.schema import BATCH_SIZE_USED_TAG
 from sweeplab.engine.plan import JobPlan
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
 from sweeplab.runtime.devices import release_earlier_jobs
 from sweeplab.tracking import mlflow_store
-from sweeplab.tracking.schema import BATCH_SIZE_USED_TAG
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,9 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
     if diverged:
         parts.insert(0, f"DIVERGED ({diverged})")
-    if (rate := summary.get("summary/samples_per_sec")) is not None:
+    if (rate := summary.get(schema.SAMPLES_PER_SEC)) is not None:
         parts.append(f"{rate:,.0f} samples/s")
-    if (step := summary.get("summary/step_time_s_median")) is not None:
+    if (step := summary.get(schema.STEP_TIME_MEDIAN)) is not None:
         parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
     if run is None:
         return "done (not tracked): " + ", ".join(parts)

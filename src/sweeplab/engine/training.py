@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, host_arch, interrupts
+from sweeplab.core import channels, host_arch, interrupts, schema
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.engine import lightning_fit
@@ -30,7 +30,7 @@ from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
 from sweeplab.engine.plan import JobPlan, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
-from sweeplab.tracking import mlflow_store, naming, resume, schema
+from sweeplab.tracking import mlflow_store, naming, resume
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
     else:
         run = resume.find_run(uri, target.run_id)
         recorded = str(target.run_folder) if target.run_folder is not None else None
-        unchanged = run is not None and run.info.status != "FINISHED" and run.data.tags.get("output_dir") == recorded
+        unchanged = run is not None and run.info.status != "FINISHED" and run.data.tags.get(schema.OUTPUT_DIR_TAG) == recorded
     if not unchanged:
         raise UserError(f"resume: run {target.run_id} was finished or taken over by another process meanwhile; "
                         "nothing to resume (run the command again: a finished run is extended into a new run)")
@@ -258,7 +258,7 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
                     ckpt, run_id or "none recorded", uri)
         return point
     changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
-    recorded = run.data.tags.get("output_dir")
+    recorded = run.data.tags.get(schema.OUTPUT_DIR_TAG)
     if run.info.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)
     finished_at = run.data.params.get("trainer.max_steps", "0")
@@ -291,7 +291,7 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
             uri,
             logger.get("experiment_name", "sweeplab"),
             naming.failed_job_name(str(family)),
-            tags={"family": str(family), "sweep_id": naming.sweep_id(sweep_dir)},
+            tags={schema.FAMILY_TAG: str(family), schema.SWEEP_ID_TAG: naming.sweep_id(sweep_dir)},
             params={},
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
         ).fail(exc)

@@ -22,11 +22,11 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from sweeplab.core import stability
+from sweeplab.core import schema, stability
 from sweeplab.report import saved_view
 from sweeplab.study.sweep import JobRecord, Sweep, SweepRun
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
-from sweeplab.tracking import mlflow_store, naming, schema
+from sweeplab.tracking import mlflow_store, naming
 
 NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
 JOB_IDS_TAG = "job_run_ids"
@@ -170,7 +170,7 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
         f"tags.mlflow.parentRunId = '{parent_run_id}' and "
         f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
     )
-    name = f"sweep {parent.data.tags.get('sweep_id') or parent_run_id[:8]}: comparison"
+    name = f"sweep {parent.data.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8]}: comparison"
     return saved_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
 
 
@@ -189,7 +189,7 @@ def _create_configuration_run(client, parent: SweepRun, config: ConfigSummary, s
         "baseline": str(config.config == summary.baseline).lower(),
         JOB_IDS_TAG: ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
         "objective": summary.metric_name,
-        "objective_mode": summary.mode,
+        schema.OBJECTIVE_MODE_TAG: summary.mode,
         NOTE_TAG: (f"Configuration `{config.config}`: {config.jobs} jobs, {config.reached_target} reached "
                    f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians with "
                    "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "

@@ -31,11 +31,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab.core import channels, cli, stability
+from sweeplab.core import channels, cli, schema, stability
 from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import write_text_atomic
+from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -53,8 +54,7 @@ from sweeplab.study.record import (
     sweep_verdict,
 )
 from sweeplab.study.sweep import JobRecord, Sweep, read_experiment, read_sweep
-from sweeplab.tracking import mlflow_store, naming, schema
-from sweeplab.tracking.schema import TARGET_TAG, TOLERANCE_TAG
+from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger(__name__)
 

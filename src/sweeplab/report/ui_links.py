@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sweeplab.core import schema
 from sweeplab.report import config_runs, saved_view
 from sweeplab.tracking import mlflow_store
 
@@ -35,7 +36,7 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     return mlflow_store.runs_url(
         base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
-        ascending=parent.data.tags.get("objective_mode") == "min",
+        ascending=parent.data.tags.get(schema.OBJECTIVE_MODE_TAG) == "min",
     )
 
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeplab.core import schema
 from sweeplab.core.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
 from sweeplab.core.errors import UserError
 
@@ -60,8 +61,8 @@ def job_summary(summary: Mapping[str, float], world_size: int) -> dict[str, floa
     """The job's throughput from rank 0's: DDP ranks run the same number of equal batches in lock step."""
     out = dict(summary)
     if world_size > 1:
-        for key in ("summary/samples_per_sec", "summary/samples_per_sec_overall", "summary/tokens_per_sec",
-                    "summary/samples_per_step"):
+        for key in (schema.SAMPLES_PER_SEC, "summary/samples_per_sec_overall", schema.TOKENS_PER_SEC,
+                    schema.SAMPLES_PER_STEP):
             if key in out:
                 out[f"{key}_per_device"] = out[key]
                 out[key] = out[key] * world_size

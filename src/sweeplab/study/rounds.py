@@ -13,13 +13,13 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels
+from sweeplab.core import channels, schema
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.sweep import Sweep, read_sweep
 from sweeplab.study.verdict import ReplicatePlan, plan_replicates
-from sweeplab.tracking import mlflow_store, schema
+from sweeplab.tracking import mlflow_store
 
 
 def sweeper_class(config: DictConfig):
@@ -61,8 +61,8 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 def verdict_options(config: DictConfig) -> VerdictOptions:
     """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
-    target = OmegaConf.select(config, "report.target", default=None)
-    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=0.0)
+    target = OmegaConf.select(config, schema.TARGET_TAG, default=None)
+    tolerance = OmegaConf.select(config, schema.TOLERANCE_TAG, default=0.0)
     try:
         return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
     except (TypeError, ValueError) as exc:

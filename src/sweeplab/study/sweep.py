@@ -23,10 +23,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.study import verdict
-from sweeplab.tracking import mlflow_store, schema
+from sweeplab.tracking import mlflow_store
 
 
 @dataclass(frozen=True)

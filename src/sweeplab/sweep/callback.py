@@ -35,10 +35,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels, interrupts
+from sweeplab.core import channels, interrupts, schema
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
 from sweeplab.engine.plan import check_data_path
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
@@ -49,8 +50,7 @@ from sweeplab.study.record import VerdictOptions
 from sweeplab.study.rounds import planned_jobs, runs_replicates, verdict_options
 from sweeplab.study.sweep import JobRecord, Sweep
 from sweeplab.study.verdict import SweepSummary
-from sweeplab.tracking import mlflow_store, naming, schema
-from sweeplab.tracking.schema import TARGET_TAG, TOLERANCE_TAG
+from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes in the sweep dir
@@ -156,11 +156,11 @@ class MLflowSweepCallback(Callback):
             run_name=naming.sweep_run_name(sweep_dir),
             tags=mlflow_store.context_tags({
                 "sweeplab.role": "sweep",
-                "sweep_id": naming.sweep_id(sweep_dir),
-                "sweep_dir": str(sweep_dir.resolve()),
+                schema.SWEEP_ID_TAG: naming.sweep_id(sweep_dir),
+                schema.SWEEP_DIR_TAG: str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
-                "sweep_overrides": " ".join(overrides)[:5000],
+                schema.SWEEP_OVERRIDES_TAG: " ".join(overrides)[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
                 **verdict_option_tags(verdict_options(config)),
             }),
@@ -208,7 +208,7 @@ class MLflowSweepCallback(Callback):
 
         metric, mode = _objective_of(config)
         job_number = str(OmegaConf.select(config, "hydra.job.num", default=""))
-        tags = {"objective": metric, "objective_mode": mode, "hydra_job": job_number}
+        tags = {"objective": metric, schema.OBJECTIVE_MODE_TAG: mode, schema.HYDRA_JOB_TAG: job_number}
         if os.environ.get(channels.CUDA_VISIBLE_DEVICES_ENV) is not None:
             tags["cuda_visible_devices"] = os.environ[channels.CUDA_VISIBLE_DEVICES_ENV]
         try:
@@ -372,7 +372,7 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
         parent = client.get_run(parent_id)
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = parent.data.tags.get("sweep_overrides", "").split()
+    recorded = parent.data.tags.get(schema.SWEEP_OVERRIDES_TAG, "").split()
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
@@ -456,7 +456,7 @@ def record_best(client, parent_run_id: str, sweep: Sweep, config: DictConfig,
         "best_run_name": name,
         "best_job": best.tags.get(schema.HYDRA_JOB_TAG, ""),
         "objective": metric,
-        "objective_mode": mode,
+        schema.OBJECTIVE_MODE_TAG: mode,
     }
     for key, text in tags.items():
         client.set_tag(parent_run_id, key, text)
@@ -474,7 +474,7 @@ def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary) -> s
     client.set_tag(parent_run_id, "best_verdict", verdict.kind)
     client.set_tag(parent_run_id, "best_config", " | ".join(verdict.fastest))
     client.set_tag(parent_run_id, "objective", summary.metric_name)
-    client.set_tag(parent_run_id, "objective_mode", summary.mode)
+    client.set_tag(parent_run_id, schema.OBJECTIVE_MODE_TAG, summary.mode)
     if verdict.kind == "fastest":
         return f"{verdict.fastest[0]} ({verdict.lines[0]})"
     if verdict.kind == "tie":

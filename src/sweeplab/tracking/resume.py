@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.tracking import mlflow_store
 
@@ -55,7 +56,7 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str) -> tuple
             max_results=20,
         )
     for run in runs:
-        ckpt = Path(run.data.tags.get("output_dir", "")) / "checkpoints" / "last.ckpt"
+        ckpt = Path(run.data.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
         if ckpt.is_file():
             return run.info.run_id, ckpt
     raise UserError(
