@@ -364,10 +364,11 @@ def _runs(converted: ConvertedAI, cases: list[verify.Case]) -> list[tuple[str, d
 
 
 def _runtime_check(path: Path, converted: ConvertedAI, output_name: str, cases, expected, tolerance: float,
-                   runner: Callable = run_functions) -> dict:
-    """Apple's runtime on every case in a child process, against `expected`; a crash is a failed check."""
+                   runner: Callable | None = None) -> dict:
+    """Apple's runtime on every case in a child process (`runner`: run_functions), against `expected`; a crash is a
+    failed check."""
     try:
-        outputs = in_child(runner, str(path), _runs(converted, cases), output_name)
+        outputs = in_child(runner or run_functions, str(path), _runs(converted, cases), output_name)
     except isolated.ChildFailed as exc:
         return {"passed": False, "error": f"Core AI runtime in a child process: {exc}", "tolerance": tolerance}
     results = iter(outputs)
