@@ -339,3 +339,35 @@ def test_a_runtime_crash_during_an_export_publishes_nothing(checkpoints, crashes
 
 
 
+
+
+def test_options_core_ai_ignores_are_refused_not_ignored():
+    from sweeplab.export.__main__ import check_conflicts
+
+    options = ExportOptions(format="coreai", compression="int8")
+    for key in ("export.deployment_target", "export.weight_threshold"):
+        with pytest.raises(ConfigError, match=f"{key}: applies only with export.format=coreml"):
+            check_conflicts({key}, options, {})
+    check_conflicts({"export.deployment_target"}, ExportOptions(), {})
+
+
+@pytest.mark.slow
+def test_the_training_app_exports_each_jobs_best_checkpoint_as_an_aimodel(demo_dir, mlflow_uri, tmp_path):
+    if MISSING:
+        pytest.skip(f"export.format=coreai unavailable: {MISSING}")
+    from mlflow.tracking import MlflowClient
+    from omegaconf import open_dict
+
+    from conftest import smoke_config
+    from sweeplab.training import train
+
+    cfg = smoke_config(demo_dir, "model.max_len=32", "export=coreai", "export.precision=fp32", "export.n_random=1")
+    with open_dict(cfg):
+        cfg.trainer.enable_progress_bar = False
+    train(cfg)
+    client = MlflowClient(mlflow_uri)
+    (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+              if r.data.tags.get("family") == "textbridge"]
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "coreai")}
+    assert {"coreai/textbridge-standard-fp32.aimodel", "coreai/textbridge-standard-fp32.report.md"} <= logged
+    assert client.get_run(run.info.run_id).data.metrics["export/standard-fp32/rel_err"] <= 1e-4

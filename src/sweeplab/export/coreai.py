@@ -75,16 +75,17 @@ def _quiet():
     2.13.0), coreai-opt and torchao warn about versions, CUDA kernels a CPU build lacks and batch norms a model does
     not have, and the converter draws a progress bar: none of it says anything about the export. Errors still show."""
     loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
-    levels = [logger.level for logger in loggers]
+    errors_only = logging.Filter()
+    errors_only.filter = lambda record: record.levelno >= logging.ERROR  # a filter: torch's log set-up resets levels
     try:
         for logger in loggers:
-            logger.setLevel(logging.ERROR)
+            logger.addFilter(errors_only)
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        for logger in loggers:
+            logger.removeFilter(errors_only)
 
 
 def _import(name: str):

@@ -464,7 +464,8 @@ def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_pa
         client.log_artifacts(run_id, str(package), f"{artifact_dir}/{package.name}")
         client.log_artifact(run_id, str(json_path), artifact_dir)
         client.log_artifact(run_id, str(md_path), artifact_dir)
-        reference = report["verification"]["reference"]
+        verification = report["verification"]
+        reference = verification["reference"] if "reference" in verification else verification["runtime"]  # Core AI's
         metrics = {f"export/{report['variant']}/package_mb": report["weights"]["package_bytes"] / 1e6}
         if "skipped" not in reference:
             metrics[f"export/{report['variant']}/rel_err"] = reference["rel_err"]
