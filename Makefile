@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	@# MLX (backend=mlx) where a wheel exists (macOS arm64, Linux x86_64 CPU); elsewhere backend=mlx says how to install it
 	$(PY) -m pip install -q -e ".[mlx]" || echo "note: no MLX wheel for this platform; backend=mlx is unavailable"
+	@# Core AI (export.format=coreai) where its wheels exist (macOS arm64, Linux x86_64; Python >= 3.11); elsewhere
+	@# export.format=coreai says how to install it
+	$(PY) -m pip install -q -e ".[coreai]" || echo "note: no Core AI wheels for this platform; export.format=coreai is unavailable"
 	@touch $(STAMP)
 
 $(MINILM_STAMP): $(STAMP)

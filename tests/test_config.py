@@ -11,6 +11,7 @@ from omegaconf import open_dict
 from conftest import CONF_DIR, compose_train
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.engine.plan import plan
+from sweeplab.export.coreai_env import missing
 
 GROUPS = ["model", "optim", "trainer", "backend", "logger", "timing", "sweep", "debug", "export"]
 
@@ -35,6 +36,9 @@ def test_every_option_of_every_group_composes(group):
         cfg = compose_train([f"model={model}", f"{group}={option}"])
         if group == "backend" and option in ("cuda", "mps"):
             with pytest.raises(UserError, match=f"backend={option}"):
+                plan(cfg)
+        elif group == "export" and option == "coreai" and missing():  # without the coreai extra: refused in planning
+            with pytest.raises(UserError, match="export.format=coreai"):
                 plan(cfg)
         else:
             plan(cfg)

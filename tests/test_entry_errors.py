@@ -47,7 +47,7 @@ CASES: dict[str, dict[str, tuple[list[str], str]]] = {
         "unwritable": (["--out", f"{RO}/bench"], "Read-only file system"),
     },
     "sweeplab.export": {
-        "group option": (["export=nope"], "Could not find 'export/nope'; available: coreml, none"),
+        "group option": (["export=nope"], "Could not find 'export/nope'; available: coreai, coreml, none"),
         "unknown key": (["ckpt_path=x.ckpt", "export.precison=fp32"], "export.precison: unknown key; accepted:"),
         "syntax": (["ckpt_path=a", "b"], "override b: not a key=value override"),
         "unwritable": (["ckpt_path=/nonexistent.ckpt", f"out={RO}/pkg"], "Read-only file system"),

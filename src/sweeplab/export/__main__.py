@@ -51,6 +51,9 @@ _NEEDS = (
     ("export.n_random", "export.verify=true", lambda o, c: o.verify),
     ("export.tolerance", "export.verify=true", lambda o, c: o.verify),
     ("tracking_uri", "run_id=ID (a checkpoint path is read without MLflow)", lambda o, c: bool(c.get("run_id"))),
+    # Core AI's minimum OS is 27, and coreai-opt's int8 preset quantizes every linear and convolution weight
+    ("export.deployment_target", "export.format=coreml (Core AI's minimum is OS 27)", lambda o, c: o.format != "coreai"),
+    ("export.weight_threshold", "export.format=coreml (coreai-opt's int8 takes every weight)", lambda o, c: o.format != "coreai"),
 )
 
 

@@ -54,18 +54,23 @@ def example_inputs(batch_size: int, seq_len: int, vocab_size: int) -> tuple[torc
     return input_ids, torch.ones(batch_size, seq_len, dtype=torch.int32)
 
 
-def trace(module: nn.Module, example: tuple, seq_lens: list[int] | None, tracer: str):
+def dynamic_shapes(example: tuple, seq_lens: list[int] | None):
+    """torch.export's dynamic_shapes for `example`: the sequence axis of the two token inputs spans `seq_lens`."""
+    if not seq_lens:
+        return None
+    seq = torch.export.Dim("seq_len", min=min(seq_lens), max=max(seq_lens))
+    return ({1: seq}, {1: seq}, *(None for _ in example[2:]))
+
+
+def trace(module: nn.Module, example: tuple, seq_lens: list[int] | None, tracer: str, decompositions: dict | None = None):
     """(traced program, tracer name, why torch.export was not used or None). `example`: input_ids, attention_mask,
-    then any extra inputs (of one fixed shape each)."""
+    then any extra inputs (of one fixed shape each). `decompositions`: the table the exported program is decomposed
+    with (Core ML: none, `{}`; Core AI: `coreai_torch.get_decomp_table()`)."""
     fallback_reason = None
     if tracer in ("auto", "export"):
         try:
-            dynamic_shapes = None
-            if seq_lens:
-                seq = torch.export.Dim("seq_len", min=min(seq_lens), max=max(seq_lens))
-                dynamic_shapes = ({1: seq}, {1: seq}, *(None for _ in example[2:]))
-            program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=False)
-            program = program.run_decompositions({})
+            program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes(example, seq_lens), strict=False)
+            program = program.run_decompositions({} if decompositions is None else decompositions)
             return program, "torch.export", None
         except Exception as exc:  # any failure of torch.export: the documented fallback is jit.trace
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -220,4 +225,7 @@ def nonfinite_constants(weights: Mapping[str, np.ndarray]) -> list[str]:
     return [name for name, value in weights.items() if value.dtype.kind == "f" and not np.isfinite(value).all()]
 
 
-__all__ = ["Converted", "INPUT_NAMES", "convert", "compress", "describe", "example_inputs", "nonfinite_constants", "trace"]
+__all__ = [
+    "Converted", "INPUT_NAMES", "convert", "compress", "describe", "dynamic_shapes", "example_inputs", "nonfinite_constants",
+    "trace",
+]

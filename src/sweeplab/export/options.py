@@ -1,4 +1,4 @@
-"""The `export` config group as a dataclass: what a Core ML export does, validated before any work starts."""
+"""The `export` config group as a dataclass: what a Core ML or Core AI export does, validated before any work starts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Literal
 
 from sweeplab.core.config import build
 
-FORMATS = ("coreml", "none")
+FORMATS = ("coreml", "coreai", "none")
+SUFFIXES = {"coreml": ".mlpackage", "coreai": ".aimodel"}
 PRECISIONS = ("fp16", "fp32")
 LAYOUTS = ("standard", "ane")
 COMPRESSIONS = ("none", "int8", "palettize")
@@ -35,7 +36,7 @@ PALETTIZE_WEIGHT_TOLERANCE = {8: 0.03, 6: 0.08, 4: 0.25, 2: 0.6, 1: 0.9}
 
 @dataclass
 class ExportOptions:
-    format: str = "coreml"  # coreml | none (the training app's `export=none`)
+    format: str = "coreml"  # coreml (.mlpackage) | coreai (.aimodel, export/coreai.py) | none (`export=none`)
     precision: str = "fp16"  # compute precision: fp16 (the Neural Engine's) | fp32 (never runs on the Neural Engine)
     deployment_target: str = "iOS17"  # minimum deployment target: iOS16..iOS18, macOS13..macOS15
     layout: str = "standard"  # standard | ane: (B, C, 1, S), 1x1 convs, channel LayerNorm, per-head attention
@@ -75,6 +76,8 @@ class ExportOptions:
         ):
             if getattr(self, key) not in accepted:
                 raise ValueError(f"{key}={getattr(self, key)!r} is not one of {', '.join(accepted)}")
+        if self.format == "coreai":
+            self._check_coreai()
         if self.nbits not in PALETTE_BITS:
             raise ValueError(f"nbits={self.nbits} is not one of {PALETTE_BITS}")
         for key in ("batch_size", "n_random"):
@@ -88,7 +91,7 @@ class ExportOptions:
             self.seq_lens = sorted({int(n) for n in self.seq_lens})
             if not self.seq_lens or self.seq_lens[0] < 2:
                 raise ValueError(f"seq_lens must be lengths >= 2, got {self.seq_lens}")
-            if self.deployment_target not in ENUMERATED_SHAPES_TARGETS:
+            if self.format == "coreml" and self.deployment_target not in ENUMERATED_SHAPES_TARGETS:
                 raise ValueError(
                     f"seq_lens (EnumeratedShapes on both inputs) needs deployment_target "
                     f"{' or '.join(ENUMERATED_SHAPES_TARGETS)}; got {self.deployment_target}"
@@ -108,6 +111,18 @@ class ExportOptions:
                 raise ValueError(f"fp32_layers must be layer names, got {self.fp32_layers}")
         if self.tolerance is not None and self.tolerance <= 0:
             raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+
+    def _check_coreai(self) -> None:
+        """What the Core AI path does not take (export/coreai.py): the rest of the options mean the same for both."""
+        if self.compression == "palettize":
+            raise ValueError("compression=palettize is Core ML only; with format=coreai use none or int8")
+        if self.tracer == "jit":
+            raise ValueError("tracer=jit is Core ML only; format=coreai converts torch.export programs (tracer=auto)")
+
+    @property
+    def suffix(self) -> str:
+        """The file name suffix of what the export writes: .mlpackage or .aimodel."""
+        return SUFFIXES.get(self.format, SUFFIXES["coreml"])
 
     @property
     def enabled(self) -> bool:
@@ -153,7 +168,14 @@ def options_from_config(values: Mapping | None) -> ExportOptions:
 
     if isinstance(values, DictConfig):
         values = OmegaConf.to_container(values, resolve=True)
-    return build(ExportOptions, dict(values or {"format": "none"}), "export")
+    options = build(ExportOptions, dict(values or {"format": "none"}), "export")
+    if options.format == "coreai":  # the extra is checked here, so the training app refuses before any training
+        from sweeplab.core.errors import ConfigError
+        from sweeplab.export.coreai_env import missing
+
+        if problem := missing():
+            raise ConfigError("export.format=coreai", problem)
+    return options
 
 
 __all__ = ["ExportOptions", "options_from_config", "PALETTIZE_TOLERANCE", "PALETTIZE_WEIGHT_TOLERANCE"]

@@ -1,4 +1,5 @@
-"""The export stage: checkpoint -> verified .mlpackage + report, published atomically, logged to MLflow.
+"""The export stage: checkpoint -> verified .mlpackage (or .aimodel: export.format=coreai, coreai.py) + report,
+published atomically, logged to MLflow.
 
 `export_checkpoint` is the one way to export; the export app (`python -m sweeplab.export`) and the training app
 (`export=coreml`, through `export_after_training`) both call it. Order of work:
@@ -39,7 +40,7 @@ from sweeplab.tracking import mlflow_store
 log = logging.getLogger(__name__)
 
 PACKAGE_SUFFIX = ".mlpackage"
-ARTIFACT_DIR = "coreml"
+ARTIFACT_DIR = "coreml"  # a Core AI export's: "coreai"
 
 
 @dataclass
@@ -77,17 +78,18 @@ def _checkpoint_metrics(states: Mapping) -> dict[str, float]:
 
 
 def package_path(options: ExportOptions, family: str, checkpoint: Path, out: str | Path | None) -> Path:
-    """`out` as given (a .mlpackage path, or a directory to put <name>.mlpackage in); default <run dir>/export/."""
-    name = (options.name or f"{family}-{options.variant}").removesuffix(PACKAGE_SUFFIX) + PACKAGE_SUFFIX
+    """`out` as given (a .mlpackage or .aimodel path, as the format writes, or a directory to put <name>.<suffix>
+    in); default <run dir>/export/."""
+    name = (options.name or f"{family}-{options.variant}").removesuffix(options.suffix) + options.suffix
     if out is None:
         run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
         return run_dir / "export" / name
     out = Path(out)
-    return out if out.suffix == PACKAGE_SUFFIX else out / name
+    return out if out.suffix == options.suffix else out / name
 
 
 def report_paths(package: Path) -> tuple[Path, Path]:
-    stem = package.name.removesuffix(PACKAGE_SUFFIX)
+    stem = package.name.removesuffix(package.suffix) if package.suffix in (PACKAGE_SUFFIX, ".aimodel") else package.name
     return package.with_name(f"{stem}.report.json"), package.with_name(f"{stem}.report.md")
 
 
@@ -150,7 +152,7 @@ def export_checkpoint(
     if not options.enabled:
         raise UserError("export.format=none: nothing to export (use export=coreml)")
     if out is not None:  # an unwritable target fails before the checkpoint is read
-        check_writable_target(Path(out).parent if Path(out).suffix == PACKAGE_SUFFIX else Path(out))
+        check_writable_target(Path(out).parent if Path(out).suffix == options.suffix else Path(out))
     # deferred: families.loading imports tasks, so Lightning (seconds); `import sweeplab.export` (plan, job) stays light
     from sweeplab.callbacks.faults import pause_in
     from sweeplab.families.loading import load_model
@@ -175,29 +177,48 @@ def export_checkpoint(
     with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
         log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
         pause_in("export")  # reliability tests: a signal lands in the export (a no-op unless asked for)
-        options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases, extras)
-        converted = convert(module, kind.output, options, seq_len, vocab_size, {k: v for k, (v, _) in extras.items()})
-        interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
-        inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
-        describe(
-            converted.mlmodel,
-            author=options.author,
-            description=options.description
-            or f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab",
-            version=options.version or str(loaded.global_step),
-            metadata=_metadata(loaded, options, run_id, metrics),
-            inputs=inputs_text,
-            outputs=outputs_text,
-        )
+        examples = {k: v for k, (v, _) in extras.items()}
+        description = options.description or (
+            f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab")
+        metadata = _metadata(loaded, options, run_id, metrics)
         staged = staging / target.name
-        save_package(converted.mlmodel, staged, target)
+        if options.format == "coreai":  # everything above is shared; the converter, the checks and the report are not
+            from sweeplab.export import coreai
+
+            converted = coreai.convert(module, kind.output, options, seq_len, vocab_size, examples, cases)
+            interrupts.check()
+            # the asset carries no absolute path of this machine: the checkpoint by name (the report has the path)
+            metadata["sweeplab.checkpoint"] = loaded.path.name
+            coreai.save(converted, staged, target, author=options.author, description=description,
+                        version=options.version or str(loaded.global_step), metadata=metadata)
+
+            def verify_and_report() -> dict:
+                return coreai.verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases,
+                                                run_id, module, examples, vocab_size)
+
+            write_report = coreai.write_report
+        else:
+            options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases, extras)
+            converted = convert(module, kind.output, options, seq_len, vocab_size, examples)
+            interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
+            inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
+            describe(converted.mlmodel, author=options.author, description=description,
+                     version=options.version or str(loaded.global_step), metadata=metadata,
+                     inputs=inputs_text, outputs=outputs_text)
+            save_package(converted.mlmodel, staged, target)
+
+            def verify_and_report() -> dict:
+                report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
+                report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases, extras)
+                return report
+
+            write_report = reporting.write
         try:
-            report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
-            report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases, extras)
+            report = verify_and_report()
         except UserError as exc:  # name the package the user asked for, not the staging copy
             raise UserError(str(exc).replace(str(staged), str(target))) from None
         staged_json, staged_md = report_paths(staged)
-        reporting.write(report, staged_json, staged_md)
+        write_report(report, staged_json, staged_md)
         failed_json, failed_md = (p.with_name(p.name.replace(".report.", ".failed-report.")) for p in (json_path, md_path))
         if report["status"] != "passed":
             os.replace(staged_json, failed_json)
@@ -439,10 +460,12 @@ def _publish(staging: Path, staged: Path, target: Path, *reports: tuple[Path, Pa
 def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_path: Path, md_path: Path, report: dict) -> None:
     try:
         client = mlflow_store.client(mlflow_store.resolve_uri(tracking_uri))
-        client.log_artifacts(run_id, str(package), f"{ARTIFACT_DIR}/{package.name}")
-        client.log_artifact(run_id, str(json_path), ARTIFACT_DIR)
-        client.log_artifact(run_id, str(md_path), ARTIFACT_DIR)
-        reference = report["verification"]["reference"]
+        artifact_dir = report.get("format", ARTIFACT_DIR)
+        client.log_artifacts(run_id, str(package), f"{artifact_dir}/{package.name}")
+        client.log_artifact(run_id, str(json_path), artifact_dir)
+        client.log_artifact(run_id, str(md_path), artifact_dir)
+        verification = report["verification"]
+        reference = verification["reference"] if "reference" in verification else verification["runtime"]  # Core AI's
         metrics = {f"export/{report['variant']}/package_mb": report["weights"]["package_bytes"] / 1e6}
         if "skipped" not in reference:
             metrics[f"export/{report['variant']}/rel_err"] = reference["rel_err"]
