@@ -5,7 +5,8 @@ It trains on TextBridge's own data (the same data module, files and demo set: a 
 teacher embedding), so everything TextBridge's data does (formats, padding modes, `on_device`, the bench's tiled
 data) it does too. The package: `task.py` (loss and validation metrics), `roundtrip.py` (text -> encoder -> cube ->
 decoder -> text, `python -m sweeplab.families.textbridge_decoder.roundtrip`), `mlx_model.py` (the MLX port, for
-backend=mlx). The model is `sweeplab.models.textbridge_decoder` (plain torch; its `DecoderStep` is what the Core ML export holds).
+backend=mlx). The model is `sweeplab.models.textbridge_decoder` (plain torch; its `DecoderStep` is what the Core ML
+export holds).
 """
 
 from __future__ import annotations
