@@ -186,7 +186,7 @@ class _Loop:
         self.last_values: dict[str, float] = {}  # the last logged value of each metric
         self.loader = None
         self.before_save: list = []  # called before last.ckpt is written (the loggers' writes waited for)
-        self.faults = FaultInjection.from_env()  # reliability tests (callbacks/faults.py): the kills and the raise
+        self.faults = FaultInjection.from_env()  # reliability tests (callbacks/faults.py): kills, raise, pause
 
     def run(self, loader, step: int = 0) -> int:
         """Train from optimizer step `step` (0, or a resumed checkpoint's) to trainer.max_steps."""
@@ -257,6 +257,8 @@ class _Loop:
             os.kill(os.getpid(), signal.SIGKILL)
         if faults.raise_at_step == step:
             raise RuntimeError(f"injected failure at step {step}")
+        if faults.pause_at_step == step:
+            faults._pause(f"step {step}")  # until a stop is requested or the paused file is removed
 
     def log_model_values(self, step: int) -> None:
         """The model's own figures (the LM's α per layer) at `step` optimizer steps, as AlphaScheduleCallback."""
