@@ -76,7 +76,7 @@ def test_a_killed_mlx_run_resumes_bit_identical_in_the_same_mlflow_run(precision
     resumed = _train([*common, "logger.experiment_name=resumed", "resume=true", f"hydra.run.dir={tmp_path / 'c'}"],
                      cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resume: continuing run" in resumed.stderr
+    assert "resume: continuing run" in resumed.stdout + resumed.stderr
     client, runs = _runs(mlflow_uri, "resumed")
     assert len(runs) == 1 and runs[0].info.run_id == run.info.run_id and runs[0].info.status == "FINISHED"
 
@@ -156,7 +156,7 @@ def test_an_interrupted_mlx_study_continues_with_the_printed_command(demo_dir, m
     second = subprocess.run([sys.executable, *again[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resume: continuing run " + stopped.info.run_id in second.stderr
+    assert "resume: continuing run " + stopped.info.run_id in second.stdout + second.stderr
     runs = client.search_runs(["1"])
     (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
     done = {r.info.run_id: r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"}
