@@ -112,12 +112,18 @@ def test_a_failed_mlx_run_resumes_to_the_uninterrupted_weights_with_accumulation
                                        tmp_path / "a" / "checkpoints" / "last.ckpt")
 
 
-def test_a_lightning_checkpoint_is_not_resumed_by_the_mlx_loop(demo_dir, mlflow_uri, tmp_path):
-    train(smoke_config(demo_dir, "trainer.max_steps=5", "checkpoint.every_n_steps=5", "logger=none"), tmp_path / "cpu")
-    with pytest.raises(UserError) as refused:
-        train(smoke_config(demo_dir, "backend=mlx", "logger=none", f"resume={tmp_path / 'cpu'}"), tmp_path / "mlx")
-    assert "was written by a PyTorch backend, not by backend=mlx" in str(refused.value)
-    assert "\n" not in str(refused.value)
+def test_a_checkpoint_is_resumed_only_by_the_kind_of_loop_that_wrote_it(demo_dir, mlflow_uri, tmp_path):
+    short = ["trainer.max_steps=5", "checkpoint.every_n_steps=5", "logger=none"]
+    train(smoke_config(demo_dir, *short), tmp_path / "cpu")
+    train(smoke_config(demo_dir, "backend=mlx", *short), tmp_path / "mlx")
+    for backend, other in (("mlx", "cpu"), ("cpu", "mlx")):
+        with pytest.raises(UserError) as refused:
+            train(smoke_config(demo_dir, f"backend={backend}", "logger=none", "trainer.max_steps=8",
+                               f"resume={tmp_path / other}"), tmp_path / "again")
+        message = str(refused.value)
+        assert message.startswith(f"resume: checkpoint {tmp_path / other / 'checkpoints' / 'last.ckpt'} was written by")
+        assert f"this job trains with backend={backend}" in message and "\n" not in message
+    assert not (tmp_path / "again").exists()  # refused before anything was written
 
 
 @pytest.mark.slow  # a two-job study, interrupted and continued: ~1 minute

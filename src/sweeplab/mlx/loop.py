@@ -44,7 +44,6 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.data.sampling import check_resumable
-from sweeplab.errors import UserError
 from sweeplab.files import atomic_write
 from sweeplab.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.mlx import convert
@@ -90,7 +89,6 @@ def fit(job: Job) -> FitResult:
     model = p.family.build_mlx_model(model_config)
     resumed = read_checkpoint(job.resume_ckpt) if job.resume_ckpt is not None else None
     if resumed is not None:
-        _check_written_by_mlx(resumed, job.resume_ckpt)
         convert.load_state_dict(model, {k[len("model."):]: v for k, v in resumed["state_dict"].items()})
     else:
         convert.load_state_dict(model, task.model.state_dict())
@@ -152,13 +150,6 @@ def fit(job: Job) -> FitResult:
         os.kill(os.getpid(), signal.SIGKILL)
     return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags(),
                      diverged=diverged)
-
-
-def _check_written_by_mlx(checkpoint: dict, path: Path) -> None:
-    if "mlx" not in checkpoint:
-        backend = (checkpoint.get("sweeplab") or {}).get("backend") or "a PyTorch backend"
-        raise UserError(f"resume: checkpoint {path} was written by {backend}, not by backend=mlx (it holds no MLX "
-                        "optimizer state or data position); resume it with the backend that wrote it")
 
 
 def _shape_warm_up(datamodule, step_fn, max_steps: int):
