@@ -337,3 +337,203 @@ def test_a_state_dict_that_does_not_fit_is_refused_naming_the_keys():
     state = textbridge_pair(out_dim=8)[0].state_dict()
     with pytest.raises(ValueError, match=r"head.weight \(8, 16\) != \(24, 16\)"):
         convert.load_state_dict(port, state)
+
+
+# --- the decoder family -------------------------------------------------------------------------------------
+def decoder_pair():
+    from sweeplab.families.textbridge_decoder import mlx_model as mlx_decoder
+    from sweeplab.models.textbridge_decoder import DecoderConfig, TextBridgeDecoder
+
+    config = DecoderConfig(vocab_size=50, embed_dim=24, max_len=16, n_prefix=2, n_layer=2, n_head=2, d_model=32,
+                           d_ff=64, bos_id=1, eos_id=2)
+    return _pair(TextBridgeDecoder, mlx_decoder, config)
+
+
+def torch_decoder_loss(model, batch):
+    from sweeplab.models.textbridge_decoder import teacher_forcing, token_loss
+
+    inputs, labels = teacher_forcing(batch["input_ids"], batch["attention_mask"], 1, 2)
+    return token_loss(model(batch["target"], inputs), labels)
+
+
+def mlx_decoder_loss(port):
+    return lambda batch: port.training_loss(batch)
+
+
+def test_decoder_forward_gradients_and_teacher_forcing_match():
+    from sweeplab.families.textbridge_decoder import mlx_model as mlx_decoder
+    from sweeplab.models.textbridge_decoder import teacher_forcing
+
+    model, port = decoder_pair()
+    batch = textbridge_batches()[0]
+    inputs, labels = teacher_forcing(batch["input_ids"], batch["attention_mask"], 1, 2)
+    mx_inputs, mx_labels = mlx_decoder.teacher_forcing(*(to_mx(batch)[k] for k in ("input_ids", "attention_mask")), 1, 2)
+    assert np.array_equal(np.array(mx_inputs), inputs.numpy()) and np.array_equal(np.array(mx_labels), labels.numpy())
+    assert_close(port(to_mx(batch)["target"], mx_inputs), model(batch["target"], inputs))
+    mask = (torch.arange(13)[None, :] < torch.tensor([13, 9, 4, 1])[:, None]).long()
+    assert_close(port(to_mx(batch)["target"], mx_inputs, mx.array(mask.numpy())), model(batch["target"], inputs, mask))
+    assert_grads_match(model, port, torch_decoder_loss, mlx_decoder_loss(port), batch)
+
+
+@pytest.mark.parametrize("compiled", [False, COMPILED])
+def test_decoder_loss_curve_matches(compiled):
+    model, port = decoder_pair()
+    batches = textbridge_batches()
+    torch_losses, clipped = torch_curve(model, torch_decoder_loss, batches, OPTIM)
+    assert clipped > 0
+    mlx_losses = mlx_curve(port, mlx_decoder_loss(port), [to_mx(b) for b in batches], OPTIM, compiled=compiled)
+    assert_curves_match(mlx_losses, torch_losses)
+
+
+def test_decoder_checkpoint_round_trip_is_exact():
+    from sweeplab.families.textbridge_decoder import mlx_model as mlx_decoder
+
+    model, port = decoder_pair()
+    step_fn = CompiledStep(port, mlx_decoder_loss(port), build_mlx_optimizer(OPTIM, STEPS), OPTIM.grad_clip)
+    for batch in textbridge_batches():
+        step_fn(to_mx(batch))
+    mx.eval(port.parameters())
+    model.load_state_dict(convert.state_dict(port))  # strict: the tied gpt.lm_head.weight too
+    fresh = mlx_decoder.build_mlx_model(model.config)
+    convert.load_state_dict(fresh, model.state_dict())
+    original, restored = dict(mlx.utils.tree_flatten(port.parameters())), dict(mlx.utils.tree_flatten(fresh.parameters()))
+    assert original.keys() == restored.keys()
+    assert all(np.array_equal(bits(original[k]), bits(restored[k])) for k in original)
+
+
+# --- bf16-mixed -------------------------------------------------------------------------------------------
+# MLX's bf16-mixed (sweeplab.mlx.step: float32 weights and optimizer, the forward and backward on a bfloat16 copy)
+# against torch's CPU autocast (bf16 matmuls and convolutions, float32 weights) and against float32. bfloat16 keeps
+# 8 significant bits (relative rounding 2^-9 = 0.2 %); the two sides round at different places (MLX runs everything
+# between the casts in bfloat16, autocast only its listed ops), so the curves agree to a tolerance, not bits:
+# BF16_CURVE_TOLERANCE on every step's loss, relative, over 50 steps of training with clipping active.
+BF16_CURVE_TOLERANCE = 0.03
+
+
+def torch_bf16_loss(loss_fn):
+    def autocast_loss(model, batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn(model, batch).float()
+
+    return autocast_loss
+
+
+def mlx_bf16_curve(port, loss_fn, batches, cfg: OptimConfig, before_step=None) -> list[float]:
+    step_fn = CompiledStep(port, loss_fn, build_mlx_optimizer(cfg, STEPS), cfg.grad_clip, compile=False,
+                           compute_dtype=mx.bfloat16)
+    losses = []
+    for step in range(STEPS):
+        if before_step:
+            before_step(step)
+        loss, *_ = step_fn(batches[step % len(batches)])
+        mx.eval(loss, port.parameters())
+        losses.append(loss.item())
+    assert all(a.dtype == mx.float32 for _, a in mlx.utils.tree_flatten(port.parameters())), "weights stay float32"
+    return losses
+
+
+def bf16_cases():
+    return {
+        "textbridge": (textbridge_pair, torch_textbridge_loss, mlx_textbridge_loss, textbridge_batches),
+        "pagating_lm": (lambda: gpt_pair(alpha="learnable"), torch_lm_loss, mlx_lm_loss, lm_batches),
+        "textbridge_decoder": (decoder_pair, torch_decoder_loss, mlx_decoder_loss, textbridge_batches),
+    }
+
+
+@pytest.mark.parametrize("family", ["textbridge", "pagating_lm",
+                                    pytest.param("textbridge_decoder", marks=pytest.mark.slow)])  # ~14 s here
+def test_bf16_mixed_loss_curve_is_torch_autocasts_within_the_stated_tolerance(family):
+    make_pair, torch_loss, mlx_loss, make_batches = bf16_cases()[family]
+    batches = make_batches()
+    model, port = make_pair()
+    fp32_model, _ = make_pair()
+    torch_losses, _ = torch_curve(model, torch_bf16_loss(torch_loss), batches, OPTIM)
+    fp32_losses, _ = torch_curve(fp32_model, torch_loss, batches, OPTIM)
+    mlx_losses = mlx_bf16_curve(port, mlx_loss(port), [to_mx(b) for b in batches], OPTIM)
+    for reference in (torch_losses, fp32_losses):
+        relative = [abs(a - b) / abs(b) for a, b in zip(mlx_losses, reference)]
+        assert max(relative) < BF16_CURVE_TOLERANCE, f"{max(relative):.2e} at step {np.argmax(relative)}"
+    # and it is bfloat16 arithmetic, not float32 under another name
+    assert max(abs(a - b) / abs(b) for a, b in zip(mlx_losses, fp32_losses)) > 1e-5
+    assert mlx_losses[-1] < 0.8 * mlx_losses[0]
+
+
+def test_bf16_mixed_gradients_are_float32_and_close_to_torch_autocasts():
+    model, port = gpt_pair()
+    batch = lm_batches()[0]
+    model.zero_grad()
+    torch_bf16_loss(torch_lm_loss)(model, batch).backward()
+    from sweeplab.mlx.step import value_and_grad
+
+    (loss, _), grads = value_and_grad(port, mlx_lm_loss(port), mx.bfloat16)(to_mx(batch))
+    flat = dict(mlx.utils.tree_flatten(grads))
+    assert all(g.dtype == mx.float32 for g in flat.values())
+    assert all(a.dtype == mx.float32 for _, a in mlx.utils.tree_flatten(port.parameters())), "weights put back"
+    for name, p in model.named_parameters():
+        expected, actual = p.grad, convert.to_torch(flat[name])
+        # bf16 gradients: compared as whole tensors (relative L2 error), elementwise they round differently
+        assert (actual - expected).norm() / expected.norm() < 0.05, name
+
+
+# --- gradient accumulation ----------------------------------------------------------------------------------
+def halves(batch: dict) -> tuple[dict, dict]:
+    n = next(iter(batch.values())).shape[0] // 2
+    return {k: v[:n] for k, v in batch.items()}, {k: v[n:] for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("family", ["textbridge", "pagating_lm"])
+def test_accumulating_two_half_batches_is_one_step_on_the_whole_batch(family):
+    """accumulate=2 on the two halves of each batch gives torch's curve on the whole batches: the gradient of
+    the mean of two equal-sized halves' mean losses is the whole batch's (all rows full length, all tokens scored)."""
+    if family == "textbridge":
+        model, port = textbridge_pair()
+        torch_loss, loss_fn = torch_textbridge_loss, mlx_textbridge_loss(port)
+        batches = textbridge_batches(batch_size=8)
+        for b in batches:  # equal-length rows: each half's mean is over as many tokens
+            b["attention_mask"][:] = 1
+    else:
+        model, port = gpt_pair()
+        torch_loss, loss_fn, batches = torch_lm_loss, mlx_lm_loss(port), lm_batches(batch_size=8)
+    torch_losses, clipped = torch_curve(model, torch_loss, batches, OPTIM)
+    assert clipped > 0
+    step_fn = CompiledStep(port, loss_fn, build_mlx_optimizer(OPTIM, STEPS), OPTIM.grad_clip, compile=False,
+                           accumulate=2)
+    mlx_losses = []
+    for step in range(STEPS):
+        loss, _, _, finite = step_fn(*(to_mx(h) for h in halves(batches[step % len(batches)])))
+        mx.eval(loss, port.parameters())
+        mlx_losses.append(loss.item())
+    assert_curves_match(mlx_losses, torch_losses)
+    with pytest.raises(ValueError, match="1 batches for one step of accumulate=2"):
+        step_fn(to_mx(batches[0]))
+
+
+# --- what last.ckpt holds for a resume ----------------------------------------------------------------------
+def test_a_step_after_saving_and_restoring_the_optimizer_state_is_bit_identical(tmp_path):
+    """The MLX side of resume: weights (convert.state_dict) and the optimizer's state (convert.arrays_to_torch)
+    through a torch.save file, into a fresh model and optimizer: the next steps are the same bits."""
+    model, port = gpt_pair(alpha="learnable")
+    batches = [to_mx(b) for b in lm_batches()]
+    optimizer = build_mlx_optimizer(OPTIM, STEPS)
+    step_fn = CompiledStep(port, mlx_lm_loss(port), optimizer, OPTIM.grad_clip, compile=False)
+    for step in range(3):
+        step_fn(batches[step])
+    mx.eval(step_fn.state)
+    torch.save({"weights": convert.state_dict(port), "optimizer": convert.arrays_to_torch(optimizer.state)},
+               tmp_path / "state.pt")
+    saved = torch.load(tmp_path / "state.pt", weights_only=True)
+
+    fresh = mlx_gpt.build_mlx_model(model.config)
+    convert.load_state_dict(fresh, saved["weights"])
+    restored = build_mlx_optimizer(OPTIM, STEPS)
+    restored.state = convert.arrays_from_torch(saved["optimizer"])
+    fresh_step = CompiledStep(fresh, mlx_lm_loss(fresh), restored, OPTIM.grad_clip, compile=False)
+    before = dict(mlx.utils.tree_flatten(optimizer.state))
+    after = dict(mlx.utils.tree_flatten(restored.state))
+    assert before.keys() == after.keys() and all(before[k].dtype == after[k].dtype for k in before)
+    for step in range(3, 6):
+        a, b = step_fn(batches[step % 3])[0], fresh_step(batches[step % 3])[0]
+        assert a.item() == b.item()
+    mx.eval(step_fn.state, fresh_step.state)
+    for (key, a), (_, b) in zip(mlx.utils.tree_flatten(port.parameters()), mlx.utils.tree_flatten(fresh.parameters())):
+        assert np.array_equal(bits(a), bits(b)), key

@@ -10,31 +10,52 @@ Shared with the Lightning path, not copied:
   as its device sync (warm-up excluded, sync at window edges, validation and checkpoint writing excluded, `summary/*`);
 - MLflow: the same logger class, metric names, tags (plus `mlx`, its version) and run layout;
 - checkpoints: Lightning-format files with the PyTorch state dict (`families/loading.load_model` reads them), so
-  report and export work on an MLX-trained model.
+  report and export work on an MLX-trained model; `best-step{N}.ckpt` and `last.ckpt` as the Lightning path writes
+  them (callbacks/checkpoints.py: last.ckpt every `checkpoint.every_n_steps` and at the last step, after that
+  step's validation), through the same atomic writer, with the metrics they cover in the store first.
 
-Not done here (refused up front by sweeplab.engine.rules.check_mlx): resume, gradient accumulation, several devices, mixed precision.
+Resume (`resume=true` / `resume=PATH`, found and checked by sweeplab.engine.training as for Lightning): last.ckpt also holds
+what only this loop reads, under `mlx`: the optimizer's state (moments, step count; float32 bit for bit, under
+`optimizer_states` too, where the checkpoint checks look for non-finite values), the training loader's position
+(`StatefulDataLoader.state_dict`: the sampler's epoch and batches, so the resumed run sees the same batches). A killed
+run resumed from it continues to the bit-identical weights of an uninterrupted run on the same device
+(tests/test_mlx_resume.py). Not MLX's random key: mlx 0.32 has no way to set it from Python, so with dropout > 0
+(off in every preset) a resumed run draws other dropout masks than an uninterrupted one, and says so.
+
+trainer.precision: 32-true, or bf16-mixed (float32 weights and optimizer, bfloat16 forward and backward:
+sweeplab.mlx.step). trainer.accumulate_grad_batches=k: one optimizer step per k batches; every step count
+(max_steps, validation, logging, checkpoints, the timer's windows) counts optimizer steps.
+Not done here (refused up front by sweeplab.engine.rules.check_mlx): several devices, 16-mixed and bf16-true.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import signal
 from pathlib import Path
 
 import mlx.core as mx
 import torch
 
+from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core import interrupts
+from sweeplab.core.files import atomic_write
+from sweeplab.data.sampling import check_resumable
 from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
 from sweeplab.runtime import devices, distributed
-from sweeplab.tasks.checkpoint import AtomicCheckpointIO
+from sweeplab.tasks.checkpoint import AtomicCheckpointIO, read_checkpoint
 from sweeplab.tasks.optim import lr_at
 
 log = logging.getLogger(__name__)
+
+COMPUTE_DTYPES = {"32-true": None, "bf16-mixed": mx.bfloat16}  # trainer.precision -> the step's compute dtype
 
 
 def to_mx(batch: dict) -> dict:
@@ -67,14 +88,26 @@ def fit(job: Job) -> FitResult:
     if job.run is not None:
         job.run.set_tag("mlx", mx.__version__)
     model = p.family.build_mlx_model(model_config)
-    convert.load_state_dict(model, task.model.state_dict())
+    resumed = read_checkpoint(job.resume_ckpt) if job.resume_ckpt is not None else None
+    if resumed is not None:
+        convert.load_state_dict(model, {k[len("model."):]: v for k, v in resumed["state_dict"].items()})
+    else:
+        convert.load_state_dict(model, task.model.state_dict())
+    optimizer = build_optimizer(p.optim, p.trainer.max_steps)
+    if resumed is not None:
+        optimizer.state = convert.arrays_from_torch(resumed["mlx"]["optimizer"])
+        if getattr(model_config, "dropout", 0.0):
+            log.warning("resume: MLX's random key cannot be restored, so with model.dropout=%s the resumed run draws "
+                        "other dropout masks than an uninterrupted run would", model_config.dropout)
     guard = NonFiniteGuard(**p.guard)  # its config checks; the checks themselves run on the step's flag below
     step_fn = CompiledStep(
         model,
         lambda batch: model.training_loss(batch, task.loss_config),
-        build_optimizer(p.optim, p.trainer.max_steps),
+        optimizer,
         p.optim.grad_clip,
         skip_nonfinite=guard.mode == "skip",
+        compute_dtype=COMPUTE_DTYPES[p.trainer.precision],
+        accumulate=p.trainer.accumulate_grad_batches,
     )
     loggers = [job.logger] if job.logger is not None else []
 
@@ -86,7 +119,7 @@ def fit(job: Job) -> FitResult:
     gpu = devices.mlx_gpu_name()  # None on the CPU
     timer.start(TimedFit(
         device=torch.device("cpu"),  # the timer's torch-side calls see the host; MLX's peak and memory come below
-        precision="32-true",
+        precision=p.trainer.precision,
         peak_flops=devices.apple_gpu_peak(gpu) if gpu is not None else None,
         memory=devices.MlxMemory(on_gpu=gpu is not None),
         log_metrics=log_metrics,
@@ -95,17 +128,27 @@ def fit(job: Job) -> FitResult:
         flops_in=task.flops_in,
         out_dir=job.output_dir / "profile",
         warm_up_shapes=_shape_warm_up(datamodule, step_fn, p.trainer.max_steps),
+        accumulate=p.trainer.accumulate_grad_batches,
     ))
     best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
     loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
+    loop.before_save = [each.wait_for_writes for each in loggers if hasattr(each, "wait_for_writes")]
     loader = datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
     record_batch_size(job, loader)
+    start = 0
+    if resumed is not None:
+        check_resumable(loader, "resume")
+        loader.load_state_dict(resumed["mlx"]["data"])
+        best.load_state_dict(resumed.get("callbacks", {}).get(best.state_key) or {})
+        start = int(resumed["global_step"])
     with interrupts.at_safe_points():  # a signal is recorded; the loop checks it every step and validation
-        step = loop.run(loader)
+        step = loop.run(loader, start)
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
     diverged = nonfinite_at_end(task.model, loop.last_values, step) if guard.mode == "off" else None
+    if loop.faults is not None and loop.faults.kill_after_fit:
+        os.kill(os.getpid(), signal.SIGKILL)
     return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags(),
                      diverged=diverged)
 
@@ -133,30 +176,43 @@ class _Loop:
         self.consecutive_skips = 0
         self.first_bad = None  # the first non-finite step, kept on the device until a check reads it
         self.last_values: dict[str, float] = {}  # the last logged value of each metric
+        self.loader = None
+        self.before_save: list = []  # called before last.ckpt is written (the loggers' writes waited for)
+        self.faults = FaultInjection.from_env()  # reliability tests (callbacks/faults.py): kills, raise, pause
 
-    def run(self, loader) -> int:
+    def run(self, loader, step: int = 0) -> int:
+        """Train from optimizer step `step` (0, or a resumed checkpoint's) to trainer.max_steps."""
         max_steps = self.p.trainer.max_steps
-        step = 0
-        self.log_model_values(0)
+        self.loader = loader
+        self.log_model_values(step)
+        batches = []  # the batches of one optimizer step (trainer.accumulate_grad_batches)
         while step < max_steps:
             for batch in loader:
                 interrupts.check()  # a stop request, acted on between steps
                 self.timer.batch_start()
+                batches.append(batch)
+                if len(batches) < self.step_fn.accumulate:
+                    continue
                 if hasattr(self.model, "before_step"):
                     self.model.before_step(step)
-                loss, metrics, norm, finite = self.step_fn(to_mx(batch))
+                loss, metrics, norm, finite = self.step_fn(*(to_mx(b) for b in batches))
                 mx.async_eval(loss, metrics, norm, finite, self.step_fn.state)  # one evaluation per step, not waited for
                 self.check_finite(step, loss, norm, finite)
                 batch_index, step = step, step + 1
-                self.timer.batch_end(batch, batch_index, result=loss)
+                for each in batches:
+                    self.timer.batch_end(each, batch_index, result=loss)
+                batches = []
                 if step % self.p.trainer.log_every_n_steps == 0:
                     lr = lr_at(batch_index, self.p.optim, max_steps)
                     logged = {"train/loss": loss.item(), **{k: v.item() for k, v in metrics.items()}, "lr": lr}
                     self.log_metrics(logged, batch_index)
                     self.last_values.update(logged)
                     self.log_model_values(step)
+                self.inject_faults(step)
                 if step % self.p.trainer.val_check_interval == 0 or step >= max_steps:
                     self.validate(step, batch_index)
+                if step % self.p.checkpoint.every_n_steps == 0 or step >= max_steps:
+                    self.save_last(step)
                 if step >= max_steps:
                     break
         if self.first_bad is not None and self.first_bad.item() >= 0:  # a bad step after the last full check interval
@@ -185,6 +241,17 @@ class _Loop:
                     f"grad_norm={norm.item():.4g}): lower optim.lr, check the data, or set guard.mode=skip"
                 )
 
+    def inject_faults(self, step: int) -> None:
+        faults = self.faults
+        if faults is None:
+            return
+        if faults.kill_at_step == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if faults.raise_at_step == step:
+            raise RuntimeError(f"injected failure at step {step}")
+        if faults.pause_at_step == step:
+            faults._pause(f"step {step}")  # until a stop is requested or the paused file is removed
+
     def log_model_values(self, step: int) -> None:
         """The model's own figures (the LM's α per layer) at `step` optimizer steps, as AlphaScheduleCallback."""
         if hasattr(self.model, "before_step"):
@@ -196,6 +263,8 @@ class _Loop:
         interrupts.check()
         self.timer.pause()
         values = _validate(self.task, self.model, self.datamodule, self.p.trainer.limit_val_batches)
+        if self.faults is not None and self.faults.kill_in_validation_at_step == step:
+            os.kill(os.getpid(), signal.SIGKILL)
         self.log_metrics(values, batch_index)
         self.last_values.update(values)
         if self.p.family.monitor in values:
@@ -211,6 +280,25 @@ class _Loop:
             "sweeplab": {"mlflow_run_id": self.task.mlflow_run_id, "backend": "mlx"},
         }
 
+    def save_last(self, step: int) -> None:
+        """last.ckpt: what a killed run resumes from (the module docstring says what it holds)."""
+        mx.eval(self.step_fn.state)
+        optimizer = convert.arrays_to_torch(self.step_fn.optimizer.state)
+        checkpoint = {
+            **self.checkpoint(step),
+            "optimizer_states": [optimizer["arrays"]],  # the checkpoint checks look here for non-finite values
+            "callbacks": {self.best.state_key: self.best.state_dict()},
+            "mlx": {
+                "optimizer": optimizer,
+                "data": self.loader.state_dict(),
+                "version": mx.__version__,
+            },
+        }
+        for wait in self.before_save:  # the metrics this checkpoint covers are in the store before it exists
+            wait()
+        self.best.directory.mkdir(parents=True, exist_ok=True)
+        AtomicCheckpointIO().save_checkpoint(checkpoint, self.best.directory / "last.ckpt")
+
 
 def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
     """The task's validation hooks on the MLX model's outputs; {metric: value} as Lightning would log them."""
@@ -219,6 +307,7 @@ def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
         return convert.to_torch(out)
 
     logged = _LoggedValues()
+    task.model.load_state_dict(convert.state_dict(model))  # hooks that run the model itself (the decoder's decodes)
     own_forward = task.forward_fn
     task.forward_fn, task.log, task.log_dict = forward, logged.log, logged.log_dict
     model.eval()
@@ -252,6 +341,33 @@ class _Best:
         self.directory, self.monitor, self.mode = directory, monitor, mode
         self.path: Path | None = None
         self.score: float | None = None
+
+    @property
+    def state_key(self) -> str:
+        return f"ModelCheckpoint{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
+
+    def state_dict(self) -> dict:
+        """As Lightning's ModelCheckpoint state (callbacks.checkpoints.best_files reads `best_k_models`)."""
+        best = {str(self.path): self.score} if self.path is not None else {}
+        return {"monitor": self.monitor, "best_model_path": str(self.path or ""), "best_model_score": self.score,
+                "best_k_models": best, "dirpath": str(self.directory)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed run's best checkpoint, copied into this job's directory when it lies elsewhere (resume=PATH);
+        a best file that is gone is dropped with a warning, as BestCheckpoint.load_state_dict does."""
+        for path, score in (state.get("best_k_models") or {}).items():
+            source = Path(path)
+            if not source.is_file():
+                log.warning("resume: the best checkpoint %s named by the resumed checkpoint is missing; the best is "
+                            "chosen among the validations from here on", source)
+                continue
+            target = self.directory / source.name
+            if source.resolve() != target.resolve():
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with atomic_write(target) as f, source.open("rb") as src:
+                    shutil.copyfileobj(src, f)
+                log.info("resume: copied the best checkpoint %s to %s", source, target)
+            self.path, self.score = target, float(score)
 
     def update(self, value: float, step: int, make_checkpoint) -> None:
         better = self.score is None or (value < self.score if self.mode == "min" else value > self.score)

@@ -51,8 +51,6 @@ def check_mlx(p) -> None:
     """What the MLX loop cannot do yet (backend=mlx), refused before any run exists."""
     container = p.container
     backends.mlx_device(p.backend_config.device)  # backend.device=gpu where MLX has none
-    if container.get("resume") not in (False, None):
-        raise ConfigError("resume", "backend=mlx does not resume runs yet; start a new run (resume=false)")
     if (container.get("data") or {}).get("on_device"):
         raise ConfigError("data.on_device", "keeps batches on a torch device; backend=mlx converts each batch: use false")
     if (container.get("tune") or {}).get("batch_size"):

@@ -75,4 +75,22 @@ def load_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None
     mx.eval(model.parameters())
 
 
-__all__ = ["load_state_dict", "mlx_arrays", "state_dict", "tied_weights", "to_mx", "to_torch"]
+def arrays_to_torch(tree) -> dict:
+    """An MLX tree of arrays (an optimizer's state, the random key) as {"arrays": {flat key: tensor}, "dtypes":
+    {flat key: MLX dtype}}, for a checkpoint: floating arrays as tensors of their dtype (bit for bit), the others
+    (the step count, uint64; the random key, uint32) as int64 tensors of the same values."""
+    arrays, dtypes = {}, {}
+    for key, array in tree_flatten(tree) if not isinstance(tree, mx.array) else [("", tree)]:
+        floating = mx.issubdtype(array.dtype, mx.floating)
+        arrays[key] = to_torch(array) if floating else torch.from_numpy(np.array(array.astype(mx.int64)))
+        dtypes[key] = str(array.dtype).rsplit(".", 1)[-1]
+    return {"arrays": arrays, "dtypes": dtypes}
+
+
+def arrays_from_torch(saved: Mapping) -> mx.array | dict | list:
+    """arrays_to_torch's inverse: the same tree (or the one array), the same dtypes and bits."""
+    items = [(key, to_mx(t).astype(getattr(mx, saved["dtypes"][key]))) for key, t in saved["arrays"].items()]
+    return items[0][1] if [key for key, _ in items] == [""] else tree_unflatten(items)
+
+
+__all__ = ["arrays_from_torch", "arrays_to_torch", "load_state_dict", "mlx_arrays", "state_dict", "tied_weights", "to_mx", "to_torch"]

@@ -252,14 +252,13 @@ def _check_mlx(
         raise ConfigError("cuda_graph", "CUDA graphs are PyTorch's; backend=mlx compiles its step with mx.compile: use cuda_graph=false")
     if steps_per_batch != 1:
         raise ConfigError("steps_per_batch", f"{steps_per_batch}: backend=mlx runs one optimizer step per batch; use steps_per_batch=1")
-    if precision != "32-true":
-        raise ConfigError("trainer.precision", f"{precision}: backend=mlx trains in 32-true only (no mixed precision or fp16 loss scaler)")
+    if precision not in ("32-true", "bf16-mixed"):
+        raise ConfigError("trainer.precision", f"{precision}: backend=mlx trains in 32-true or bf16-mixed (no fp16 loss "
+                          "scaler, no bfloat16 weights); use bf16-mixed")
     if optim_implementation not in ("auto", "for_loop"):
         raise ConfigError("optim.implementation", f"{optim_implementation} selects torch's optimizer kernels; backend=mlx has one: use auto")
     if devices != 1:
         raise ConfigError("trainer.devices", f"{devices}: backend=mlx trains on one device; use trainer.devices=1")
-    if accumulate_grad_batches != 1:
-        raise ConfigError("trainer.accumulate_grad_batches", "backend=mlx steps on every batch; use trainer.accumulate_grad_batches=1")
     if gradient_checkpointing:
         raise ConfigError("model.gradient_checkpointing", "the MLX models do not recompute blocks; use model.gradient_checkpointing=false")
 

@@ -105,6 +105,15 @@ def check_model(checkpoint: Mapping[str, Any], path: Path, family: str, model_co
         )
 
 
+def check_backend(checkpoint: Mapping[str, Any], path: Path, backend: str) -> None:
+    """The checkpoint was written by this kind of loop: the MLX loop's (`mlx`: its optimizer state and data position)
+    for backend=mlx, Lightning's for the others; neither reads the other's training state."""
+    written = "backend=mlx" if "mlx" in checkpoint else "a PyTorch backend (Lightning)"
+    if ("mlx" in checkpoint) != (backend == "mlx"):
+        raise UserError(f"resume: checkpoint {path} was written by {written}, and this job trains with backend={backend}; "
+                        "resume it with the backend that wrote it")
+
+
 def find_run(uri: str, run_id: str):
     """The run with this id in this store, or None (another store's run, or deleted)."""
     from mlflow.exceptions import MlflowException

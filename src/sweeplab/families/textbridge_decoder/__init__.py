@@ -4,8 +4,9 @@ TextBridge-encoder) embedding, trained on teacher-forced token cross entropy (`m
 It trains on TextBridge's own data (the same data module, files and demo set: a sentence's token ids and its
 teacher embedding), so everything TextBridge's data does (formats, padding modes, `on_device`, the bench's tiled
 data) it does too. The package: `task.py` (loss and validation metrics), `roundtrip.py` (text -> encoder -> cube ->
-decoder -> text, `python -m sweeplab.families.textbridge_decoder.roundtrip`). The model is
-`sweeplab.models.textbridge_decoder` (plain torch; its `DecoderStep` is what the Core ML export holds).
+decoder -> text, `python -m sweeplab.families.textbridge_decoder.roundtrip`), `mlx_model.py` (the MLX port, for
+backend=mlx). The model is `sweeplab.models.textbridge_decoder` (plain torch; its `DecoderStep` is what the Core ML
+export holds).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ FAMILY = Family(
     model="sweeplab.models.textbridge_decoder:TextBridgeDecoder",
     datamodule="sweeplab.families.textbridge.data:TextBridgeDataModule",
     task="sweeplab.families.textbridge_decoder.task:DecoderTask",
+    mlx_model="sweeplab.families.textbridge_decoder.mlx_model:build_mlx_model",
     model_keys_for_data=("max_len",),
     default_size="small",
     resolve_data="sweeplab.families.textbridge.device_batches:resolve_data",
