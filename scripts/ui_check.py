@@ -136,10 +136,10 @@ def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
 
     rows = []
     for run in config_runs.configuration_runs(uri, parent_id):
-        metric = run.data.tags.get("objective", "")
+        metric = run.tags.get("objective", "")
         names = config_runs.figure_tag_names(metric)
-        rows.append({"name": run.info.run_name, "samples/s": run.data.tags.get(names[0], ""),
-                     f"final {metric}": run.data.tags.get(names[1], "")})
+        rows.append({"name": run.name, "samples/s": run.tags.get(names[0], ""),
+                     f"final {metric}": run.tags.get(names[1], "")})
     return rows
 
 

@@ -187,7 +187,7 @@ def test_metadata_names_and_description(exported, checkpoints):
     assert meta.author == "sweeplab" and meta.versionString == "3" and "pagating_lm" in meta.shortDescription
     user = dict(meta.userDefined)
     assert user["sweeplab.family"] == "pagating_lm" and user["sweeplab.checkpoint"] == str(checkpoints["pagating_lm"])
-    assert json.loads(user["sweeplab.core.config"])["model"]["unit"] == "paGELU"
+    assert json.loads(user["sweeplab.config"])["model"]["unit"] == "paGELU"
     alpha = json.loads(user["sweeplab.alpha"])
     assert set(alpha) == {"layer_0", "layer_1"} and all(0 < a < 1 for a in alpha.values())
     assert "sweeplab.metrics" in user and "sweeplab.run_id" in user

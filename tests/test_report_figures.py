@@ -138,22 +138,22 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     options = VerdictOptions(target=0.8)
     first = report.sweep_report(mlflow_uri, parent, tmp_path / "out", options=options)
     assert {"speed_quality.png", "curves.png"} <= {p.name for p in first.files}
-    runs = {r.data.tags["config"]: r for r in config_runs.configuration_runs(mlflow_uri, parent)}
+    runs = {r.tags["config"]: r for r in config_runs.configuration_runs(mlflow_uri, parent)}
     assert set(runs) == {j.config for j in jobs}
     fast = runs["data.batch_size=64 loss.alpha=0.7"]
-    assert fast.data.tags["mlflow.parentRunId"] == parent and fast.data.tags["sweeplab.role"] == "configuration"
-    assert fast.data.tags["mlflow.runName"] == "bs=64 α=0.7" and fast.data.tags["verdict"] == "fastest"
-    assert fast.data.params == {"data.batch_size": "64", "loss.alpha": "0.7"}
+    assert fast.tags["mlflow.parentRunId"] == parent and fast.tags["sweeplab.role"] == "configuration"
+    assert fast.tags["mlflow.runName"] == "bs=64 α=0.7" and fast.tags["verdict"] == "fastest"
+    assert fast.params == {"data.batch_size": "64", "loss.alpha": "0.7"}
     summary = first.verdict.summary.config("data.batch_size=64 loss.alpha=0.7")
-    metrics = fast.data.metrics
+    metrics = fast.metrics
     assert metrics["speedup"] == pytest.approx(summary.speedup.point)
     assert metrics["speedup_low"] < metrics["speedup"] < metrics["speedup_high"]
     assert metrics["time_to_target_s"] == pytest.approx(summary.time_to_target.point)
     for name in ("samples_per_sec_low", "samples_to_target_high", "speedup_to_target_low", "final_val_cos",
                  "quality_delta_high", "jobs", "target"):
         assert name in metrics, name
-    assert runs["data.batch_size=32 loss.alpha=0.7"].data.tags["baseline"] == "true"
-    assert len(fast.data.tags["job_run_ids"].split(",")) == 3
+    assert runs["data.batch_size=32 loss.alpha=0.7"].tags["baseline"] == "true"
+    assert len(fast.tags["job_run_ids"].split(",")) == 3
     # the jobs stay the sweep's jobs: the report, the job counts and best_* read them, not the configuration runs
     job_runs = mlflow_store.sweep_jobs(mlflow_uri, parent)
     assert len(job_runs) == len(jobs) and all("replicate" in r.data.tags for r in job_runs)
@@ -166,8 +166,8 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
 
     second = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.7))
     again = config_runs.configuration_runs(mlflow_uri, parent)
-    assert len(again) == 3 and not {r.info.run_id for r in again} & {r.info.run_id for r in runs.values()}
-    assert {r.data.metrics["target"] for r in again} == {0.7}
+    assert len(again) == 3 and not {r.run_id for r in again} & {r.run_id for r in runs.values()}
+    assert {r.metrics["target"] for r in again} == {0.7}
     assert second.verdict.summary.configs[0].jobs == 3  # the configuration runs did not join the jobs
 
 

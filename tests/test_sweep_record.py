@@ -147,3 +147,11 @@ def test_every_name_of_the_schema_is_documented():
     documented = (SRC.parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
     missing = sorted(n for n in _record_names() if f"`{n}`" not in documented)
     assert missing == []
+
+
+def test_one_module_reads_mlflows_run_objects():
+    """MLflow's run objects are read in tracking/mlflow_store.py (RunRecord, record_of) only: every other module reads
+    the records (the study's: sweeplab.study.sweep)."""
+    readers = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                     if re.search(r"\.data\.(tags|params|metrics)\b", p.read_text(encoding="utf-8")))
+    assert readers == ["tracking/mlflow_store.py"]

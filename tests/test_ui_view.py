@@ -77,11 +77,11 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     assert url == f"http://ui/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweeplab-{parent}"
     assert "searchFilter" not in url  # the UI ignores a view whose address carries its own search
     fast = next(r for r in config_runs.configuration_runs(mlflow_uri, parent)
-                if r.data.tags["config"] == "data.batch_size=64 loss.alpha=0.7")
-    assert fast.data.tags["samples/s"].count("(") == 1 and "–" in fast.data.tags["samples/s"]
-    assert "stability" not in fast.data.tags  # synthetic jobs record no stability figures (test below)
-    curve = client.get_metric_history(fast.info.run_id, "curve/val/cos")
-    times = client.get_metric_history(fast.info.run_id, "curve/train_seconds")
+                if r.tags["config"] == "data.batch_size=64 loss.alpha=0.7")
+    assert fast.tags["samples/s"].count("(") == 1 and "–" in fast.tags["samples/s"]
+    assert "stability" not in fast.tags  # synthetic jobs record no stability figures (test below)
+    curve = client.get_metric_history(fast.run_id, "curve/val/cos")
+    times = client.get_metric_history(fast.run_id, "curve/train_seconds")
     assert len(curve) == len(times) > 1 and {m.step for m in curve} == {m.step for m in times}
     # a view deleted (or a sweep reported before views existed) is written again by make ui
     client.delete_experiment_tag(experiment_id, saved_view.VIEW_TAG_PREFIX + saved_view.view_id(parent))

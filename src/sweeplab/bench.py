@@ -391,12 +391,12 @@ def run_row(
             started_ms = int(time.time() * 1000) - 1
             job_dir = out_dir / "jobs" / f"{re.sub(r'[^A-Za-z0-9]+', '_', row.name).strip('_')}-{repeat}" if out_dir else None
             train(cfg, output_dir=job_dir)  # each job's checkpoints of its own, beside the bench's tables
-            run = _run_started_since(uri, experiment_id, started_ms)
-            result.run_ids.append(run.info.run_id)
-            result.sweeplab.append(dict(run.data.metrics))
+            run = mlflow_store.record_of(_run_started_since(uri, experiment_id, started_ms))
+            result.run_ids.append(run.run_id)
+            result.sweeplab.append(dict(run.metrics))
             for key, value in (("mlflow.parentRunId", parent_run_id), ("bench.row", row.name), ("bench.repeat", str(repeat))):
-                client.set_tag(run.info.run_id, key, value)
-            log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, sweeplab_rate(run.data.metrics) or 0)
+                client.set_tag(run.run_id, key, value)
+            log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, sweeplab_rate(run.metrics) or 0)
     for run_id, ours, raw in zip(result.run_ids, result.sweeplab, result.raw):
         metrics = {"bench/raw_samples_per_sec": raw["samples_per_sec"], "bench/raw_step_time_s": raw["step_time_s"]}
         if sweeplab_rate(ours):

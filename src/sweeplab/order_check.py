@@ -112,14 +112,15 @@ def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     if not marker.exists():
         return {}
     out = {}
-    for position, run in enumerate(mlflow_store.sweep_jobs(uri, marker.read_text().strip()), start=1):
-        config = tuple(run.data.params.get(key, "?") for key in keys)
-        metrics = run.data.metrics
+    jobs = map(mlflow_store.record_of, mlflow_store.sweep_jobs(uri, marker.read_text().strip()))
+    for position, run in enumerate(jobs, start=1):
+        config = tuple(run.params.get(key, "?") for key in keys)
+        metrics = run.metrics
         out[config] = {
             "position": position,
             "rate": metrics.get(schema.SAMPLES_PER_SEC),
             "problems": stability.problems(metrics),
-            "status": run.info.status,
+            "status": run.status,
         }
     return out
 

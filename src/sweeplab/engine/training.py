@@ -148,7 +148,7 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
     else:
         run = resume.find_run(uri, target.run_id)
         recorded = str(target.run_folder) if target.run_folder is not None else None
-        unchanged = run is not None and run.info.status != "FINISHED" and run.data.tags.get(schema.OUTPUT_DIR_TAG) == recorded
+        unchanged = run is not None and run.status != "FINISHED" and run.tags.get(schema.OUTPUT_DIR_TAG) == recorded
     if not unchanged:
         raise UserError(f"resume: run {target.run_id} was finished or taken over by another process meanwhile; "
                         "nothing to resume (run the command again: a finished run is extended into a new run)")
@@ -259,10 +259,10 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
                     ckpt, run_id or "none recorded", uri)
         return point
     changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
-    recorded = run.data.tags.get(schema.OUTPUT_DIR_TAG)
-    if run.info.status != "FINISHED":
+    recorded = run.tags.get(schema.OUTPUT_DIR_TAG)
+    if run.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)
-    finished_at = run.data.params.get("trainer.max_steps", "0")
+    finished_at = run.params.get("trainer.max_steps", "0")
     if not p.trainer.max_steps > int(finished_at):
         raise UserError(
             f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "

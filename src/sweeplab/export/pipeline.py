@@ -57,11 +57,11 @@ def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dic
     uri = mlflow_store.resolve_uri(tracking_uri)
     # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
     mlflow_store.open_existing_store(uri)
-    run = mlflow_store.get_run(uri, run_id, "run_id")
-    checkpoint = run.data.tags.get("checkpoint")
+    run = mlflow_store.read_run(uri, run_id, "run_id")
+    checkpoint = run.tags.get("checkpoint")
     if not checkpoint:
         raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")
-    return checkpoint, _val_metrics(run.data.metrics), uri
+    return checkpoint, _val_metrics(run.metrics), uri
 
 
 def _val_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -102,7 +102,7 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
         "sweeplab.checkpoint": str(loaded.path),
         "sweeplab.global_step": str(loaded.global_step),
         "sweeplab.run_id": run_id or "",
-        "sweeplab.core.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
+        "sweeplab.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
         "sweeplab.alpha": json.dumps(alpha, sort_keys=True),
         "sweeplab.metrics": json.dumps(dict(metrics), sort_keys=True),
     }
@@ -499,7 +499,7 @@ def export_after_training(
     metrics = None
     if mlflow_run_id:
         try:
-            metrics = _val_metrics(mlflow_store.client(mlflow_store.resolve_uri(tracking_uri)).get_run(mlflow_run_id).data.metrics)
+            metrics = _val_metrics(mlflow_store.read_run(mlflow_store.resolve_uri(tracking_uri), mlflow_run_id).metrics)
         except Exception as exc:  # metadata only: the export goes on with the checkpoint's own best score
             log.warning("could not read the metrics of MLflow run %s: %s", mlflow_run_id, exc)
     result = export_checkpoint(

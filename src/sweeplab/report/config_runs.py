@@ -24,9 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import schema, stability
 from sweeplab.report import saved_view
-from sweeplab.study.sweep import JobRecord, Sweep, SweepRun
+from sweeplab.study.sweep import JobRecord, Sweep
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
 from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking.mlflow_store import RunRecord
 
 NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
 JOB_IDS_TAG = "job_run_ids"
@@ -34,17 +35,17 @@ MAX_TAG_CHARS = 8000  # MLflow's limit on a tag's value
 STABILITY_TAG = "stability"
 
 
-def configuration_runs(uri: str, parent_run_id: str):
+def configuration_runs(uri: str, parent_run_id: str) -> list[RunRecord]:
     """The configuration runs under a sweep's parent run (active ones), in the order they were written."""
     store = mlflow_store.client(uri)
     parent = store.get_run(parent_run_id)
-    return store.search_runs(
+    return [mlflow_store.record_of(r) for r in store.search_runs(
         [parent.info.experiment_id],
         filter_string=(f"tags.mlflow.parentRunId = '{parent_run_id}' and "
                        f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'"),
         max_results=10000,
         order_by=["attributes.start_time ASC"],
-    )
+    )]
 
 
 def metric_key(metric_name: str) -> str:
@@ -135,7 +136,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     command = naming.sweep_description(overrides.split(" ")) if overrides is not None else None
     client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
     for run in configuration_runs(uri, parent_run_id):
-        client.delete_run(run.info.run_id)
+        client.delete_run(run.run_id)
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
     names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
@@ -162,19 +163,19 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     if not saved_view.view_supported() or not runs:
         return None
     client = mlflow_store.client(uri)
-    parent = client.get_run(parent_run_id)
-    monitored = runs[0].data.tags.get("objective", "")
-    texts = [name for name in figure_tag_names(monitored) if name in runs[0].data.tags]
+    parent = mlflow_store.read_run(uri, parent_run_id)
+    monitored = runs[0].tags.get(schema.OBJECTIVE_TAG, "")
+    texts = [name for name in figure_tag_names(monitored) if name in runs[0].tags]
     state = saved_view.comparison_state(
-        list(naming.config_values(runs[0].data.tags.get("config", ""))), texts, f"final_{metric_key(monitored)}", monitored,
+        list(naming.config_values(runs[0].tags.get(schema.CONFIG_TAG, ""))), texts, f"final_{metric_key(monitored)}", monitored,
         f"tags.mlflow.parentRunId = '{parent_run_id}' and "
         f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
     )
-    name = f"sweep {parent.data.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8]}: comparison"
-    return saved_view.write_comparison_view(client, parent.info.experiment_id, parent_run_id, name, state)
+    name = f"sweep {parent.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8]}: comparison"
+    return saved_view.write_comparison_view(client, parent.experiment_id, parent_run_id, name, state)
 
 
-def _create_configuration_run(client, parent: SweepRun, config: ConfigSummary, summary: SweepSummary, name: str,
+def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
                               job_runs: list[JobRecord], jobs: list[Job]) -> str:
     from mlflow.entities import Metric
 

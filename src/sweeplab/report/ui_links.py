@@ -20,8 +20,8 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     not checked, a filter on its configuration runs and a sort. Without replicates: its jobs, best first.
     mode: TABLE, or CHART for the view's charts."""
     client = mlflow_store.client(uri)
-    parent = client.get_run(parent_id)
-    experiment_id = parent.info.experiment_id
+    parent = mlflow_store.read_run(uri, parent_id, "sweep")
+    experiment_id = parent.experiment_id
     if config_runs.configuration_runs(uri, parent_id):
         key = saved_view.view_id(parent_id)
         if saved_view.view_supported() and (saved_view.read_view(client, experiment_id, key) is not None
@@ -36,7 +36,7 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     return mlflow_store.runs_url(
         base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
-        ascending=parent.data.tags.get(schema.OBJECTIVE_MODE_TAG) == "min",
+        ascending=parent.tags.get(schema.OBJECTIVE_MODE_TAG) == "min",
     )
 
 

@@ -28,6 +28,7 @@ from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.study import verdict
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.mlflow_store import RunRecord
 
 
 @dataclass(frozen=True)
@@ -63,17 +64,6 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
-class SweepRun:
-    """The sweep's own (parent) run."""
-
-    run_id: str
-    experiment_id: str
-    status: str
-    tags: Mapping[str, str]
-    metrics: Mapping[str, float]
-
-
-@dataclass(frozen=True)
 class Sweep:
     """A sweep's jobs in the order they started, its parent run (None for an experiment's runs), and the one metric
     its report judges, plots and tabulates."""
@@ -82,7 +72,7 @@ class Sweep:
     jobs: tuple[JobRecord, ...]
     metric: str = "val/loss"
     mode: verdict.Mode = "min"
-    parent: SweepRun | None = None
+    parent: RunRecord | None = None  # the sweep's own run
     families: tuple[str, ...] = field(default=())
 
     @property
@@ -156,29 +146,26 @@ def read_experiment(uri: str, experiment_name: str) -> Sweep:
 def sweep_from_runs(uri: str | None, runs: Iterable, parent=None, client=None) -> Sweep:
     """The record of job runs already fetched (a sweep's, an experiment's); with `uri` each job's history of the
     monitored metric is read (once), without it the jobs have no curves."""
-    runs = [r for r in runs if mlflow_store.is_job_run(r)]
-    metric, mode = monitored_metric(runs)
+    records = [mlflow_store.record_of(r) for r in runs if mlflow_store.is_job_run(r)]
+    metric, mode = monitored_metric(records)
     if uri is not None and client is None:
         client = mlflow_store.client(uri)
-    jobs = tuple(_job(r, metric, client) for r in runs)
+    jobs = tuple(_job(r, metric, client) for r in records)
     families = tuple(sorted({j.family for j in jobs}))
-    parent_record = None if parent is None else SweepRun(
-        parent.info.run_id, parent.info.experiment_id, parent.info.status, dict(parent.data.tags),
-        dict(parent.data.metrics))
-    return Sweep(uri, jobs, metric, mode, parent_record, families)
+    return Sweep(uri, jobs, metric, mode, None if parent is None else mlflow_store.record_of(parent), families)
 
 
-def monitored_metric(runs) -> tuple[str, verdict.Mode]:
+def monitored_metric(runs: list[RunRecord]) -> tuple[str, verdict.Mode]:
     """The metric the jobs recorded as theirs (`monitor` / `monitor_mode`, else a sweep's `objective` tags), else
     the monitored metric of the family most of them trained, else val/loss (min)."""
     for name_tag, mode_tag in ((schema.MONITOR_TAG, schema.MONITOR_MODE_TAG),
                                (schema.OBJECTIVE_TAG, schema.OBJECTIVE_MODE_TAG)):
-        recorded = Counter((r.data.tags.get(name_tag), r.data.tags.get(mode_tag)) for r in runs
-                           if r.data.tags.get(name_tag) and r.data.tags.get(mode_tag) in ("max", "min"))
+        recorded = Counter((r.tags.get(name_tag), r.tags.get(mode_tag)) for r in runs
+                           if r.tags.get(name_tag) and r.tags.get(mode_tag) in ("max", "min"))
         if recorded:
             (name, mode), _ = recorded.most_common(1)[0]
             return name, mode
-    families = Counter(r.data.tags.get(schema.FAMILY_TAG, "") for r in runs)
+    families = Counter(r.tags.get(schema.FAMILY_TAG, "") for r in runs)
     try:
         family = get_family(families.most_common(1)[0][0]) if families else None
     except UserError:  # the family is not installed where the report runs
@@ -210,21 +197,21 @@ def samples_per_step(params: Mapping[str, str], tags: Mapping[str, str], metrics
         return None
 
 
-def _job(run, metric: str, client) -> JobRecord:
-    params, tags, metrics = dict(run.data.params), dict(run.data.tags), dict(run.data.metrics)
+def _job(run: RunRecord, metric: str, client) -> JobRecord:
+    params, tags, metrics = run.params, run.tags, run.metrics
     per_step = samples_per_step(params, tags, metrics)
     curve: tuple[verdict.ValidationPoint, ...] = ()
     if client is not None and per_step:
-        history = sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: (m.step, m.timestamp))
-        start_ms = run.info.start_time or (history[0].timestamp if history else 0)
+        history = sorted(client.get_metric_history(run.run_id, metric), key=lambda m: (m.step, m.timestamp))
+        start_ms = run.start_ms or (history[0].timestamp if history else 0)
         curve = tuple(verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp - start_ms) / 1000)
                       for m in history if math.isfinite(m.value))
     replicate = _int_tag(tags, schema.REPLICATE_TAG)
     return JobRecord(
-        run_id=run.info.run_id,
-        name=tags.get(schema.RUN_NAME_TAG, run.info.run_id[:8]),
-        status=run.info.status,
-        start_ms=run.info.start_time,
+        run_id=run.run_id,
+        name=run.name,
+        status=run.status,
+        start_ms=run.start_ms,
         params=params,
         tags=tags,
         metrics=metrics,

@@ -369,15 +369,15 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
                         f"{channels.PARENT_RUN_FILE}): pass hydra.sweep.dir=<the interrupted sweep's folder>")
     parent_id = marker.read_text().strip()
     try:
-        parent = client.get_run(parent_id)
+        parent = mlflow_store.record_of(client.get_run(parent_id))
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = parent.data.tags.get(schema.SWEEP_OVERRIDES_TAG, "").split()
+    recorded = parent.tags.get(schema.SWEEP_OVERRIDES_TAG, "").split()
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
     client.update_run(parent_id, status="RUNNING")
-    client.set_tag(parent_id, "resumed", str(int(parent.data.tags.get("resumed", "0")) + 1))
+    client.set_tag(parent_id, "resumed", str(int(parent.tags.get("resumed", "0")) + 1))
     log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
     return parent_id
 

@@ -19,10 +19,11 @@ import threading
 import traceback
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import channels
+from sweeplab.core import channels, schema
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
 from sweeplab.core.errors import UserError, exception_chain
 from sweeplab.core.interrupts import is_interrupt
@@ -162,6 +163,35 @@ def get_run(uri: str, run_id: str, what: str = "run_id"):
     except MlflowException as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"{what}={run_id}: not found in {uri}: {first_line[:200]}") from None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as sweeplab reads it: MLflow's run object is read here and in `record_of` only (tests/test_layers.py
+    counts the modules that read `run.data`)."""
+
+    run_id: str
+    experiment_id: str
+    status: str
+    start_ms: int | None
+    lifecycle_stage: str
+    params: Mapping[str, str]
+    tags: Mapping[str, str]
+    metrics: Mapping[str, float]
+
+    @property
+    def name(self) -> str:
+        return self.tags.get(schema.RUN_NAME_TAG, self.run_id[:8])
+
+
+def record_of(run) -> RunRecord:
+    return RunRecord(run.info.run_id, run.info.experiment_id, run.info.status, run.info.start_time,
+                     run.info.lifecycle_stage, dict(run.data.params), dict(run.data.tags), dict(run.data.metrics))
+
+
+def read_run(uri: str, run_id: str, what: str = "run_id") -> RunRecord:
+    """get_run's run as a RunRecord."""
+    return record_of(get_run(uri, run_id, what))
 
 
 ROLE_TAG = "sweeplab.role"  # "sweep": a sweep's parent run; "configuration": one configuration's aggregates; jobs: none

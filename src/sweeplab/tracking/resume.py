@@ -55,10 +55,10 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str) -> tuple
             order_by=["attributes.start_time DESC"],
             max_results=20,
         )
-    for run in runs:
-        ckpt = Path(run.data.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
+    for run in map(mlflow_store.record_of, runs):
+        ckpt = Path(run.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
         if ckpt.is_file():
-            return run.info.run_id, ckpt
+            return run.run_id, ckpt
     raise UserError(
         f"resume=true: no interrupted run with this configuration and a last checkpoint in {uri} "
         f"(experiment {experiment_name!r}); pass resume=PATH/TO/last.ckpt, or drop resume to start afresh"
@@ -114,7 +114,7 @@ def check_backend(checkpoint: Mapping[str, Any], path: Path, backend: str) -> No
                         "resume it with the backend that wrote it")
 
 
-def find_run(uri: str, run_id: str):
+def find_run(uri: str, run_id: str) -> mlflow_store.RunRecord | None:
     """The run with this id in this store, or None (another store's run, or deleted)."""
     from mlflow.exceptions import MlflowException
 
@@ -124,17 +124,17 @@ def find_run(uri: str, run_id: str):
         run = mlflow_store.client(uri).get_run(run_id)
     except MlflowException:
         return None
-    return None if run.info.lifecycle_stage == "deleted" else run
+    return None if run.info.lifecycle_stage == "deleted" else mlflow_store.record_of(run)
 
 
-def param_changes(run, params: Mapping[str, str], may_differ: set[str], path: Path) -> dict[str, tuple[str, str]]:
+def param_changes(run: mlflow_store.RunRecord, params: Mapping[str, str], may_differ: set[str], path: Path) -> dict[str, tuple[str, str]]:
     """{key: (old, new)} for the params of `run` this config changes; refuses any change outside `may_differ`."""
-    old = run.data.params
+    old = run.params
     differing = sorted(k for k in old.keys() | params.keys() if k not in IGNORED_KEYS and old.get(k) != params.get(k))
     refused = [k for k in differing if k not in may_differ]
     if refused:
         raise UserError(
-            f"resume: checkpoint {path} continues run {run.info.run_id}, whose settings differ from this config: "
+            f"resume: checkpoint {path} continues run {run.run_id}, whose settings differ from this config: "
             + ", ".join(f"{k} (run {old.get(k, '-')}, config {params.get(k, '-')})" for k in refused)
             + f"; a resume may change only {', '.join(MAY_CHANGE)}"
         )

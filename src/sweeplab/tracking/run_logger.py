@@ -165,5 +165,4 @@ class MetricsStoredAtCheckpoint(Callback):
 def logged_steps(uri: str, run_id: str) -> dict[str, set[int]]:
     """Metric key -> the steps logged in the run so far."""
     client = mlflow_store.client(uri)
-    run = client.get_run(run_id)
-    return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}
+    return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in mlflow_store.read_run(uri, run_id).metrics}
