@@ -317,6 +317,14 @@ def test_encoder_fp16_with_kept_fp32_layers_is_checked_as_fp16(checkpoints, tmp_
 
 
 @pytest.mark.slow
+def test_the_decoder_step_in_fp16_takes_its_embedding_as_fp16(checkpoints, tmp_path):
+    report = _export(checkpoints["textbridge_decoder"], tmp_path, precision="fp16").report
+    assert report["status"] == "passed", report["failure"]
+    assert report["conversion"]["input_dtypes"] == {"input_ids": "int32", "attention_mask": "int32", "embedding": "float16"}
+    assert report["verification"]["cast_graph"]["passed"] and report["verification"]["fp32_twin"]["rel_err"] <= 1e-4
+
+
+@pytest.mark.slow
 def test_encoder_int8_weights(checkpoints, tmp_path):
     report = _export(checkpoints["textbridge"], tmp_path, precision="fp32", compression="int8").report
     assert report["status"] == "passed", report["failure"]
