@@ -50,7 +50,7 @@ from sweeplab.errors import UserError, environment_error
 from sweeplab.export import isolated, verify
 from sweeplab.export.convert import INPUT_NAMES, dynamic_shapes, example_inputs, trace
 from sweeplab.export.options import TOLERANCE_FP32, ExportOptions
-from sweeplab.export.readiness import EXP_LIMIT, FP16_MAX
+from sweeplab.export.readiness import FP16_MAX
 from sweeplab.export.report import package_bytes
 
 log = logging.getLogger(__name__)
@@ -201,23 +201,19 @@ def cast_fp16(program, fp32_layers, cases: list[verify.Case] | None):
 
 
 def auto_fp32_layers(program, cases: list[verify.Case]) -> list[str]:
-    """`export.fp32_layers=auto` for Core AI: run the fp32 program in PyTorch on the calibration cases and keep in
-    fp32 the nodes whose output leaves fp16's range (|x| > 65504) and the exp nodes whose input passes ln(65504).
-    Core ML's readiness choice also flags layers that add more than the tolerance against an fp32 twin; that needs
-    its op-by-op evaluator and does not map onto a torch graph, so it is not part of this choice."""
+    """`export.fp32_layers=auto` for Core AI: run the fp32 program in PyTorch on (up to two of) the calibration cases
+    and keep in fp32 the nodes whose output leaves fp16's range (|x| > 65504; an exp whose input passes ln(65504) is
+    one). Core ML's readiness choice also flags layers that add more than the tolerance against an fp32 twin and
+    intermediates inside an op; those need its op-by-op evaluator and do not map onto a torch graph."""
     if not cases:
         raise UserError("export.fp32_layers=auto needs calibration inputs to find the layers: use export.verify=true")
     largest: dict[str, float] = {}
-    exp_inputs: dict[str, float] = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
             value = super().run_node(node)
             if node.op == "call_function" and isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
                 largest[node.name] = max(largest.get(node.name, 0.0), float(value.detach().abs().max()))
-                if "exp" in str(node.target).split(".")[-2:][0] and node.args and isinstance(node.args[0], torch.fx.Node):
-                    source = self.env[node.args[0]]
-                    exp_inputs[node.name] = max(exp_inputs.get(node.name, -np.inf), float(source.detach().max()))
             return value
 
     graph_module = program.module()
@@ -225,8 +221,7 @@ def auto_fp32_layers(program, cases: list[verify.Case]) -> list[str]:
         for case in cases[:2]:
             inputs = [torch.from_numpy(value) for value in case.inputs.values()]
             Recorder(graph_module).run(*inputs)
-    chosen = sorted({name for name, value in largest.items() if value > FP16_MAX}
-                    | {name for name, value in exp_inputs.items() if value > EXP_LIMIT})
+    chosen = sorted(name for name, value in largest.items() if value > FP16_MAX)
     log.info("export.fp32_layers=auto: %s", ", ".join(chosen) if chosen else "no layer flagged; all fp16")
     return chosen
 
