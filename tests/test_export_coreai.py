@@ -93,6 +93,25 @@ def test_the_export_app_refuses_a_missing_extra_in_a_real_process(tmp_path):
     assert not out.exists()
 
 
+def test_fp32_layers_auto_keeps_the_nodes_that_leave_fp16s_range():
+    from torch import nn
+
+    from sweeplab.export import verify
+    from sweeplab.export.coreai import auto_fp32_layers
+
+    class Overflowing(nn.Module):
+        def forward(self, input_ids, attention_mask):
+            scaled = input_ids.float() * 1000.0  # ids up to 299: 299,000 > 65,504
+            return (scaled / 1e4).tanh() * attention_mask  # back in range
+
+    example = (torch.zeros(1, SEQ, dtype=torch.int32), torch.ones(1, SEQ, dtype=torch.int32))
+    program = torch.export.export(Overflowing(), example, strict=False).run_decompositions({})
+    cases = verify.random_cases(300, 1, [SEQ], 2)
+    assert auto_fp32_layers(program, cases) == ["mul"]
+    with pytest.raises(UserError, match="export.fp32_layers=auto needs calibration inputs"):
+        auto_fp32_layers(program, [])
+
+
 # --- one tiny asset: validity, the runtime check and crashes in its child -------------------------
 # runtimes that die, as the check's child process runs them: a module of their own, so the child imports nothing else
 CRASHES = """
@@ -317,6 +336,14 @@ def test_encoder_fp16_with_kept_fp32_layers_is_checked_as_fp16(checkpoints, tmp_
 
 
 @pytest.mark.slow
+def test_the_decoder_step_in_fp16_takes_its_embedding_as_fp16(checkpoints, tmp_path):
+    report = _export(checkpoints["textbridge_decoder"], tmp_path, precision="fp16").report
+    assert report["status"] == "passed", report["failure"]
+    assert report["conversion"]["input_dtypes"] == {"input_ids": "int32", "attention_mask": "int32", "embedding": "float16"}
+    assert report["verification"]["cast_graph"]["passed"] and report["verification"]["fp32_twin"]["rel_err"] <= 1e-4
+
+
+@pytest.mark.slow
 def test_encoder_int8_weights(checkpoints, tmp_path):
     report = _export(checkpoints["textbridge"], tmp_path, precision="fp32", compression="int8").report
     assert report["status"] == "passed", report["failure"]
@@ -371,3 +398,23 @@ def test_the_training_app_exports_each_jobs_best_checkpoint_as_an_aimodel(demo_d
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "coreai")}
     assert {"coreai/textbridge-standard-fp32.aimodel", "coreai/textbridge-standard-fp32.report.md"} <= logged
     assert client.get_run(run.info.run_id).data.metrics["export/standard-fp32/rel_err"] <= 1e-4
+
+
+@pytest.mark.slow
+def test_an_asset_damaged_before_its_check_fails_the_export_in_one_line(checkpoints, tmp_path, monkeypatch):
+    from sweeplab.export import coreai
+
+    save = coreai.save
+
+    def save_then_damage(converted, path, shown, **kwargs):
+        save(converted, path, shown, **kwargs)
+        program = path / "main.mlirb"
+        program.write_bytes(program.read_bytes()[:100])
+
+    monkeypatch.setattr(coreai, "save", save_then_damage)
+    out = tmp_path / "out"
+    target = out / "textbridge-standard-fp32.aimodel"
+    with pytest.raises(UserError) as raised:
+        _export(checkpoints["textbridge"], out, precision="fp32")
+    assert str(raised.value) == f"{target}: damaged Core AI asset: main.mlirb does not match its stored sha256 (main.hash)"
+    assert not out.exists()  # nothing published, no report, not even the folder made for it

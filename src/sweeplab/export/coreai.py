@@ -50,7 +50,7 @@ from sweeplab.core.errors import UserError, environment_error
 from sweeplab.export import isolated, verify
 from sweeplab.export.convert import INPUT_NAMES, dynamic_shapes, example_inputs, trace
 from sweeplab.export.options import TOLERANCE_FP32, ExportOptions
-from sweeplab.export.readiness import EXP_LIMIT, FP16_MAX
+from sweeplab.export.readiness import FP16_MAX
 from sweeplab.export.report import package_bytes
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,11 @@ class ConvertedAI:
     fp32_layers: list[str] = field(default_factory=list)  # nodes kept in fp32 in an fp16 program
     torch_program: object = None  # the exported program as converted (cast, quantized): run by PyTorch in the checks
     tracer: str = "torch.export"
+    # the dtype each input takes (an fp16 program takes its float inputs, the decoder's embedding, as fp16)
+    input_dtypes: dict[str, str] = field(default_factory=dict)
+
+    def inputs(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: value.astype(self.input_dtypes.get(name, value.dtype), copy=False) for name, value in values.items()}
 
 
 def convert(module: nn.Module, output_name: str, options: ExportOptions, seq_len: int, vocab_size: int,
@@ -152,8 +157,13 @@ def convert(module: nn.Module, output_name: str, options: ExportOptions, seq_len
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"Core AI conversion ({options.variant}) failed: {first[:300]}") from exc
     functions = {n: f"main_s{n}" for n in options.seq_lens} if options.seq_lens else {seq_len: "main"}
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    input_dtypes = {
+        name: str(torch.empty(0, dtype=placeholders[spec].meta["val"].dtype).numpy().dtype)
+        for name, spec in zip(names, program.graph_signature.user_inputs)
+    }
     return ConvertedAI(aiprogram, functions, traced - start - compress_s, time.perf_counter() - traced, compress_s,
-                       fp32_layers, program, tracer)
+                       fp32_layers, program, tracer, input_dtypes)
 
 
 def quantize_int8(module: nn.Module, example: tuple, seq_lens: list[int] | None) -> nn.Module:
@@ -191,23 +201,19 @@ def cast_fp16(program, fp32_layers, cases: list[verify.Case] | None):
 
 
 def auto_fp32_layers(program, cases: list[verify.Case]) -> list[str]:
-    """`export.fp32_layers=auto` for Core AI: run the fp32 program in PyTorch on the calibration cases and keep in
-    fp32 the nodes whose output leaves fp16's range (|x| > 65504) and the exp nodes whose input passes ln(65504).
-    Core ML's readiness choice also flags layers that add more than the tolerance against an fp32 twin; that needs
-    its op-by-op evaluator and does not map onto a torch graph, so it is not part of this choice."""
+    """`export.fp32_layers=auto` for Core AI: run the fp32 program in PyTorch on (up to two of) the calibration cases
+    and keep in fp32 the nodes whose output leaves fp16's range (|x| > 65504; an exp whose input passes ln(65504) is
+    one). Core ML's readiness choice also flags layers that add more than the tolerance against an fp32 twin and
+    intermediates inside an op; those need its op-by-op evaluator and do not map onto a torch graph."""
     if not cases:
         raise UserError("export.fp32_layers=auto needs calibration inputs to find the layers: use export.verify=true")
     largest: dict[str, float] = {}
-    exp_inputs: dict[str, float] = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
             value = super().run_node(node)
             if node.op == "call_function" and isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
                 largest[node.name] = max(largest.get(node.name, 0.0), float(value.detach().abs().max()))
-                if "exp" in str(node.target).split(".")[-2:][0] and node.args and isinstance(node.args[0], torch.fx.Node):
-                    source = self.env[node.args[0]]
-                    exp_inputs[node.name] = max(exp_inputs.get(node.name, -np.inf), float(source.detach().max()))
             return value
 
     graph_module = program.module()
@@ -215,8 +221,7 @@ def auto_fp32_layers(program, cases: list[verify.Case]) -> list[str]:
         for case in cases[:2]:
             inputs = [torch.from_numpy(value) for value in case.inputs.values()]
             Recorder(graph_module).run(*inputs)
-    chosen = sorted({name for name, value in largest.items() if value > FP16_MAX}
-                    | {name for name, value in exp_inputs.items() if value > EXP_LIMIT})
+    chosen = sorted(name for name, value in largest.items() if value > FP16_MAX)
     log.info("export.fp32_layers=auto: %s", ", ".join(chosen) if chosen else "no layer flagged; all fp16")
     return chosen
 
@@ -361,7 +366,7 @@ def in_child(target: Callable, *args, timeout: float = CHILD_TIMEOUT_S):
 
 # --- verification and the report -----------------------------------------------------------------
 def _runs(converted: ConvertedAI, cases: list[verify.Case]) -> list[tuple[str, dict]]:
-    return [(converted.functions[case.input_ids.shape[1]], case.inputs) for case in cases]
+    return [(converted.functions[case.input_ids.shape[1]], converted.inputs(case.inputs)) for case in cases]
 
 
 def _runtime_check(path: Path, converted: ConvertedAI, output_name: str, cases, expected, tolerance: float,
@@ -378,13 +383,14 @@ def _runtime_check(path: Path, converted: ConvertedAI, output_name: str, cases, 
     return compared
 
 
-def _torch_check(program, cases, expected, tolerance: float, output_name: str) -> dict:
+def _torch_check(converted: ConvertedAI, cases, expected, tolerance: float, output_name: str) -> dict:
     """The exported program as converted (the fp16 cast graph), run by PyTorch, against the fp32 model."""
-    module = program.module()
+    module = converted.torch_program.module()
 
     def run(inputs):
         with torch.no_grad():
-            return {output_name: module(*[torch.from_numpy(v) for v in inputs.values()]).float().numpy()}
+            values = converted.inputs(inputs).values()
+            return {output_name: module(*[torch.from_numpy(v) for v in values]).float().numpy()}
 
     return verify.compare_cases(run, output_name, cases, expected, tolerance)
 
@@ -414,7 +420,7 @@ def verify_and_report(staged: Path, target: Path, loaded, options: ExportOptions
             verification["runtime"]["note"] = (
                 "the Linux runtime accumulates fp16 matmuls in fp16: its own tolerance "
                 f"({TOLERANCE_FP16_RUNTIME:g}), not a device's numerics")
-            verification["cast_graph"] = _torch_check(converted.torch_program, cases, expected,
+            verification["cast_graph"] = _torch_check(converted, cases, expected,
                                                       options.verify_tolerance, kind.output)
             checked.append(f"the fp16 cast graph run by PyTorch against the fp32 model, rel_err <= {options.verify_tolerance:g}")
             verification["fp32_twin"] = _fp32_twin(staged, module, kind.output, options, seq_len, vocab_size, extras,
@@ -459,6 +465,7 @@ def verify_and_report(staged: Path, target: Path, loaded, options: ExportOptions
             "seq_len": seq_len,
             "functions": {str(n): name for n, name in converted.functions.items()},
             "fp32_layers": converted.fp32_layers,
+            "input_dtypes": converted.input_dtypes,
             "versions": versions(),
         },
         "interface": described["functions"],
