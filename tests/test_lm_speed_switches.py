@@ -100,6 +100,8 @@ def test_float8_and_attention_reach_the_model_the_task_and_the_raw_loop(tmp_path
         assert not isinstance(model.lm_head, Float8Linear)  # blocks only
         assert model.lm_head.weight is model.wte.weight
         assert block.attn.kernels == [SDPBackend.CUDNN_ATTENTION]
+    head = LMTask(GPTConfig(vocab_size=1024, **SIZES["tiny"], float8="head"), None, p.optim)
+    assert head.float8_layers == ["lm_head"] and not isinstance(head.model.blocks[0].attn.qkv, Float8Linear)
     task = LMTask(GPTConfig(vocab_size=1024, **SIZES["tiny"], float8="all"), None, p.optim)
     assert "lm_head" in task.float8_layers and isinstance(task.model.lm_head, Float8Linear)
     assert task.model.lm_head.weight is task.model.wte.weight  # still tied

@@ -32,7 +32,7 @@ from sweeplab.models.pagating import UNIT_NAMES, alpha_values, check_alpha, make
 FFN_KINDS = ("pagating", "mlp")
 LM_LOSSES = ("full", "chunked", "liger")  # see GPT.loss
 ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient", "math")  # torch.nn.attention.SDPBackend names
-FLOAT8_LAYERS = ("none", "blocks", "all")  # see float8_training
+FLOAT8_LAYERS = ("none", "blocks", "head", "all")  # see float8_training
 MASK_VALUE = -1e4  # not -inf or finfo.min: an fp16 Core ML program turns those into -inf and NaN
 
 # Shapes only: vocab_size comes from the tokenizer. "tiny" runs in seconds on a CPU, "mini" is a quick GPU run,
@@ -64,7 +64,7 @@ class GPTConfig:
     lm_loss: str = "full"  # full (logits, then cross-entropy) | chunked (no full logits; pure torch) | liger (CUDA)
     loss_chunks: int = 8  # lm_loss=chunked: the tokens of a batch in this many chunks
     attention: str = "auto"  # auto (torch picks) | cudnn | flash | efficient | math: the SDPA kernel
-    float8: str = "none"  # none | blocks (every Linear of the blocks) | all (blocks and the tied LM head)
+    float8: str = "none"  # none | blocks (every Linear of the blocks) | head (the tied LM head) | all (both)
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:
@@ -86,8 +86,8 @@ class GPTConfig:
                 raise ValueError(f"model.{name}={value!r} is not one of {', '.join(accepted)}")
         if self.loss_chunks < 1:
             raise ValueError(f"model.loss_chunks must be >= 1, got {self.loss_chunks}")
-        if self.float8 == "all" and self.lm_loss != "full":
-            raise ValueError(f"model.float8=all converts the LM head, which lm_loss={self.lm_loss} bypasses (it multiplies "
+        if self.float8 in ("head", "all") and self.lm_loss != "full":
+            raise ValueError(f"model.float8={self.float8} converts the LM head, which lm_loss={self.lm_loss} bypasses (it multiplies "
                              "by the head's weight itself); use model.float8=blocks or model.lm_loss=full")
         self.unit_options = dict(self.unit_options or {})  # an OmegaConf DictConfig becomes a plain dict
 
@@ -318,8 +318,8 @@ def liger_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torc
 def float8_training(model: GPT, layers: str) -> list[str]:
     """Convert the model's Linear layers to torchao's float8 training (dynamic tensorwise scaling: the matmuls run
     in float8 on Hopper's tensor cores, the weights stay in their own dtype); `layers` is `model.float8`: blocks
-    (every Linear of the transformer blocks) or all (also the tied LM head, whose weight stays shared with the
-    embedding). Layers whose sizes are not multiples of 16 stay as they are (float8 matmuls need it). Returns the
+    (every Linear of the transformer blocks), head (the tied LM head, whose weight stays shared with the embedding)
+    or all (both). Layers whose sizes are not multiples of 16 stay as they are (float8 matmuls need it). Returns the
     names of the converted layers."""
     if layers == "none":
         return []
@@ -332,7 +332,7 @@ def float8_training(model: GPT, layers: str) -> list[str]:
             isinstance(module, nn.Linear)
             and module.in_features % 16 == 0
             and module.out_features % 16 == 0
-            and (name.startswith("blocks.") or (layers == "all" and name == "lm_head"))
+            and ((name.startswith("blocks.") and layers in ("blocks", "all")) or (name == "lm_head" and layers in ("head", "all")))
         )
         if ok:
             converted.append(name)
