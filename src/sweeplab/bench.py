@@ -258,6 +258,8 @@ class RawLoop:
                 batches = iter(self.loader)
                 return next(batches)
 
+        devices.synchronize(self.device)
+        warmup_start = clock()
         for _ in range(warmup_steps // self.steps_per_batch):  # batches of steps_per_batch optimizer steps each
             self.step(next_batch())
         devices.synchronize(self.device)
@@ -271,7 +273,7 @@ class RawLoop:
         elapsed = clock() - t0
         self.optimizer.zero_grad(set_to_none=True)
         return {"samples_per_sec": samples / elapsed, "step_time_s": elapsed / steps, "samples": samples,
-                "compiles": compiled_graphs() - graphs}
+                "compiles": compiled_graphs() - graphs, "warmup_s": t0 - warmup_start}
 
 
 # --- one row: sweeplab and the raw loop, alternating ----------------------------------------------------
@@ -290,6 +292,9 @@ class RowResult:
     run_ids: list[str] = field(default_factory=list)
     skipped: str = ""
     failed: str = ""
+    # the raw loop's first warm-up (its burn-in) less its steps at the timed rate: torch.compile's time for this
+    # configuration in a fresh process's compiler (autotuning included); None when nothing compiles
+    compile_s: float | None = None
 
     def median(self, side: str, key: str) -> float | None:
         values = [r[key] for r in getattr(self, side) if r.get(key) is not None]
@@ -379,7 +384,9 @@ def run_row(
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _allow_recompiles()
     if settings.burn_in:
-        raw_loop.run(warmup, steps)  # untimed: the first pass over the data and the first compilation pay here
+        burn_in = raw_loop.run(warmup, steps)  # untimed: the first pass over the data and the first compilation pay here
+        if str(cfg.compile) != "off":
+            result.compile_s = max(0.0, burn_in["warmup_s"] - warmup * burn_in["step_time_s"])
     for repeat in range(settings.repeats if row.repeats is None else row.repeats):
         order = ("sweeplab", "raw") if repeat % 2 == 0 else ("raw", "sweeplab")
         for side in order:
@@ -410,8 +417,9 @@ def run_row(
 
 # --- the table ----------------------------------------------------------------------------------------
 COLUMNS = [
-    "row", "model", "backend", "device", "batch", "precision", "compile", "switches", "step (s)", "samples/s",
-    "raw samples/s", "overhead", "pairs", "speedup", "tokens/s", "MFU", "peak mem (MB)", "status",
+    "row", "model", "backend", "device", "batch", "precision", "compile", "compile (s)", "switches", "step (s)",
+    "samples/s", "raw samples/s", "overhead", "pairs", "speedup", "tokens/s", "MFU", "peak mem (MB)", "final loss",
+    "status",
 ]
 SWITCHES = {
     "optim.implementation": lambda v: f"{v} optimizer" if v not in ("auto", None) else "",
@@ -421,6 +429,9 @@ SWITCHES = {
     "data.on_device": lambda v: "batches on device" if v else "",
     "cuda_graph": lambda v: "CUDA graph" if v else "",
     "steps_per_batch": lambda v: f"{v} steps per batch" if v and v > 1 else "",
+    "model.lm_loss": lambda v: f"{v} LM loss" if v not in ("full", None) else "",
+    "model.attention": lambda v: f"{v} attention" if v not in ("auto", None) else "",
+    "model.float8": lambda v: f"float8 {v}" if v not in ("none", None) else "",
 }
 
 
@@ -504,6 +515,8 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
                 "tokens/s": format_number(r.median("sweeplab", schema.TOKENS_PER_SEC)),
                 "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", schema.MFU)) else "",
                 "peak mem (MB)": format_number(r.median("sweeplab", schema.PEAK_MEM_MB)),
+                "compile (s)": format_number(r.compile_s),
+                "final loss": format_number(r.median("sweeplab", "val/loss"), 4),
                 "status": _status(r),
             }
         )
@@ -545,6 +558,8 @@ def render(results: list[RowResult], settings: BenchSettings, command: str) -> s
         f"{settings.repeats} alternating sweeplab/raw-loop pairs per row; each run times the steps after its "
         f"warm-up, device synchronised at the edges, data loading included. overhead = sweeplab samples/s ÷ raw-loop "
         "samples/s (medians; `pairs` lists each pair's ratio); speedup = samples/s ÷ the model's CPU baseline row. "
+        "compile (s): the raw loop's first warm-up less its steps at the timed rate (torch.compile in a fresh "
+        "compiler, autotuning included). final loss: the sweeplab job's validation loss after its last step. "
         "status: ok, or why the overhead cannot be trusted: pairs further apart than "
         f"{stability.NOISY_SPREAD:.0%} (one pair: no noise estimate), compilations in timed steps, and the report's "
         "stability rules for the row's sweeplab jobs (step-time spread, host load, unsteady host).",

@@ -163,6 +163,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         devices=trainer.devices,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
     )
+    rules.check_speed_switches(model_config, backend, compile_mode)
     container["data"] = family.data_group(container)  # what the family decides from the whole config is recorded
     datamodule = family.build_datamodule(container["data"], model_config)
     check_data_path(getattr(datamodule, "path", None))

@@ -4,9 +4,16 @@ ConfigError naming the key. (The backend's own rules, precision, compile and dev
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+
+import torch
+
 from sweeplab.core.errors import ConfigError
 from sweeplab.families.contract import serves_steps_per_batch
 from sweeplab.runtime import backends
+
+log = logging.getLogger(__name__)
 
 
 def check_steps_per_batch(
@@ -45,6 +52,46 @@ def check_steps_per_batch(
     if cuda_graph and warmup < 2 * k:
         raise ConfigError("timing.warmup_steps", f"{warmup} < {2 * k}: with cuda_graph and steps_per_batch={k} the first "
                           f"{k} steps run eagerly and the next {k} capture the graph; neither may be timed")
+
+
+def check_speed_switches(model_config, backend: str, compile_mode: str) -> list[str]:
+    """The LM speed switches (`model.lm_loss`, `model.float8`, `model.attention`; models/gpt.py) where they cannot
+    run. A model config without them (a family without an LM head) cannot be given them: Hydra refuses the key.
+    Returns the warnings logged."""
+    lm_loss = getattr(model_config, "lm_loss", "full")
+    float8 = getattr(model_config, "float8", "none")
+    attention = getattr(model_config, "attention", "auto")
+    warnings: list[str] = []
+    if backend == "mlx":
+        for key, value, default in (("lm_loss", lm_loss, "full"), ("float8", float8, "none"), ("attention", attention, "auto")):
+            if value != default:
+                raise ConfigError(f"model.{key}", f"{value} is a PyTorch training switch; backend=mlx has its own port: use model.{key}={default}")
+        return warnings
+    if lm_loss == "liger":
+        if backend != "cuda":
+            raise ConfigError("model.lm_loss", f"liger runs Triton kernels on CUDA (this job runs on {backend}); use model.lm_loss=chunked")
+        if not _importable("liger_kernel") or not _importable("triton"):
+            raise ConfigError("model.lm_loss", "liger needs Liger-Kernel and Triton: pip install 'sweeplab[speed]', or use model.lm_loss=chunked")
+    if attention != "auto" and backend != "cuda":
+        raise ConfigError("model.attention", f"{attention} pins a CUDA attention kernel (this job runs on {backend}); use model.attention=auto")
+    if float8 != "none":
+        if backend != "cuda":
+            raise ConfigError("model.float8", f"{float8}: float8 matmuls need an NVIDIA GPU of compute capability >= 8.9 (Hopper, Ada); this job runs on {backend}: use model.float8=none")
+        capability = torch.cuda.get_device_capability()
+        if capability < (8, 9):
+            raise ConfigError("model.float8", f"{float8}: float8 matmuls need compute capability >= 8.9 (Hopper, Ada); "
+                              f"{torch.cuda.get_device_name()} has {capability[0]}.{capability[1]}: use model.float8=none")
+        if not _importable("torchao"):
+            raise ConfigError("model.float8", "float8 training needs torchao: pip install 'sweeplab[speed]', or use model.float8=none")
+        if compile_mode == "off":
+            message = "model.float8 with compile=off: torchao's scaling and casts run as separate kernels, slower than bf16; use compile=default"
+            log.warning("%s", message)
+            warnings.append(message)
+    return warnings
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
 
 
 def check_mlx(p) -> None:

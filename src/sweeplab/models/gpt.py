@@ -7,21 +7,32 @@ Specification: docs/models.md#pagating-gpt-lm. Plain PyTorch; no Lightning, MLfl
 Parameter counts: with d_ff = 4d the paGating FFN (value_proj, gate_proj: d -> d_ff, out: d_ff -> d) has 3·d·d_ff
 weights, 1.5x GPT-2's MLP (2·d·d_ff). `param_matched=True` shrinks the paGating width to 2·d_ff/3 rounded to a
 multiple of 64 (at least 64), which matches the GELU MLP of the configured d_ff: d 768, d_ff 3072 -> 2048.
+
+Speed switches (training only; the weights and their names are the same whichever is on, so checkpoints export and
+resume as any other): `lm_loss` chooses how the tied LM head and its cross-entropy are computed (`loss`), `attention`
+pins scaled_dot_product_attention to one kernel, `float8` names the linear layers `float8_training` converts to
+torchao's float8 training (the task calls it when it builds the model for training; torchao and Liger-Kernel are
+imported only when asked for).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from sweeplab.models.pagating import UNIT_NAMES, alpha_values, check_alpha, make_unit
 
 FFN_KINDS = ("pagating", "mlp")
+LM_LOSSES = ("full", "chunked", "liger")  # see GPT.loss
+ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient", "math")  # torch.nn.attention.SDPBackend names
+FLOAT8_LAYERS = ("none", "blocks", "head", "all")  # see float8_training
 MASK_VALUE = -1e4  # not -inf or finfo.min: an fp16 Core ML program turns those into -inf and NaN
 
 # Shapes only: vocab_size comes from the tokenizer. "tiny" runs in seconds on a CPU, "mini" is a quick GPU run,
@@ -50,6 +61,10 @@ class GPTConfig:
     dropout: float = 0.0
     param_matched: bool = False  # paGating width 2·d_ff/3 (multiple of 64): the MLP baseline's parameter count
     gradient_checkpointing: bool = False  # recompute each block in backward (training only)
+    lm_loss: str = "full"  # full (logits, then cross-entropy) | chunked (no full logits; pure torch) | liger (CUDA)
+    loss_chunks: int = 8  # lm_loss=chunked: the tokens of a batch in this many chunks
+    attention: str = "auto"  # auto (torch picks) | cudnn | flash | efficient | math: the SDPA kernel
+    float8: str = "none"  # none | blocks (every Linear of the blocks) | head (the tied LM head) | all (both)
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:
@@ -65,6 +80,15 @@ class GPTConfig:
             check_alpha(self.alpha)
             if self.unit not in UNIT_NAMES:
                 raise ValueError(f"model.unit={self.unit!r} is not one of {', '.join(UNIT_NAMES)}")
+        for name, value, accepted in (("lm_loss", self.lm_loss, LM_LOSSES), ("attention", self.attention, ATTENTION_KERNELS),
+                                      ("float8", self.float8, FLOAT8_LAYERS)):
+            if value not in accepted:
+                raise ValueError(f"model.{name}={value!r} is not one of {', '.join(accepted)}")
+        if self.loss_chunks < 1:
+            raise ValueError(f"model.loss_chunks must be >= 1, got {self.loss_chunks}")
+        if self.float8 in ("head", "all") and self.lm_loss != "full":
+            raise ValueError(f"model.float8={self.float8} converts the LM head, which lm_loss={self.lm_loss} bypasses (it multiplies "
+                             "by the head's weight itself); use model.float8=blocks or model.lm_loss=full")
         self.unit_options = dict(self.unit_options or {})  # an OmegaConf DictConfig becomes a plain dict
 
     @property
@@ -93,6 +117,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_head = config.n_head
         self.dropout = config.dropout
+        self.kernels = None if config.attention == "auto" else [getattr(SDPBackend, f"{config.attention.upper()}_ATTENTION")
+                                                                  if config.attention != "math" else SDPBackend.MATH]
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # residual projection
         self.proj_dropout = nn.Dropout(config.dropout)
@@ -102,12 +128,17 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
         dropout_p = self.dropout if self.training else 0.0
-        if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout_p)  # autocast
+        # model.attention pins the kernel on CUDA only: a checkpoint exported or evaluated on a CPU runs as any other
+        with sdpa_kernel(self.kernels) if self.kernels and q.is_cuda else contextlib.nullcontext():
+            y = self._attend(q, k, v, mask, dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.proj_dropout(self.proj(y))
+
+    @staticmethod
+    def _attend(q, k, v, mask, dropout_p: float) -> torch.Tensor:
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout_p)  # autocast
 
 
 class MLP(nn.Module):
@@ -173,6 +204,22 @@ class GPT(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) token ids, optional (B, T) 0/1 mask -> (B, T, V) logits."""
+        return self.lm_head(self.hidden(input_ids, attention_mask))
+
+    def loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (labels of -100 ignored), computed as `config.lm_loss` says:
+        full: the (B, T, V) logits, then cross-entropy in fp32; chunked: `chunked_cross_entropy`, the head and the
+        loss a chunk of tokens at a time, gradients computed on the way, so no (B·T, V) tensor exists; liger:
+        Liger-Kernel's fused linear cross-entropy (Triton, CUDA), the same algorithm in fused kernels."""
+        if self.config.lm_loss == "full":
+            return cross_entropy(self(input_ids), labels)
+        hidden = self.hidden(input_ids)
+        if self.config.lm_loss == "chunked":
+            return chunked_cross_entropy(hidden, self.lm_head.weight, labels, self.config.loss_chunks)
+        return liger_cross_entropy(hidden, self.lm_head.weight, labels)
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, d) final hidden states (after ln_f), what the LM head scores."""
         B, T = input_ids.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds model.block_size={self.config.block_size}")
@@ -184,7 +231,7 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, mask, use_reentrant=False)
             else:
                 x = block(x, mask)
-        return self.lm_head(self.ln_f(x))
+        return self.ln_f(x)
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
@@ -210,4 +257,94 @@ class GPT(nn.Module):
         }  # blocks.<i>.mlp.unit
 
 
-__all__ = ["GPT", "GPTConfig", "SIZES", "FFN_KINDS", "MASK_VALUE", "padding_mask"]
+# --- the LM head's loss -----------------------------------------------------------------------------
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy in fp32; labels of -100 (none from packed blocks) are ignored."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of `hidden @ weight.T` against `labels`, a chunk of rows at a time: each chunk's logits
+    (fp32 softmax), its loss and its gradients (softmax - one-hot, times the weight and the hidden states) are
+    computed in the forward pass and the chunk's logits dropped, so at most one chunk's logits exist. Backward only
+    scales the stored gradients. Liger-Kernel's FusedLinearCrossEntropy algorithm, in plain torch (any device,
+    traceable by torch.compile); the matmuls run in the autocast dtype, the softmax and sums in fp32."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunks: int) -> torch.Tensor:
+        n = hidden.shape[0]
+        size = -(-n // chunks)
+        valid_count = (labels != -100).sum().clamp(min=1).float()
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, n, size):
+            h, y = hidden[start : start + size], labels[start : start + size]
+            logits = (h @ weight.t()).float()
+            valid = (y != -100).unsqueeze(1)
+            target = y.clamp(min=0).unsqueeze(1)
+            lse = torch.logsumexp(logits, dim=1, keepdim=True)
+            total = total + ((lse - logits.gather(1, target)) * valid).sum()
+            grad = torch.exp(logits - lse).scatter_add_(1, target, -torch.ones_like(lse)) * valid
+            grad_hidden[start : start + size] = grad @ weight
+            grad_weight += (grad.t() @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype), valid_count)
+        return total / valid_count
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        grad_hidden, grad_weight, valid_count = ctx.saved_tensors
+        scale = grad_output / valid_count
+        return grad_hidden * scale.to(grad_hidden.dtype), grad_weight * scale.to(grad_weight.dtype), None, None
+
+
+def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunks: int = 8) -> torch.Tensor:
+    """(B, T, d) hidden states, the (V, d) head weight, (B, T) labels -> the mean cross-entropy of the logits
+    `hidden @ weight.T` without ever holding all of them (see _ChunkedLinearCrossEntropy)."""
+    return _ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, labels.reshape(-1), chunks)
+
+
+@torch.compiler.disable  # Liger's Python loop over chunks launches its own Triton kernels: run it as it is written
+def liger_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Liger-Kernel's fused linear cross-entropy (Triton; CUDA): the chunked algorithm with fused softmax and
+    gradient kernels."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    return liger_fused_linear_cross_entropy(hidden.reshape(-1, hidden.size(-1)), weight, labels.reshape(-1),
+                                            ignore_index=-100)
+
+
+# --- float8 training ---------------------------------------------------------------------------------
+def float8_training(model: GPT, layers: str) -> list[str]:
+    """Convert the model's Linear layers to torchao's float8 training (dynamic tensorwise scaling: the matmuls run
+    in float8 on Hopper's tensor cores, the weights stay in their own dtype); `layers` is `model.float8`: blocks
+    (every Linear of the transformer blocks), head (the tied LM head, whose weight stays shared with the embedding)
+    or all (both). Layers whose sizes are not multiples of 16 stay as they are (float8 matmuls need it). Returns the
+    names of the converted layers."""
+    if layers == "none":
+        return []
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    converted: list[str] = []
+
+    def wanted(module: nn.Module, name: str) -> bool:
+        ok = (
+            isinstance(module, nn.Linear)
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+            and ((name.startswith("blocks.") and layers in ("blocks", "all")) or (name == "lm_head" and layers in ("head", "all")))
+        )
+        if ok:
+            converted.append(name)
+        return ok
+
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"), module_filter_fn=wanted)
+    if model.lm_head.weight is not model.wte.weight:  # the conversion must keep the tie
+        raise RuntimeError("float8 conversion untied the LM head from the embedding")
+    return converted
+
+
+__all__ = [
+    "GPT", "GPTConfig", "SIZES", "FFN_KINDS", "LM_LOSSES", "ATTENTION_KERNELS", "FLOAT8_LAYERS", "MASK_VALUE",
+    "padding_mask", "cross_entropy", "chunked_cross_entropy", "liger_cross_entropy", "float8_training",
+]

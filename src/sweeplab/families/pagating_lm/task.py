@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from sweeplab.families.pagating_lm.alpha import AlphaScheduleCallback
-from sweeplab.models.gpt import GPT, GPTConfig
+from sweeplab.models.gpt import GPT, GPTConfig, cross_entropy, float8_training
 from sweeplab.models.pagating import set_alpha_step
 from sweeplab.tasks.base import SweepTask
 from sweeplab.tasks.optim import OptimConfig
 
-
-def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy in fp32; labels of -100 (none from packed blocks) would be ignored."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+lm_loss = cross_entropy  # mean next-token cross-entropy of logits, fp32 (models/gpt.py)
 
 
 class LMTask(SweepTask):
     family = "pagating_lm"
 
     def __init__(self, model: GPTConfig, loss: None, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
-        super().__init__(GPT(model), optim)  # `loss`: None, cross-entropy takes no settings; hparams: model and optim
+        gpt = GPT(model)
+        # model.float8: the linear layers train in float8 (torchao); the raw loop of the bench builds its model here too
+        self.float8_layers = float8_training(gpt, model.float8)
+        super().__init__(gpt, optim)  # `loss`: None, cross-entropy takes no settings; hparams: model and optim
         self.alpha_log_every_n_steps = alpha_log_every_n_steps
         self._scheduled_alpha = model.ffn == "pagating" and str(model.alpha) in ("cosine", "linear")
         self._val_loss_sum = torch.zeros(())
@@ -32,7 +31,7 @@ class LMTask(SweepTask):
         return self.model(input_ids)
 
     def training_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return lm_loss(self.model(batch["input_ids"]), batch["labels"]), {}
+        return self.model.loss(batch["input_ids"], batch["labels"]), {}  # the head's loss as model.lm_loss says
 
     def on_validation_epoch_start(self) -> None:
         self._val_loss_sum = torch.zeros((), device=self.device)
