@@ -355,6 +355,12 @@ class StepTimer:
             # asynchronously (logger.async_logging): no step waits for it.
             self._fit.log_metrics(metrics, step)
 
+    def step_time_so_far(self) -> float | None:
+        """Seconds per optimizer step over the timed stretches read so far (warm-up excluded); None before the
+        first. Steps × this is training time as the verdict reads it (samples seen ÷ samples per second)."""
+        steps = self._steps(self._total["batches"])
+        return self._total["elapsed"] / steps if steps > 0 and self._total["elapsed"] > 0 else None
+
     # --- validation and checkpoint saving are not training time -----------------------------------
     def pause(self) -> None:
         """Stop the clock (a validation, a checkpoint write); it runs again at the next training batch. The windows

@@ -31,6 +31,8 @@ SWEEP_ID_TAG = "sweep_id"
 HYDRA_JOB_TAG = "hydra_job"        # the job's number in Hydra's launch order
 OBJECTIVE_TAG = "objective"        # the job's return value's metric name (the sweep callback's record)
 OBJECTIVE_MODE_TAG = "objective_mode"
+STOP_REASON_TAG = "stop_reason"    # a job stopped early by stop.*: "target" (reached it) | "behind" (right-censored)
+STOP_STEP_TAG = "stop_step"        # optimizer steps done when it stopped
 
 # --- the sweep's own run (tags, metrics) ----------------------------------------------------------------------------
 TARGET_TAG = "report.target"       # what the sweep asked of its verdict
@@ -44,6 +46,7 @@ JOBS_NOT_RUN = "jobs_not_run"
 BATCH_SIZE_PARAM = "data.batch_size"
 ACCUMULATE_PARAM = "trainer.accumulate_grad_batches"
 DEVICES_PARAM = "trainer.devices"
+MAX_STEPS_PARAM = "trainer.max_steps"
 SEED_PARAM = "data.seed"
 
 # --- a job's summary metrics (callbacks/timing.py and the task) -----------------------------------------------------

@@ -53,6 +53,7 @@ class Job:
     run: mlflow_store.JobRun | None = None
     logger: Any = None  # tracking.run_logger.ResumingMLFlowLogger
     resume_ckpt: Path | None = None
+    sweep_dir: Path | None = None  # the sweep's directory, for a job of a sweep
 
     @property
     def run_id(self) -> str | None:

@@ -5,6 +5,8 @@ Everything around the step (data, task, recording the run) is sweeplab.engine.jo
 
 from __future__ import annotations
 
+import os
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
@@ -15,10 +17,10 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
-from sweeplab.core import interrupts
+from sweeplab.core import channels, interrupts
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.data.sampling import ResumableDataCheck
-from sweeplab.engine import tuning
+from sweeplab.engine import stopping, tuning
 from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
 from sweeplab.runtime import backends, distributed
@@ -69,6 +71,8 @@ def fit(job: Job) -> FitResult:
         callbacks.append(fault)
     if show_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
+    if p.stop_target is not None:
+        callbacks.append(_stop_callback(job, timer))
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
     trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization, progress_bar=show_bar)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
@@ -139,3 +143,19 @@ def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, monitor: str) ->
 
 
 __all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]
+
+
+def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecided:
+    """stop.at_target / stop.behind (engine/stopping.py), with this job's round board and its place in the grid."""
+    p = job.plan
+    index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
+    rule = stopping.StopRule(p.stop, p.stop_target, p.family.monitor_mode,
+                             stopping.RoundBoard.of_this_job(job.sweep_dir), is_baseline=index in ("", "0"),
+                             config_index=index)
+
+    def record(tags: dict[str, str]) -> None:
+        if job.run is not None:
+            for key, value in tags.items():
+                job.run.set_tag(key, value)
+
+    return stopping.StopWhatIsDecided(rule, p.family.monitor, timer, record)

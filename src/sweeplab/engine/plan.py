@@ -21,7 +21,7 @@ from sweeplab.core import host_arch
 from sweeplab.core.config import bind, build
 from sweeplab.core.console import once
 from sweeplab.core.errors import ConfigError
-from sweeplab.engine import rules, tuning
+from sweeplab.engine import rules, stopping, tuning
 from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
 from sweeplab.runtime import backends
@@ -95,6 +95,8 @@ class JobPlan:
     tune: tuning.TuneConfig
     steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
     loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
+    stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (engine/stopping.py)
+    stop_target: float | None = None  # report.target, where stop.* needs it
 
 
 def check_data_path(path: Any) -> None:
@@ -172,9 +174,11 @@ def plan(cfg: DictConfig) -> JobPlan:
                                     datamodule)
         datamodule.steps_per_batch = steps_per_batch
     loss_config = family.check_loss(container.get("loss") or {})
+    stop = build(stopping.StopConfig, container.get("stop") or {}, "stop")
+    stop_target = stopping.check(stop, (container.get("report") or {}).get("target"), backend)
     p = JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
-        timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config,
+        timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config, stop, stop_target,
     )
     if backend == "mlx":
         rules.check_mlx(p)

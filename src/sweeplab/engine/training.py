@@ -106,7 +106,8 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
     target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
     job = Job(p, target.output_dir if target is not None else output_dir,
-              resume_ckpt=target.checkpoint if target is not None else None)
+              resume_ckpt=target.checkpoint if target is not None else None,
+              sweep_dir=Path(sweep_dir) if sweep_dir is not None else None)
     check_writable_dir(job.output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
     interrupts.check()
     with _one_process(job, target, uri):  # one process per run, before the run is opened or continued

@@ -83,7 +83,13 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))
-    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in summary.notes)))
+    notes = [*summary.notes]
+    if (saved := sweep.stopping_saved()) is not None:
+        samples, total, seconds = saved
+        notes.append(f"stopping what was decided (stop.*) saved {samples:,.0f} of the {total:,.0f} training samples "
+                     f"the jobs would have trained to their last step ({samples / total:.0%}), about {seconds:,.0f} s of "
+                     "training")
+    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in notes)))
 
 
 # --- the per-configuration table --------------------------------------------------------------------------------------

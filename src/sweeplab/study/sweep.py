@@ -53,6 +53,23 @@ class JobRecord:
     samples_per_step: int | None
     samples_per_sec: float | None
     curve: tuple[verdict.ValidationPoint, ...] = ()  # the sweep's monitored metric at each validation
+    stop_reason: str | None = None  # stopped early by stop.*: "target" | "behind" (engine/stopping.py)
+    stop_step: int | None = None  # optimizer steps done when it stopped
+    max_steps: int | None = None  # the steps it would have trained without stopping
+
+    @property
+    def censored_samples(self) -> float | None:
+        """A job stopped behind its round's leader: the samples it saw, a lower bound of its samples to target."""
+        if self.stop_reason != "behind" or self.stop_step is None or not self.samples_per_step:
+            return None
+        return float(self.stop_step * self.samples_per_step)
+
+    @property
+    def samples_not_trained(self) -> float:
+        """Training samples a stop saved this job (0 for a job that trained all its steps)."""
+        if self.stop_step is None or self.max_steps is None or not self.samples_per_step:
+            return 0.0
+        return float(max(0, self.max_steps - self.stop_step) * self.samples_per_step)
 
     @property
     def finished(self) -> bool:
@@ -88,10 +105,22 @@ class Sweep:
         """The finished jobs with a throughput, a batch size and replicate tags, as the verdict's records."""
         return [verdict.Job(config=j.config, replicate=j.replicate, round=j.round, samples_per_sec=j.samples_per_sec,
                             final_metric=j.final_metric, curve=list(j.curve), host=j.host,
-                            concurrent_jobs=j.concurrent_jobs)
+                            concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples)
                 for j in self.jobs
                 if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
                 and j.replicate is not None]
+
+    def stopping_saved(self) -> tuple[float, float, float] | None:
+        """(training samples not trained, samples all the finished jobs would have trained to their last step, seconds
+        of training not spent) where stop.* stopped jobs; None when no job stopped."""
+        stopped = [j for j in self.jobs if j.finished and j.stop_reason]
+        if not stopped:
+            return None
+        trained = [j for j in self.jobs if j.finished and j.max_steps and j.samples_per_step]
+        total = float(sum(j.max_steps * j.samples_per_step for j in trained))
+        saved = sum(j.samples_not_trained for j in stopped)
+        seconds = sum(j.samples_not_trained / j.samples_per_sec for j in stopped if j.samples_per_sec)
+        return saved, total, seconds
 
     def baseline_job(self, baseline: str | None) -> JobRecord | None:
         """The job `--baseline` names, one meaning for the whole report: a row number of the per-job table (digits,
@@ -226,4 +255,7 @@ def _job(run: RunRecord, metric: str, client) -> JobRecord:
         samples_per_step=per_step,
         samples_per_sec=metrics.get(schema.SAMPLES_PER_SEC) or None,
         curve=curve,
+        stop_reason=tags.get(schema.STOP_REASON_TAG) or None,
+        stop_step=_int_tag(tags, schema.STOP_STEP_TAG),
+        max_steps=int(params[schema.MAX_STEPS_PARAM]) if params.get(schema.MAX_STEPS_PARAM, "").isdigit() else None,
     )

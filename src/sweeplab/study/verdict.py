@@ -21,6 +21,7 @@ Methods, in short (docs/verdict.md has the reasoning and the measured coverage):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,6 +67,8 @@ class Job:
     host: where it ran (None: one machine). Pairs never cross hosts.
     concurrent_jobs: how many jobs shared the host (or its GPU) while this one was timed; above 1 its timing is
         disturbed by the others, and the verdict says so.
+    censored_samples: the samples seen when the job was stopped behind its round's leader without reaching the
+        target (engine/stopping.py, `stop.behind`); its time to target is then only known to be longer than that.
     """
 
     config: str
@@ -76,6 +79,7 @@ class Job:
     curve: Sequence[ValidationPoint | tuple[float, ...]] = ()
     host: str | None = None
     concurrent_jobs: int = 1
+    censored_samples: float | None = None
 
     def validation_points(self) -> list[ValidationPoint]:
         """The curve as ValidationPoints, in the order training saw them."""
@@ -109,6 +113,9 @@ class Estimate:
     point: float
     interval: Interval
     n: int
+    # a speedup to target where some of the configuration's times are lower bounds (jobs stopped behind): the point
+    # and the interval are then upper bounds of the true speedup, good for "slower", never for "faster" or "tied"
+    bounded: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class JobAtTarget:
     bracket: tuple[float, float]
     time_to_target: float
     wall_time_to_target: float | None
+    time_bound: float | None = None  # a job stopped behind: its time to target is longer than this (seconds)
 
 
 @dataclass(frozen=True)
@@ -355,7 +363,8 @@ def job_at_target(job: Job, target: float, mode: Mode) -> JobAtTarget:
         previous = point
     last_seen = points[-1].samples_seen if points else 0.0
     wall = math.inf if any(p.wall_seconds is not None for p in points) else None
-    return JobAtTarget(job, math.inf, (last_seen, math.inf), math.inf, wall)
+    bound = job.censored_samples / job.samples_per_sec if job.censored_samples else None
+    return JobAtTarget(job, math.inf, (last_seen, math.inf), math.inf, wall, bound)
 
 
 def _interpolate_crossing(before: ValidationPoint, at: ValidationPoint, target: float) -> tuple[float, float | None]:
@@ -567,10 +576,13 @@ def _speedup(
     if figure == "samples_per_sec":
         pairs = paired_values([(a.job, a.job.samples_per_sec) for a in at_target],
                               [(a.job, a.job.samples_per_sec) for a in baseline_at_target], pair_by)
-    else:
-        pairs = paired_values([(a.job, a.time_to_target) for a in baseline_at_target],
-                              [(a.job, a.time_to_target) for a in at_target], pair_by)
-    return ratio_from_log_ratios(_log_ratios(pairs), level)
+        return ratio_from_log_ratios(_log_ratios(pairs), level)
+    # a job stopped behind counts with its bound: the ratio baseline ÷ bound is an upper bound of the true one
+    bounded = any(a.time_bound is not None for a in at_target)
+    pairs = paired_values([(a.job, a.time_to_target) for a in baseline_at_target],
+                          [(a.job, a.time_bound if a.time_bound is not None else a.time_to_target) for a in at_target],
+                          pair_by)
+    return dataclasses.replace(ratio_from_log_ratios(_log_ratios(pairs), level), bounded=bounded)
 
 
 def _validation_resolution(at_target: list[JobAtTarget]) -> float:
@@ -626,6 +638,7 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
         c for c in configs
         if c.config not in undetermined and c.within_tolerance and c.quality != "unknown"
         and math.isfinite(c.time_to_target.point) and c.speedup_to_target.point > 0
+        and not c.speedup_to_target.bounded  # a bound can say "slower", never "faster" or "tied"
     ]
     if not candidates:
         reason = f"no verdict: no configuration keeps quality and reaches {target_text} in most of its replicates"
@@ -674,17 +687,36 @@ def _speedup_text(config: ConfigSummary, baseline: str) -> str:
 
 def _exclusion_lines(configs: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary],
                      undetermined: Sequence[str]) -> list[str]:
-    names = {c.config for c in candidates} | set(undetermined)
+    bounded = [c for c in configs if c.speedup_to_target.bounded and c.config not in undetermined]
+    names = {c.config for c in candidates} | set(undetermined) | {c.config for c in bounded}
     beyond = [c.config for c in configs if c.config not in names and not c.within_tolerance]
     never = [c.config for c in configs
              if c.config not in names and c.within_tolerance and not math.isfinite(c.time_to_target.point)]
-    lines = []
+    lines = _bounded_lines(bounded, candidates)
     if beyond:
         lines.append(f"left out, final metric beyond tolerance of the baseline: {', '.join(beyond)}")
     if never:
         lines.append(f"left out, target not reached in most replicates: {', '.join(never)}")
     if undetermined:
         lines.append(f"undetermined, fewer than two replicates paired with the baseline: {', '.join(undetermined)}")
+    return lines
+
+
+def _bounded_lines(bounded: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary]) -> list[str]:
+    """Configurations with jobs stopped behind (engine/stopping.py): their speedup to target is an upper bound.
+    Slower where even the bound lies below the baseline's 1 or below a candidate's interval; else undecided."""
+    lines = []
+    floor = max([1.0] + [c.speedup_to_target.interval.low for c in candidates])
+    for config in bounded:
+        high = config.speedup_to_target.interval.high
+        bound = (f"at most {format_ratio(config.speedup_to_target.point)} the baseline's speed to the target "
+                 f"(upper bound {format_ratio(high)}, {config.speedup_to_target.n} pairs)")
+        if high < floor:
+            lines.append(f"slower (jobs stopped behind their round's leader; time to target only bounded): "
+                         f"{config.config}: {bound}")
+        else:
+            lines.append(f"undecided (jobs stopped behind their round's leader; time to target only bounded, and "
+                         f"the bound does not clear the fastest): {config.config}: {bound}")
     return lines
 
 

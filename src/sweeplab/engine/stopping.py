@@ -1,0 +1,152 @@
+"""Stop what is decided (issue 37): a study's job stops once its answer is known, under `stop.*` of the config.
+
+- `stop.at_target`: the job stops at the validation where its monitored metric reached `report.target` (and stayed
+  there `stop.confirm` more validations); its time to target is then exact and it trained no further.
+- `stop.behind: k`: in a round, once some job reached the target after t seconds of training (time to target as the
+  verdict reads it: samples seen / samples per second), a job of another configuration that has trained k·t seconds
+  without reaching it stops. Its time to target is only known to be longer than its training time (right-censored);
+  the verdict treats it as such (sweeplab.study.verdict: such a configuration can be "slower", never faster or tied).
+  The baseline (configuration index 0) is never stopped this way, so every round keeps the pair the comparisons need.
+
+The round's leader time is posted on a small board in the sweep's directory (`stop/round-<r>.json`, written
+atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
+Each stop is recorded on the job's run (core/schema.py: `stop_reason`, `stop_step`); the job ends FINISHED.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+
+from sweeplab.core import channels, schema
+from sweeplab.core.errors import ConfigError
+from sweeplab.core.files import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+Reason = Literal["target", "behind"]
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    at_target: bool = False  # stop once the monitored metric reached report.target
+    confirm: int = 0  # more validations that must stay at the target before the job stops
+    behind: float | None = None  # k > 1: stop a job k × the round leader's time to target without reaching it
+
+    def __post_init__(self) -> None:
+        if self.confirm < 0:
+            raise ValueError(f"confirm must be >= 0, got {self.confirm}")
+        if self.behind is not None and not self.behind > 1:
+            raise ValueError(f"behind must be > 1 (a multiple of the leader's time to target) or null, got {self.behind}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.at_target or self.behind is not None
+
+
+def check(stop: StopConfig, target: Any, backend: str) -> float | None:
+    """The target the rule stops at (None when stopping is off); one line where the settings cannot work."""
+    if not stop.enabled:
+        return None
+    if target is None:
+        raise ConfigError("stop", "at_target and behind need report.target: the quality the study asks "
+                                  "for must be known while the jobs train")
+    if backend == "mlx":
+        raise ConfigError("stop", "stop.at_target and stop.behind are not built for backend=mlx yet")
+    try:
+        return float(target)
+    except (TypeError, ValueError):
+        raise ConfigError(schema.TARGET_TAG, f"expected a number, got {target!r}") from None
+
+
+@dataclass
+class RoundBoard:
+    """The leader's time to target in one round of a study, shared by its jobs through a file."""
+
+    path: Path
+
+    @classmethod
+    def of_this_job(cls, sweep_dir: str | Path | None) -> RoundBoard | None:
+        """The board of this job's round (None outside a replicated sweep)."""
+        round_ = os.environ.get(channels.ROUND_ENV, "")
+        if sweep_dir is None or not round_.isdigit():
+            return None
+        return cls(Path(sweep_dir) / "stop" / f"round-{round_}.json")
+
+    def leader_seconds(self) -> float | None:
+        try:
+            return float(json.loads(self.path.read_text())["leader_seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def post(self, seconds: float, config_index: str) -> None:
+        """Record a job's time to target; the board keeps the shortest."""
+        from filelock import FileLock
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            best = self.leader_seconds()
+            if best is None or seconds < best:
+                write_text_atomic(self.path, json.dumps({"leader_seconds": seconds, "configuration": config_index}))
+
+
+@dataclass
+class StopRule:
+    """The decision at each validation; no Lightning in here (the MLX loop can call it too)."""
+
+    stop: StopConfig
+    target: float
+    mode: str  # "max" | "min"
+    board: RoundBoard | None
+    is_baseline: bool
+    config_index: str = ""
+    _reached: int = 0  # consecutive validations at the target
+    _posted: bool = False
+
+    def reached(self, value: float) -> bool:
+        return math.isfinite(value) and (value >= self.target if self.mode == "max" else value <= self.target)
+
+    def at_validation(self, value: float, training_seconds: float | None) -> Reason | None:
+        """The reason to stop now, or None. `training_seconds`: samples seen ÷ samples per second so far."""
+        if self.reached(value):
+            self._reached += 1
+            if not self._posted and self.board is not None and training_seconds is not None:
+                self.board.post(training_seconds, self.config_index)
+                self._posted = True
+            if self.stop.at_target and self._reached > self.stop.confirm:
+                return "target"
+            return None
+        self._reached = 0
+        if self.stop.behind is None or self.is_baseline or self.board is None or training_seconds is None:
+            return None
+        leader = self.board.leader_seconds()
+        if leader is not None and training_seconds > self.stop.behind * leader:
+            return "behind"
+        return None
+
+
+class StopWhatIsDecided(L.Callback):
+    """Lightning's side of StopRule: after each validation, stop the fit with the reason on the run."""
+
+    def __init__(self, rule: StopRule, monitor: str, timer, record) -> None:
+        self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(tags: dict[str, str])
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[self.monitor])
+        step_time = self.timer.step_time_so_far()  # steps × step time = samples seen ÷ samples per second
+        reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None)
+        if reason is None:
+            return
+        log.info("stop: %s after %d steps (%s %.4g, target %.4g)", "target reached" if reason == "target"
+                 else "behind the round's leader", trainer.global_step, self.monitor, value, self.rule.target)
+        self.record({schema.STOP_REASON_TAG: reason, schema.STOP_STEP_TAG: str(trainer.global_step)})
+        trainer.should_stop = True
