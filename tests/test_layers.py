@@ -39,7 +39,7 @@ BAD_IMPORTS = [
     ("report/html.py", "from sweeplab.report import tables", "sweeplab.report.html -> sweeplab.report.tables"),
     ("core/errors.py", "from sweeplab.engine import job", "sweeplab.core.errors -> sweeplab.engine.job"),
     ("study/verdict.py", "from sweeplab.report import tables", "sweeplab.study.verdict -> sweeplab.report.tables"),
-    ("tracking/schema.py", "from sweeplab.study import record", "sweeplab.core.schema -> sweeplab.study.record"),
+    ("core/schema.py", "from sweeplab.study import record", "sweeplab.core.schema -> sweeplab.study.record"),
     ("runtime/backends.py", "from sweeplab.runtime import devices", "sweeplab.runtime.backends -> sweeplab.runtime.devices"),
     ("study/replicates.py", "from sweeplab.study import verdict", "sweeplab.study.replicates -> sweeplab.study.verdict"),
 ]
