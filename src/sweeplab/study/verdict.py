@@ -524,7 +524,10 @@ def _quality(
 
 
 def _finals(jobs: Iterable[Job]) -> list[tuple[Job, float]]:
-    return [(j, j.final_metric) for j in jobs if j.final_metric is not None and math.isfinite(j.final_metric)]
+    """The final metrics the quality comparison uses: not those of jobs stopped behind (engine/stopping.py), whose
+    last value is wherever they were stopped, not the end of their training."""
+    return [(j, j.final_metric) for j in jobs
+            if j.final_metric is not None and math.isfinite(j.final_metric) and j.censored_samples is None]
 
 
 def _choose_target(
@@ -648,15 +651,20 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     # is; one that overlaps the leader but lies wholly below another (often the baseline's exact 1) is not.
     tied = sorted((c for c in candidates if not any(_beats(other, c) for other in candidates)),
                   key=lambda c: -c.speedup_to_target.point)
+    # a configuration whose jobs were stopped behind, whose bound does not lie below the could-be-fastest: not
+    # ranked and not crowned by its absence (the fastest stays open between them)
+    open_bounded = [c for c in configs if c.speedup_to_target.bounded and c.config not in undetermined
+                    and c.speedup_to_target.interval.high >= min(t.speedup_to_target.interval.low for t in tied)]
+    tied += open_bounded
     kind: VerdictKind = "fastest" if len(tied) == 1 else "tie"
-    lines = [_headline(kind, tied, candidates, baseline, target_text)]
+    lines = [_headline(kind, tied, candidates + open_bounded, baseline, target_text)]
     lines += [f"  {c.config}: {_speedup_text(c, baseline)}" for c in tied] if kind == "tie" else []
     lines += [f"target: {target_source}"] if target_source else []
     unclear = [c.config for c in tied if c.quality == "unclear"]
     if unclear:
         lines.append(f"quality within tolerance of the baseline not yet certain (interval straddles it): "
                      f"{', '.join(unclear)}")
-    lines += _exclusion_lines(configs, candidates, undetermined)
+    lines += _exclusion_lines(configs, candidates, undetermined, [c for c in tied if c not in open_bounded])
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
                    "", tuple(lines))
 
@@ -680,19 +688,24 @@ def _speedup_text(config: ConfigSummary, baseline: str) -> str:
     if config.config == baseline:
         return "the baseline"
     estimate = config.speedup_to_target
+    if estimate.bounded:
+        return (f"at most {format_ratio(estimate.point)} the baseline's speed to the target (upper bound "
+                f"{format_ratio(estimate.interval.high)}: its jobs were stopped behind, so its time is only bounded)")
     return (f"{format_ratio(estimate.point)} the baseline's speed to the target "
             f"({format_ratio(estimate.interval.low)}–{format_ratio(estimate.interval.high)}, "
             f"{estimate.interval.level:.1%} simultaneous interval, {estimate.n} pairs)")
 
 
 def _exclusion_lines(configs: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary],
-                     undetermined: Sequence[str]) -> list[str]:
+                     undetermined: Sequence[str], leaders: Sequence[ConfigSummary] = ()) -> list[str]:
+    """What the verdict left out and why. `leaders`: the could-be-fastest candidates (a bounded configuration is
+    slower only where its bound lies below all of their intervals)."""
     bounded = [c for c in configs if c.speedup_to_target.bounded and c.config not in undetermined]
     names = {c.config for c in candidates} | set(undetermined) | {c.config for c in bounded}
     beyond = [c.config for c in configs if c.config not in names and not c.within_tolerance]
     never = [c.config for c in configs
              if c.config not in names and c.within_tolerance and not math.isfinite(c.time_to_target.point)]
-    lines = _bounded_lines(bounded, candidates)
+    lines = _bounded_lines(bounded, leaders)
     if beyond:
         lines.append(f"left out, final metric beyond tolerance of the baseline: {', '.join(beyond)}")
     if never:
@@ -704,9 +717,10 @@ def _exclusion_lines(configs: Sequence[ConfigSummary], candidates: Sequence[Conf
 
 def _bounded_lines(bounded: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary]) -> list[str]:
     """Configurations with jobs stopped behind (engine/stopping.py): their speedup to target is an upper bound.
-    Slower where even the bound lies below the baseline's 1 or below a candidate's interval; else undecided."""
+    Slower where even the bound lies below the interval of every could-be-fastest candidate (decide: those whose
+    bound does not are in the tie, not ranked); else undecided."""
     lines = []
-    floor = max([1.0] + [c.speedup_to_target.interval.low for c in candidates])
+    floor = min((c.speedup_to_target.interval.low for c in candidates), default=math.inf)
     for config in bounded:
         high = config.speedup_to_target.interval.high
         bound = (f"at most {format_ratio(config.speedup_to_target.point)} the baseline's speed to the target "
