@@ -49,6 +49,7 @@ def test_a_job_stops_at_the_target_and_says_why(demo_dir, mlflow_uri):
     assert [m.step for m in MlflowClient(mlflow_uri).get_metric_history(run.info.run_id, "val/cos")] == [9]
 
 
+@pytest.mark.slow
 def test_a_job_of_a_round_stops_behind_the_posted_leader(demo_dir, mlflow_uri, tmp_path, monkeypatch):
     """The round's board says the leader reached the target after a millisecond: a job of another configuration
     that has not reached it stops as behind at its first validation; its time to target is then censored."""
@@ -95,3 +96,16 @@ def test_a_bound_that_does_not_clear_the_leader_leaves_the_configuration_undecid
     assert summary.verdict.kind == "tie" and set(summary.verdict.fastest) == {"a", "late"}
     assert any(line.startswith("undecided") and "late" in line for line in summary.verdict.lines)
     assert any("at most" in line and "late" in line for line in summary.verdict.lines)
+
+
+def test_a_job_better_than_the_leader_at_equal_samples_is_not_stopped_behind(tmp_path):
+    """Two objectives: slower to the target than k x the leader, but its metric beats the leader's at the same
+    samples seen: perhaps better in quality, so it is not clearly lost and keeps training."""
+    board = stopping.RoundBoard(tmp_path / "round-0.json")
+    leader = stopping.StopRule(stopping.StopConfig(behind=1.2), 0.5, "max", board, is_baseline=True)
+    leader.at_validation(0.3, 1.0, samples_seen=100)
+    leader.at_validation(0.5, 2.0, samples_seen=200)  # reached: posts 2.0 s and its curve
+    better = stopping.StopRule(stopping.StopConfig(behind=1.2), 0.5, "max", board, is_baseline=False)
+    assert better.at_validation(0.45, 3.0, samples_seen=150) is None  # leader had 0.4 at 150 samples
+    worse = stopping.StopRule(stopping.StopConfig(behind=1.2), 0.5, "max", board, is_baseline=False)
+    assert worse.at_validation(0.35, 3.0, samples_seen=150) == "behind"

@@ -158,4 +158,6 @@ def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecid
             for key, value in tags.items():
                 job.run.set_tag(key, value)
 
-    return stopping.StopWhatIsDecided(rule, p.family.monitor, timer, record)
+    batch = getattr(p.datamodule, "batch_size", None) or int(p.container["data"].get("batch_size", 1))
+    per_step = int(batch) * p.trainer.accumulate_grad_batches * p.trainer.devices
+    return stopping.StopWhatIsDecided(rule, p.family.monitor, timer, record, per_step)

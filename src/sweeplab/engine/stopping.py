@@ -7,6 +7,8 @@
   without reaching it stops. Its time to target is only known to be longer than its training time (right-censored);
   the verdict treats it as such (sweeplab.study.verdict: such a configuration can be "slower", never faster or tied).
   The baseline (configuration index 0) is never stopped this way, so every round keeps the pair the comparisons need.
+  Nor is a job whose metric is better than the leader's was at the same samples seen (the leader posts its curve up
+  to the target): slower to the target but perhaps better in quality, it keeps training (two objectives).
 
 The round's leader time is posted on a small board in the sweep's directory (`stop/round-<r>.json`, written
 atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
@@ -15,6 +17,7 @@ Each stop is recorded on the job's run (core/schema.py: `stop_reason`, `stop_ste
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -80,21 +83,30 @@ class RoundBoard:
             return None
         return cls(Path(sweep_dir) / "stop" / f"round-{round_}.json")
 
-    def leader_seconds(self) -> float | None:
+    def _read(self) -> dict:
         try:
-            return float(json.loads(self.path.read_text())["leader_seconds"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
 
-    def post(self, seconds: float, config_index: str) -> None:
-        """Record a job's time to target; the board keeps the shortest."""
+    def leader_seconds(self) -> float | None:
+        seconds = self._read().get("leader_seconds")
+        return float(seconds) if isinstance(seconds, (int, float)) else None
+
+    def leader_curve(self) -> list[tuple[float, float]]:
+        """The leader's (samples seen, metric) up to its target."""
+        return [(float(s), float(v)) for s, v in self._read().get("curve", [])]
+
+    def post(self, seconds: float, config_index: str, curve: list[tuple[float, float]] = ()) -> None:
+        """Record a job's time to target and its curve so far; the board keeps the shortest time's."""
         from filelock import FileLock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
             best = self.leader_seconds()
             if best is None or seconds < best:
-                write_text_atomic(self.path, json.dumps({"leader_seconds": seconds, "configuration": config_index}))
+                write_text_atomic(self.path, json.dumps({"leader_seconds": seconds, "configuration": config_index,
+                                                         "curve": list(curve)}))
 
 
 @dataclass
@@ -109,16 +121,18 @@ class StopRule:
     config_index: str = ""
     _reached: int = 0  # consecutive validations at the target
     _posted: bool = False
+    _curve: list = dataclasses.field(default_factory=list)  # (samples seen, value) at each validation
 
     def reached(self, value: float) -> bool:
         return math.isfinite(value) and (value >= self.target if self.mode == "max" else value <= self.target)
 
-    def at_validation(self, value: float, training_seconds: float | None) -> Reason | None:
+    def at_validation(self, value: float, training_seconds: float | None, samples_seen: float = 0.0) -> Reason | None:
         """The reason to stop now, or None. `training_seconds`: samples seen ÷ samples per second so far."""
+        self._curve.append((samples_seen, value))
         if self.reached(value):
             self._reached += 1
             if not self._posted and self.board is not None and training_seconds is not None:
-                self.board.post(training_seconds, self.config_index)
+                self.board.post(training_seconds, self.config_index, self._curve)
                 self._posted = True
             if self.stop.at_target and self._reached > self.stop.confirm:
                 return "target"
@@ -127,23 +141,42 @@ class StopRule:
         if self.stop.behind is None or self.is_baseline or self.board is None or training_seconds is None:
             return None
         leader = self.board.leader_seconds()
-        if leader is not None and training_seconds > self.stop.behind * leader:
-            return "behind"
-        return None
+        if leader is None or training_seconds <= self.stop.behind * leader:
+            return None
+        if self._better_than_the_leader_at(samples_seen, value):
+            return None  # slower to the target, but perhaps better in quality: not clearly lost
+        return "behind"
+
+    def _better_than_the_leader_at(self, samples: float, value: float) -> bool:
+        """This job's metric beats the leader's at the same samples seen (linear between the leader's validations;
+        past its last one, its last value)."""
+        curve = sorted(self.board.leader_curve()) if self.board is not None else []
+        if not curve or not math.isfinite(value):
+            return False
+        theirs = curve[-1][1]
+        for (s0, v0), (s1, v1) in zip(curve, curve[1:]):
+            if s0 <= samples <= s1:
+                theirs = v0 if s1 == s0 else v0 + (v1 - v0) * (samples - s0) / (s1 - s0)
+                break
+        if samples < curve[0][0]:
+            theirs = curve[0][1]
+        return value > theirs if self.mode == "max" else value < theirs
 
 
 class StopWhatIsDecided(L.Callback):
     """Lightning's side of StopRule: after each validation, stop the fit with the reason on the run."""
 
-    def __init__(self, rule: StopRule, monitor: str, timer, record) -> None:
+    def __init__(self, rule: StopRule, monitor: str, timer, record, samples_per_step: int) -> None:
         self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(tags: dict[str, str])
+        self.samples_per_step = samples_per_step
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
             return
         value = float(trainer.callback_metrics[self.monitor])
         step_time = self.timer.step_time_so_far()  # steps × step time = samples seen ÷ samples per second
-        reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None)
+        samples = trainer.global_step * self.samples_per_step
+        reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None, samples)
         if reason is None:
             return
         log.info("stop: %s after %d steps (%s %.4g, target %.4g)", "target reached" if reason == "target"
