@@ -3,6 +3,8 @@ leader, and a verdict that counts their times honestly (a stopped-behind job's t
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -109,3 +111,67 @@ def test_a_job_better_than_the_leader_at_equal_samples_is_not_stopped_behind(tmp
     assert better.at_validation(0.45, 3.0, samples_seen=150) is None  # leader had 0.4 at 150 samples
     worse = stopping.StopRule(stopping.StopConfig(behind=1.2), 0.5, "max", board, is_baseline=False)
     assert worse.at_validation(0.35, 3.0, samples_seen=150) == "behind"
+
+
+def test_configurations_stopped_behind_in_two_rounds_get_no_more_rounds():
+    from sweeplab.study.rounds import stopped_for_good
+    from sweeplab.study.sweep import JobRecord, Sweep
+
+    def job(index: int, round_: int, reason: str | None) -> JobRecord:
+        return JobRecord(f"r{index}{round_}", "", "FINISHED", 0, {}, {}, {}, "x", f"c{index}", index, round_, round_,
+                         None, 1, "8", 8, 1.0, stop_reason=reason, stop_step=10, max_steps=100)
+
+    sweep = Sweep(None, (job(0, 0, None), job(1, 0, "behind"), job(2, 0, "behind"),
+                         job(0, 1, None), job(1, 1, "behind"), job(2, 1, "target")))
+    assert stopped_for_good(sweep) == {1}
+    assert sweep.jobs[1].censored_samples == 80.0 and sweep.jobs[2].samples_not_trained == 720.0
+
+
+@pytest.mark.slow
+def test_a_known_effect_keeps_its_verdict_at_half_the_training(example_site, mlflow_uri, tmp_path):
+    """Three configurations with per-step costs 1x, 1x and 2.5x and the same learning curve, an explicit target,
+    5 replicates: stopped at the target and behind the leader, the study says what the unstopped one says (the fast
+    two tied, the slow one slower) for at most half of the unstopped study's training time."""
+    import subprocess
+    import sys
+
+    from sweeplab.report import tables as report
+    from sweeplab.study.record import VerdictOptions
+    from sweeplab.study.sweep import read_sweep
+
+    def study(name: str, *stop: str):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(example_site), os.environ.get("PYTHONPATH", "")])}
+        command = [sys.executable, "-m", "sweeplab.train", "-m", "debug=smoke", "model=mlp_regressor",
+                   "model.sleep_ms=20,20.0,50", "replicates=5", "report.target=0.6", "trainer.max_steps=100",
+                   "trainer.val_check_interval=10", "timing.warmup_steps=5", "timing.window=20",
+                   "logger.system_metrics_after_s=null", f"logger.experiment_name={name}",
+                   f"hydra.sweep.dir={tmp_path / name}", *stop]
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+        assert done.returncode == 0, done.stderr[-3000:]
+        parent = (tmp_path / name / channels.PARENT_RUN_FILE).read_text().strip()
+        found = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.6))
+        trained = sum(j.metrics.get("summary/timed_seconds", 0.0) for j in read_sweep(mlflow_uri, parent).jobs)
+        return found, trained, done.stdout
+
+    unstopped, unstopped_s, _ = study("unstopped")
+    stopped, stopped_s, stdout = study("stopped", "stop.at_target=true", "stop.behind=2")
+    for found in (unstopped, stopped):
+        verdict_ = found.verdict.summary.verdict
+        assert set(verdict_.fastest) == {"model.sleep_ms=20", "model.sleep_ms=20.0"}, found.verdict.lines
+    print(f"training time: stopped {stopped_s:.1f} s, unstopped {unstopped_s:.1f} s ({stopped_s / unstopped_s:.0%})")
+    assert stopped_s <= 0.5 * unstopped_s
+    assert any("stopping what was decided" in line and "saved" in line for line in stopped.verdict.lines)
+
+
+def test_a_slower_but_better_configuration_is_on_the_reported_pareto_front():
+    """1.5x slower to the target, but its final metric is better beyond its interval: on the front with the
+    fastest, never dropped by the verdict."""
+    jobs = []
+    for r in range(5):
+        a = _job("a", r, 100.0 * (1 + 0.01 * r), 500.0)
+        good = _job("good", r, 100.0 * (1 - 0.01 * r) / 1.5, 500.0)
+        jobs += [a, verdict.Job("good", r, r, good.samples_per_sec, 1.2 + 0.01 * r, good.curve)]
+    summary = verdict.summarize(jobs, baseline="a", target=0.9, metric_name="m", quality_tolerance=0.01)
+    good = summary.config("good")
+    assert good.quality_difference.interval.low > 0 and good.speedup_to_target.interval.high < 1
+    assert verdict.speed_quality_front(summary) == ["a", "good"]

@@ -56,7 +56,10 @@ class SweeplabSweeper(BasicSweeper):
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
             planned, next_index = self._continued(planned, sweep_dir)
+        stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         for round_number, round_jobs in enumerate(planned):
+            if stops_behind and round_number >= rounds.ROUNDS_BEHIND_FOR_GOOD:
+                round_jobs = self._without_the_clearly_lost(round_jobs)
             if auto is not None:
                 round_jobs, stop = self._auto_round(auto, round_jobs, round_number, time.monotonic() - started)
                 if stop is not None:
@@ -84,6 +87,14 @@ class SweeplabSweeper(BasicSweeper):
             log.info("sweep: replicates=auto: round %d runs %d of %d configurations", round_number + 1, len(jobs),
                      len(round_jobs))
         return jobs, stop
+
+    def _without_the_clearly_lost(self, round_jobs: list) -> list:
+        """stop.behind: the round without the configurations stopped behind in enough rounds (study/rounds.py)."""
+        lost = rounds.stopped_for_good(rounds.read_open_sweep(self.config))
+        if lost:
+            log.info("sweep: stop.behind: no more rounds for configurations %s (stopped behind their round's leader "
+                     "in %d rounds)", sorted(lost), rounds.ROUNDS_BEHIND_FOR_GOOD)
+        return [job for job in round_jobs if job.config_index not in lost]
 
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""

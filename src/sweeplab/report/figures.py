@@ -32,7 +32,7 @@ from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.report.plots import _figure
 from sweeplab.study.sweep import Sweep
-from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary
+from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, pareto_front
 from sweeplab.tracking import naming
 
 log = logging.getLogger(__name__)
@@ -53,23 +53,6 @@ def family_labels(sweep: Sweep) -> dict[str, str]:
         except UserError:  # the family is not installed where the report runs: the keys' last parts
             continue
     return labels
-
-
-def pareto_front(points: Mapping[str, tuple[float, float]], lower_speed_is_better: bool,
-                 higher_quality_is_better: bool) -> set[str]:
-    """The configurations no other dominates: none is at least as good on both (speed, quality) and better on one.
-    `points`: name -> (speed figure, quality figure), point estimates; a NaN on either is on no front. A speed of inf
-    (time to target never reached) is the slowest there is."""
-    oriented = {
-        name: (-speed if lower_speed_is_better else speed, quality if higher_quality_is_better else -quality)
-        for name, (speed, quality) in points.items() if not (math.isnan(speed) or math.isnan(quality))
-    }
-
-    def dominated(name: str) -> bool:
-        s, q = oriented[name]
-        return any(s2 >= s and q2 >= q and (s2 > s or q2 > q) for other, (s2, q2) in oriented.items() if other != name)
-
-    return {name for name in oriented if not dominated(name)}
 
 
 def write_figures(summary: SweepSummary | None, out_dir: Path, labels: Mapping[str, str] | None = None) -> list[Path]:

@@ -89,6 +89,8 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
         notes.append(f"stopping what was decided (stop.*) saved {samples:,.0f} of the {total:,.0f} training samples "
                      f"the jobs would have trained to their last step ({samples / total:.0%}), about {seconds:,.0f} s of "
                      "training")
+        notes.append("Pareto front (speedup to target x final metric, point estimates): "
+                     + ", ".join(verdict.speed_quality_front(summary)))
     return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in notes)))
 
 

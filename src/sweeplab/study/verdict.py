@@ -734,6 +734,31 @@ def _bounded_lines(bounded: Sequence[ConfigSummary], candidates: Sequence[Config
     return lines
 
 
+def pareto_front(points: Mapping[str, tuple[float, float]], lower_speed_is_better: bool,
+                 higher_quality_is_better: bool) -> set[str]:
+    """The configurations no other dominates: none is at least as good on both (speed, quality) and better on one.
+    `points`: name -> (speed figure, quality figure), point estimates; a NaN on either is on no front. A speed of inf
+    (time to target never reached) is the slowest there is."""
+    oriented = {
+        name: (-speed if lower_speed_is_better else speed, quality if higher_quality_is_better else -quality)
+        for name, (speed, quality) in points.items() if not (math.isnan(speed) or math.isnan(quality))
+    }
+
+    def dominated(name: str) -> bool:
+        s, q = oriented[name]
+        return any(s2 >= s and q2 >= q and (s2 > s or q2 > q) for other, (s2, q2) in oriented.items() if other != name)
+
+    return {name for name in oriented if not dominated(name)}
+
+
+def speed_quality_front(summary: SweepSummary) -> list[str]:
+    """The configurations on the Pareto front of speedup to target and final metric (point estimates), fastest
+    first: none of them is both slower and no better in quality than another."""
+    points = {c.config: (c.speedup_to_target.point, c.final_metric.point) for c in summary.configs}
+    front = pareto_front(points, lower_speed_is_better=False, higher_quality_is_better=summary.mode == "max")
+    return sorted(front, key=lambda name: -points[name][0])
+
+
 def format_ratio(value: float) -> str:
     if math.isinf(value):
         return "∞"
