@@ -280,7 +280,8 @@ class _Loop:
         }
 
     def save_last(self, step: int) -> None:
-        """last.ckpt: what a killed run resumes from (the module docstring says what it holds)."""
+        """last.ckpt: what a killed run resumes from (the module docstring says what it holds); untimed."""
+        self.timer.pause()  # the windows closed so far are read first: the checkpoint covers their numbers
         mx.eval(self.step_fn.state)
         optimizer = convert.arrays_to_torch(self.step_fn.optimizer.state)
         checkpoint = {
@@ -297,6 +298,7 @@ class _Loop:
             wait()
         self.best.directory.mkdir(parents=True, exist_ok=True)
         AtomicCheckpointIO().save_checkpoint(checkpoint, self.best.directory / "last.ckpt")
+        self.timer.resume_profiling()
 
 
 def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
