@@ -119,6 +119,7 @@ def test_bf16_mixed_mlx_runs_follow_the_cpu_bf16_mixed_run(family, demo_dir, mlf
         train(compose_train([*overrides, f"backend={backend}"]))
     runs = runs_by_backend(mlflow_uri)
     assert runs["mlx"].data.tags["precision"] == "bf16-mixed"
+    assert set(runs["cpu"].data.metrics) - {"epoch"} == set(runs["mlx"].data.metrics)  # the decoder's val/chrf too
     for key in ("train/loss", "val/loss"):
         cpu, mlx = history(mlflow_uri, runs["cpu"], key), history(mlflow_uri, runs["mlx"], key)
         assert [s for s, _ in cpu] == [s for s, _ in mlx], key

@@ -309,6 +309,7 @@ def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
 
     logged = _LoggedValues()
     task.model.load_state_dict(convert.state_dict(model))  # hooks that run the model itself (the decoder's decodes)
+    task.datamodule = datamodule  # hooks that read the data (the decoder's tokenizer, for val/chrf); no trainer here
     own_forward = task.forward_fn
     task.forward_fn, task.log, task.log_dict = forward, logged.log, logged.log_dict
     model.eval()

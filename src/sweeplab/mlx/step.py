@@ -132,7 +132,9 @@ class CompiledStep:
                 optimizer.update(model, grads)
             return loss, metrics, norm, finite
 
-        maybe_compiled = (lambda fn: mx.compile(fn, inputs=self.state, outputs=self.state)) if compile else (lambda fn: fn)
+        def maybe_compiled(fn):
+            return mx.compile(fn, inputs=self.state, outputs=self.state) if compile else fn
+
         self._step = maybe_compiled(step)
         if accumulate > 1:
             self._grads = maybe_compiled(loss_and_grad)
