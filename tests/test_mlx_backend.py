@@ -162,3 +162,18 @@ def test_a_sweep_over_cpu_and_mlx_gives_two_comparable_runs_under_one_parent_and
         [v for _, v in history(mlflow_uri, runs["cpu"], "val/cos")], rel=1e-4
     )
 
+
+
+@pytest.mark.slow  # two runs, ~25 s on a busy 2-core host
+def test_with_accumulation_mlx_validates_the_weights_lightning_reaches(demo_dir, mlflow_uri):
+    """trainer.accumulate_grad_batches=2 on both loops: at the steps both validate, the same val/cos (the same
+    weights). Lightning counts val_check_interval in batches under accumulation (validating every 2 optimizer steps
+    here), the MLX loop in optimizer steps, as docs/metrics.md says; Lightning logs the last batch's train/loss,
+    the MLX loop the mean of the step's batches."""
+    for backend in ("cpu", "mlx"):
+        train(smoke_config(demo_dir, f"backend={backend}", "trainer.max_steps=10", "trainer.val_check_interval=4",
+                           "trainer.accumulate_grad_batches=2", "logger.system_metrics_after_s=null"))
+    runs = runs_by_backend(mlflow_uri)
+    cpu, mlx = (dict(history(mlflow_uri, runs[b], "val/cos")) for b in ("cpu", "mlx"))
+    assert sorted(mlx) == [3, 7, 9] and set(mlx) <= set(cpu)
+    assert [mlx[s] for s in sorted(mlx)] == pytest.approx([cpu[s] for s in sorted(mlx)], rel=1e-4)
