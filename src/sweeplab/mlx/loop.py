@@ -166,7 +166,7 @@ def _shape_warm_up(datamodule, step_fn, max_steps: int):
 
 
 class _Loop:
-    """The MLX training loop: steps, the non-finite guard, logging, validation and the best checkpoint, in
+    """The MLX training loop: steps, the non-finite guard, logging, validation, the best checkpoint and last.ckpt, in
     Lightning's numbering (a batch's metrics are logged at its index; the step count is optimizer steps)."""
 
     def __init__(self, p, task, model, datamodule, step_fn, guard, timer, best, log_metrics):
