@@ -97,9 +97,9 @@ def test_what_mlx_no_longer_refuses_plans(demo_dir, override):
 
 
 FAMILY_RUNS = {  # overrides of a short run of each family, on the demo data (the LM: its own corpus)
-    "textbridge": ["model.out_dim=64"],
+    "textbridge": ["model.out_dim=64", "data.batch_size=16"],
     "pagating_lm": ["model=pagating_lm"],
-    "textbridge_decoder": ["model=textbridge_decoder"],
+    "textbridge_decoder": ["model=textbridge_decoder", "data.batch_size=16"],
 }
 
 
@@ -112,13 +112,15 @@ def test_bf16_mixed_mlx_runs_follow_the_cpu_bf16_mixed_run(family, demo_dir, mlf
     from test_mlx_parity import BF16_CURVE_TOLERANCE
 
     monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))
-    overrides = ["debug=smoke", f"data.path={demo_dir}", "data.batch_size=16", "trainer.precision=bf16-mixed",
+    data = [] if family == "pagating_lm" else [f"data.path={demo_dir}"]
+    overrides = ["debug=smoke", *data, "trainer.precision=bf16-mixed",
                  "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
                  "logger.system_metrics_after_s=null", "trainer.enable_progress_bar=false", *FAMILY_RUNS[family]]
     for backend in ("cpu", "mlx"):
         train(compose_train([*overrides, f"backend={backend}"]))
     runs = runs_by_backend(mlflow_uri)
     assert runs["mlx"].data.tags["precision"] == "bf16-mixed"
+    assert set(runs["cpu"].data.metrics) - {"epoch"} == set(runs["mlx"].data.metrics)  # the decoder's val/chrf too
     for key in ("train/loss", "val/loss"):
         cpu, mlx = history(mlflow_uri, runs["cpu"], key), history(mlflow_uri, runs["mlx"], key)
         assert [s for s, _ in cpu] == [s for s, _ in mlx], key
@@ -160,3 +162,18 @@ def test_a_sweep_over_cpu_and_mlx_gives_two_comparable_runs_under_one_parent_and
         [v for _, v in history(mlflow_uri, runs["cpu"], "val/cos")], rel=1e-4
     )
 
+
+
+@pytest.mark.slow  # two runs, ~25 s on a busy 2-core host
+def test_with_accumulation_mlx_validates_the_weights_lightning_reaches(demo_dir, mlflow_uri):
+    """trainer.accumulate_grad_batches=2 on both loops: at the steps both validate, the same val/cos (the same
+    weights). Lightning counts val_check_interval in batches under accumulation (validating every 2 optimizer steps
+    here), the MLX loop in optimizer steps, as docs/metrics.md says; Lightning logs the last batch's train/loss,
+    the MLX loop the mean of the step's batches."""
+    for backend in ("cpu", "mlx"):
+        train(smoke_config(demo_dir, f"backend={backend}", "trainer.max_steps=10", "trainer.val_check_interval=4",
+                           "trainer.accumulate_grad_batches=2", "logger.system_metrics_after_s=null"))
+    runs = runs_by_backend(mlflow_uri)
+    cpu, mlx = (dict(history(mlflow_uri, runs[b], "val/cos")) for b in ("cpu", "mlx"))
+    assert sorted(mlx) == [3, 7, 9] and set(mlx) <= set(cpu)
+    assert [mlx[s] for s in sorted(mlx)] == pytest.approx([cpu[s] for s in sorted(mlx)], rel=1e-4)

@@ -89,6 +89,30 @@ def test_a_killed_mlx_run_resumes_bit_identical_in_the_same_mlflow_run(precision
     assert best.parent == tmp_path / "b" / "checkpoints" and best.name == Path(ref_run.data.tags["checkpoint"]).name
 
 
+@pytest.mark.slow  # a process killed, then a resume: ~20 s each on a busy 2-core host
+@pytest.mark.parametrize("fault", [
+    {"SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP": "11"},  # the last step's validation, after last.ckpt at step 10
+    {"SWEEPLAB_FAULT_KILL_AFTER_FIT": "1"},  # every checkpoint written; the summary, tags and export not yet
+], ids=["in-last-validation", "after-fit"])
+def test_an_mlx_run_killed_after_its_last_periodic_checkpoint_resumes_to_the_end(fault, demo_dir, mlflow_uri, tmp_path):
+    common = ["debug=smoke", "backend=mlx", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
+              "trainer.max_steps=11", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
+              "logger.system_metrics_after_s=null"]
+    killed = _train([*common, f"hydra.run.dir={tmp_path / 'run'}"], env=fault, cwd=tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    objective = train(smoke_config(demo_dir, *common, "resume=true"), tmp_path / "elsewhere")
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "FINISHED"
+    history = _history(client, run.info.run_id, "val/cos")
+    assert [s for s, _ in history] == [1, 3, 5, 7, 9, 10]  # every validation once, the last step's included
+    best_step, best = max(history, key=lambda sv: sv[1])
+    assert objective == pytest.approx(best, rel=1e-6)
+    checkpoints = tmp_path / "run" / "checkpoints"  # resume=true continues in the run's own folder
+    assert sorted(p.name for p in checkpoints.glob("best-*.ckpt")) == [Path(run.data.tags["checkpoint"]).name]
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["global_step"] == 11
+    assert "summary/num_parameters" in run.data.metrics
+
+
 def test_a_failed_mlx_run_resumes_to_the_uninterrupted_weights_with_accumulation(demo_dir, mlflow_uri, tmp_path,
                                                                                   monkeypatch):
     """In one process (fast): a run that failed at step 7 resumes from its last.ckpt (step 4) to the same bits,

@@ -162,9 +162,10 @@ def test_bad_special_ids_are_refused():
         DecoderConfig(vocab_size=VOCAB, eos_id=500)
 
 
-def test_mlx_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="the textbridge_decoder family has no MLX port"):
-        plan(compose_train(["model=textbridge_decoder", "backend=mlx"]))
+def test_mlx_plans_the_decoder():  # its MLX port: families/textbridge_decoder/mlx_model.py, tests/test_mlx_parity.py
+    pytest.importorskip("mlx.core")
+    p = plan(compose_train(["model=textbridge_decoder", "backend=mlx"]))
+    assert p.backend == "mlx" and p.family.build_mlx_model is not None
 
 
 def test_layout_ane_is_refused_in_one_line():

@@ -167,7 +167,7 @@ def _shape_warm_up(datamodule, step_fn, max_steps: int):
 
 
 class _Loop:
-    """The MLX training loop: steps, the non-finite guard, logging, validation and the best checkpoint, in
+    """The MLX training loop: steps, the non-finite guard, logging, validation, the best checkpoint and last.ckpt, in
     Lightning's numbering (a batch's metrics are logged at its index; the step count is optimizer steps)."""
 
     def __init__(self, p, task, model, datamodule, step_fn, guard, timer, best, log_metrics):
@@ -281,7 +281,8 @@ class _Loop:
         }
 
     def save_last(self, step: int) -> None:
-        """last.ckpt: what a killed run resumes from (the module docstring says what it holds)."""
+        """last.ckpt: what a killed run resumes from (the module docstring says what it holds); untimed."""
+        self.timer.pause()  # the windows closed so far are read first: the checkpoint covers their numbers
         mx.eval(self.step_fn.state)
         optimizer = convert.arrays_to_torch(self.step_fn.optimizer.state)
         checkpoint = {
@@ -298,6 +299,7 @@ class _Loop:
             wait()
         self.best.directory.mkdir(parents=True, exist_ok=True)
         AtomicCheckpointIO().save_checkpoint(checkpoint, self.best.directory / "last.ckpt")
+        self.timer.resume_profiling()
 
 
 def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
@@ -308,6 +310,7 @@ def _validate(task, model, datamodule, limit_val_batches) -> dict[str, float]:
 
     logged = _LoggedValues()
     task.model.load_state_dict(convert.state_dict(model))  # hooks that run the model itself (the decoder's decodes)
+    task.datamodule = datamodule  # hooks that read the data (the decoder's tokenizer, for val/chrf); no trainer here
     own_forward = task.forward_fn
     task.forward_fn, task.log, task.log_dict = forward, logged.log, logged.log_dict
     model.eval()

@@ -93,4 +93,7 @@ def arrays_from_torch(saved: Mapping) -> mx.array | dict | list:
     return items[0][1] if [key for key, _ in items] == [""] else tree_unflatten(items)
 
 
-__all__ = ["arrays_from_torch", "arrays_to_torch", "load_state_dict", "mlx_arrays", "state_dict", "tied_weights", "to_mx", "to_torch"]
+__all__ = [
+    "arrays_from_torch", "arrays_to_torch", "load_state_dict", "mlx_arrays", "state_dict", "tied_weights", "to_mx",
+    "to_torch",
+]

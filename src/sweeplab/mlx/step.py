@@ -13,13 +13,14 @@ as the PyTorch guard's "skip" does by dropping the gradients.
 `compute_dtype=mx.bfloat16` (trainer.precision=bf16-mixed): the weights and the optimizer's state stay float32 (the
 master copy); the forward and backward passes run on a bfloat16 copy of every floating array, and the gradients
 come back float32 through the cast. The losses are computed in float32 from the bfloat16 outputs (the families'
-loss functions cast), as under torch autocast. MLX has no autocast: unlike torch's, which keeps layer norms,
-softmax and the residual stream in float32 on a CUDA device, everything between the casts runs in bfloat16 here
-(MLX's layer norm, softmax and attention accumulate in float32 inside the kernel).
+loss functions cast), as under torch autocast. MLX has no autocast: everything between the casts runs in
+bfloat16 here, where torch's autocast runs only its listed ops (matmuls, convolutions) in bfloat16 and keeps the
+rest (the residual stream, for one) in float32; tests/test_mlx_parity.py states what that costs (BF16_CURVE_TOLERANCE).
 
 `accumulate=k` (trainer.accumulate_grad_batches): one optimizer step per k batches; each batch's gradients are
-computed (and evaluated, so memory holds one batch's graph at a time) and summed, and their mean is clipped and
-applied, which is the gradient of the mean of the k batches' losses, as Lightning's accumulation.
+computed and evaluated batch by batch (not as one graph of k batches, which would hold all their activations) and
+summed, and their mean is clipped and applied: the gradient of the mean of the k batches' losses, as Lightning's
+accumulation.
 """
 
 from __future__ import annotations
@@ -132,7 +133,9 @@ class CompiledStep:
                 optimizer.update(model, grads)
             return loss, metrics, norm, finite
 
-        maybe_compiled = (lambda fn: mx.compile(fn, inputs=self.state, outputs=self.state)) if compile else (lambda fn: fn)
+        def maybe_compiled(fn):
+            return mx.compile(fn, inputs=self.state, outputs=self.state) if compile else fn
+
         self._step = maybe_compiled(step)
         if accumulate > 1:
             self._grads = maybe_compiled(loss_and_grad)
@@ -149,7 +152,7 @@ class CompiledStep:
             (loss, metrics), grads = self._grads(batch)
             part = (loss, metrics, grads)
             total = part if total is None else tree_map(lambda a, b: a + b, total, part)
-            mx.async_eval(total)  # one batch's graph in memory at a time
+            mx.async_eval(total)  # batch by batch: the next batch's graph is built while this one runs
         loss, metrics, grads = tree_map(lambda a: a / self.accumulate, total)
         return self._apply(loss, metrics, grads)
 

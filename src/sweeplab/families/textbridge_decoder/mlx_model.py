@@ -16,7 +16,7 @@ from sweeplab.families.pagating_lm.mlx_model import GPT, padding_mask
 from sweeplab.models.textbridge_decoder import IGNORE_INDEX, DecoderConfig
 
 
-def teacher_forcing(input_ids: mx.array, attention_mask: mx.array, bos_id: int, eos_id: int) -> tuple[mx.array, mx.array]:
+def teacher_forcing(input_ids: mx.array, attention_mask: mx.array, bos_id: int, eos_id: int) -> tuple[mx.array, ...]:
     """Right-padded sentences (B, L) -> inputs [BOS, t1 .. tn, pad ..] and labels [t1 .. tn, EOS, -100 ..] (B, L + 1),
     as models/textbridge_decoder.teacher_forcing."""
     batch = input_ids.shape[0]
@@ -64,7 +64,8 @@ class TextBridgeDecoder(nn.Module):
     def training_loss(self, batch: dict, loss_config=None) -> tuple[mx.array, dict[str, mx.array]]:
         """(loss, metrics) of a training batch, as DecoderTask.training_loss: teacher-forced token cross entropy
         over the scored positions (all positions are projected: MLX cannot select them without a host sync)."""
-        inputs, labels = teacher_forcing(batch["input_ids"], batch["attention_mask"], self.config.bos_id, self.config.eos_id)
+        config = self.config
+        inputs, labels = teacher_forcing(batch["input_ids"], batch["attention_mask"], config.bos_id, config.eos_id)
         return token_loss(self(batch["target"], inputs), labels), {}
 
 

@@ -92,7 +92,9 @@ class DecoderTask(SweepTask):
 
     def _tokenizer(self):
         """The data's tokenizer (for chrF on text); None when the data has none (EFB1 without tokenizer.json)."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        # Lightning's trainer holds the data; the MLX loop, which has no trainer, sets `datamodule` itself
+        trainer = self._trainer
+        datamodule = getattr(trainer if trainer is not None else self, "datamodule", None)
         tokenizer = getattr(datamodule, "tokenizer", None)
         if tokenizer is None and not getattr(self, "_warned_no_tokenizer", False):
             log.warning("the data has no tokenizer.json: val/chrf (decoded text) is not logged")
