@@ -15,6 +15,7 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.callbacks.wall import WallBreakdown
 from sweeplab.core import interrupts
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.data.sampling import ResumableDataCheck
@@ -57,12 +58,15 @@ def fit(job: Job) -> FitResult:
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
 
     checkpoints = job.output_dir / "checkpoints"
-    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode)
+    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode,
+                          optimizer_state=p.checkpoint.best == "full")
     timer = ThroughputTimer(**p.timing)
     guard = NonFiniteGuard(**p.guard)
     callbacks = [timer, guard, ValidateAtLastStep(), best,
-                 LastCheckpoint(checkpoints, every_n_steps=p.checkpoint.every_n_steps), *task.extra_callbacks(),
-                 ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job)]
+                 LastCheckpoint(checkpoints, p.checkpoint.every_n_steps, p.checkpoint.every_n_seconds),
+                 *task.extra_callbacks(),
+                 ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job),
+                 WallBreakdown(p.timing.get("warmup_steps", 0))]
     if job.run is not None:
         callbacks.append(MetricsStoredAtCheckpoint())
     if (fault := FaultInjection.from_env()) is not None:
@@ -70,7 +74,8 @@ def fit(job: Job) -> FitResult:
     if show_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
-    trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization, progress_bar=show_bar)
+    checkpoint_io = AtomicCheckpointIO(background=p.checkpoint.background)
+    trainer = _trainer(p, callbacks, job, checkpoint_io, clips=task.automatic_optimization, progress_bar=show_bar)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
         job.run.set_tag("tuned.batch_size", str(tuned))
@@ -100,7 +105,8 @@ class _RecordBatchSize(L.Callback):
         record_batch_size(self.job, trainer.train_dataloader)
 
 
-def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True, progress_bar: bool = False) -> L.Trainer:
+def _trainer(p: JobPlan, callbacks: list, job: Job, checkpoint_io: AtomicCheckpointIO, clips: bool = True,
+             progress_bar: bool = False) -> L.Trainer:
     """`clips`: Lightning clips the gradients (automatic optimization); otherwise the task's own step does
     (cuda_graph, several steps per batch), and Lightning refuses a clip value under manual optimization."""
     t = p.trainer
@@ -120,7 +126,7 @@ def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True, progress
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=(p.optim.grad_clip or None) if clips else None,
         gradient_clip_algorithm="norm",
-        plugins=[AtomicCheckpointIO(), *precision_plugins],
+        plugins=[checkpoint_io, *precision_plugins],
         deterministic=t.deterministic,
         enable_progress_bar=progress_bar,
         enable_model_summary=False,

@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, host_arch, interrupts
+from sweeplab.core import channels, host_arch, interrupts, wall
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.engine import lightning_fit
@@ -31,6 +31,7 @@ from sweeplab.engine.plan import JobPlan, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
+from sweeplab.tracking.schema import WALL_BREAKDOWN_METRIC
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
 
     A stop request (sweeplab.core.interrupts) that came before the fit loop is checked between these stages."""
+    wall.start_job()  # the job's wall breakdown (summary/wall_breakdown/*): the first job of a process from its start
     interrupts.check()
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -153,32 +155,45 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
     p = job.plan
-    job.run = mlflow_store.JobRun(
-        uri,
-        p.logger.experiment_name,
-        naming.run_name(p, cfg),
-        tags=run_tags(p, sweep_dir),
-        params=mlflow_store.flatten(p.container),
-        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-        run_id=target.run_id if target is not None else None,
-    )
+    with wall.clock().within("mlflow"):
+        job.run = mlflow_store.JobRun(
+            uri,
+            p.logger.experiment_name,
+            naming.run_name(p, cfg),
+            tags=run_tags(p, sweep_dir),
+            params=mlflow_store.flatten(p.container),
+            parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+            run_id=target.run_id if target is not None else None,
+        )
     with job.run:
         continued = target is not None and target.run_id is not None
         _tag_new_run(job, target, continued)
         if p.logger.system_metrics_after_s is not None and p.logger.system_metrics_after_s >= 0:
             job.run.monitor_system(p.logger.system_metrics_after_s)
-        job.logger = ResumingMLFlowLogger(
-            experiment_name=p.logger.experiment_name,
-            tracking_uri=uri,
-            run_id=job.run.run_id,
-            already_logged=logged_steps(uri, job.run.run_id) if continued else None,
-            synchronous=not p.logger.async_logging,
-        )
+        with wall.clock().within("mlflow"):
+            job.logger = ResumingMLFlowLogger(
+                experiment_name=p.logger.experiment_name,
+                tracking_uri=uri,
+                run_id=job.run.run_id,
+                already_logged=logged_steps(uri, job.run.run_id) if continued else None,
+                synchronous=not p.logger.async_logging,
+            )
         try:
             interrupts.check()
-            return finish(job, _fit(job))
+            monitored = finish(job, _fit(job))
         finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
             job.logger.send_held()
+        _record_wall_breakdown(job)
+        return monitored
+
+
+def _record_wall_breakdown(job: Job) -> None:
+    """The job's wall time so far in parts (sweeplab.core.wall), on its run: the last thing it writes before the run
+    ends (what comes after, ending the run and the process, is not in it)."""
+    with contextlib.suppress(Exception):  # a breakdown is worth a warning at most, never a job that trained
+        job.logger.wait_for_writes()
+    totals = wall.clock().totals()
+    job.run.log_metrics({WALL_BREAKDOWN_METRIC.format(part=part): seconds for part, seconds in totals.items()}, step=0)
 
 
 def _fit(job: Job) -> FitResult:

@@ -18,3 +18,7 @@ BATCH_SIZE_USED_TAG = "data.batch_size_used"  # set where a job trained on small
 # --- what the sweep asked of its verdict (tags of the sweep's parent run) ---
 TARGET_TAG = "report.target"
 TOLERANCE_TAG = "report.quality_tolerance"
+
+# --- where a job's wall time went (metrics, step 0; sweeplab.core.wall.PARTS names the parts) ---
+WALL_BREAKDOWN_METRIC = "summary/wall_breakdown/{part}_s"  # setup, warmup, steps, validation, checkpoints, mlflow,
+                                                            # teardown: disjoint, summing to the job's wall time
