@@ -67,12 +67,21 @@ class WallClock:
 
 _current: WallClock | None = None
 _jobs_started = 0
+_from_process_start = False  # set by the command line's entry point (sweeplab.train), not by a library caller
+
+
+def count_from_process_start() -> None:
+    """The process was started for its jobs (the command line, a launcher's worker): its first job's clock starts at
+    the process's start, so its set-up includes the interpreter and the imports. Elsewhere (tests, notebooks, the
+    bench) a job's clock starts when the job does."""
+    global _from_process_start
+    _from_process_start = True
 
 
 def start_job() -> WallClock:
-    """A new clock for a job starting now; the first job of a process starts at the process's start."""
+    """A new clock for a job starting now (the process's first, after count_from_process_start: at its start)."""
     global _current, _jobs_started
-    started = time.perf_counter() - (_process_age_s() if _jobs_started == 0 else 0.0)
+    started = time.perf_counter() - (_process_age_s() if _jobs_started == 0 and _from_process_start else 0.0)
     _jobs_started += 1
     _current = WallClock(started)
     return _current

@@ -24,6 +24,7 @@ from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
 from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
+from sweeplab.tracking.schema import COMPILE_CACHE_METRIC
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
 
 
@@ -45,7 +46,21 @@ def fresh_compiler() -> None:
     over batch size the first job got kernels specialised to its shapes and every later one dynamic kernels, and in
     the bench the hand-written loop of the paGating row, compiled after four TextBridge rows, ran 12 % slower than
     the sweeplab job beside it (overhead 1.13 on an H100). Each compiled job now starts as a process's first."""
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # what it forgets is Dynamo's; inductor's FX graph and AOTAutograd caches (in memory and
+    # under TORCHINDUCTOR_CACHE_DIR) still hand the same graph its compiled code back: the reset costs a re-trace only
+
+
+COMPILE_CACHE_COUNTERS = {  # torch._dynamo.utils.counters: (group, name)
+    "fxgraph_cache_hit": ("inductor", "fxgraph_cache_hit"), "fxgraph_cache_miss": ("inductor", "fxgraph_cache_miss"),
+    "autograd_cache_hit": ("aot_autograd", "autograd_cache_hit"),
+    "autograd_cache_miss": ("aot_autograd", "autograd_cache_miss"),
+}
+
+
+def _compile_cache_counts() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return {name: counters[group][key] for name, (group, key) in COMPILE_CACHE_COUNTERS.items()}
 
 
 def fit(job: Job) -> FitResult:
@@ -55,6 +70,7 @@ def fit(job: Job) -> FitResult:
     datamodule, _, task = start_fit(job)
     if p.compile_mode != "off":
         fresh_compiler()
+        compile_counts = _compile_cache_counts()  # the process's counters: this job's are the difference
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
 
     checkpoints = job.output_dir / "checkpoints"
@@ -85,8 +101,12 @@ def fit(job: Job) -> FitResult:
         except SIGTERMException:  # Lightning's own check saw the SIGTERM first (an epoch's end): sweeplab's stop
             interrupts.check()
             raise
+    summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
+    if p.compile_mode != "off":  # what this job's compilation found in inductor's caches (docs/compile.md)
+        summary |= {COMPILE_CACHE_METRIC.format(counter=name): float(count - compile_counts[name])
+                    for name, count in _compile_cache_counts().items()}
     return FitResult(
-        summary=distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size),
+        summary=summary,
         step=trainer.global_step,
         best_path=best.best_model_path or None,
         monitored=_monitored(trainer, best, p.family.monitor),

@@ -89,6 +89,21 @@ def _preset_tags() -> dict[str, str]:
     return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
 
 
+COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's on-disk caches: FX graphs, AOTAutograd, Triton kernels
+COMPILE_CACHE_FOLDER = "compile_cache"
+_user_compile_cache_dir = COMPILE_CACHE_DIR_ENV in os.environ  # the user's own choice wins
+
+
+def share_compile_cache(sweep_dir: str | None) -> None:
+    """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/compile.md): inductor's FX
+    graph cache and AOTAutograd cache (both on by default in torch) and the Triton kernels live there, so the
+    first job of a shape compiles and every later job of that graph, in this process or another of the study
+    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Unset outside a sweep (torch's
+    default, /tmp/torchinductor_$USER) and where TORCHINDUCTOR_CACHE_DIR was set before the process started."""
+    if sweep_dir is not None and not _user_compile_cache_dir:
+        os.environ[COMPILE_CACHE_DIR_ENV] = str(Path(sweep_dir).resolve() / COMPILE_CACHE_FOLDER)
+
+
 def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
@@ -101,6 +116,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     backends.apply_backend_settings(p.backend_config, p.backend)
     hydra_dir, sweep_dir = _hydra_runtime()
     output_dir = output_dir or hydra_dir
+    share_compile_cache(sweep_dir)
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
     target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
