@@ -1,4 +1,4 @@
-"""The study's checkpoint policy (docs/checkpoints.md): background writes that land whole and in order, a job killed
+"""The study's checkpoint policy (docs/study-cost.md): background writes that land whole and in order, a job killed
 while one is in flight resumes from the last complete checkpoint; the job's wall breakdown adds up to its wall time;
 the jobs of a study share the compiler's caches."""
 

@@ -102,7 +102,7 @@ def fit(job: Job) -> FitResult:
             interrupts.check()
             raise
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
-    if p.compile_mode != "off":  # what this job's compilation found in inductor's caches (docs/compile.md)
+    if p.compile_mode != "off":  # what this job's compilation found in inductor's caches (docs/study-cost.md)
         summary |= {COMPILE_CACHE_METRIC.format(counter=name): float(count - compile_counts[name])
                     for name, count in _compile_cache_counts().items()}
     return FitResult(

@@ -66,7 +66,7 @@ class LoggerConfig:
 
 @dataclass
 class CheckpointConfig:
-    """What a job writes, when and on which thread (docs/checkpoints.md says why these defaults)."""
+    """What a job writes, when and on which thread (docs/study-cost.md says why these defaults)."""
 
     every_n_steps: int | None = None  # last.ckpt (what `resume=true` continues from) every N optimizer steps
     every_n_seconds: float | None = 60.0  # ... and/or when this long has passed since the last one; both null: at the end

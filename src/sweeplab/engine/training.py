@@ -95,7 +95,7 @@ _user_compile_cache_dir = COMPILE_CACHE_DIR_ENV in os.environ  # the user's own 
 
 
 def share_compile_cache(sweep_dir: str | None) -> None:
-    """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/compile.md): inductor's FX
+    """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/study-cost.md): inductor's FX
     graph cache and AOTAutograd cache (both on by default in torch) and the Triton kernels live there, so the
     first job of a shape compiles and every later job of that graph, in this process or another of the study
     (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Unset outside a sweep (torch's
