@@ -91,16 +91,20 @@ def _preset_tags() -> dict[str, str]:
 
 COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's on-disk caches: FX graphs, AOTAutograd, Triton kernels
 COMPILE_CACHE_FOLDER = "compile_cache"
-_user_compile_cache_dir = COMPILE_CACHE_DIR_ENV in os.environ  # the user's own choice wins
 
 
 def share_compile_cache(sweep_dir: str | None) -> None:
     """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/study-cost.md): inductor's FX
     graph cache and AOTAutograd cache (both on by default in torch) and the Triton kernels live there, so the
     first job of a shape compiles and every later job of that graph, in this process or another of the study
-    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Unset outside a sweep (torch's
-    default, /tmp/torchinductor_$USER) and where TORCHINDUCTOR_CACHE_DIR was set before the process started."""
-    if sweep_dir is not None and not _user_compile_cache_dir:
+    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Left alone outside a sweep and
+    where TORCHINDUCTOR_CACHE_DIR names a folder of the user's: torch's import sets it to its default
+    (/tmp/torchinductor_$USER), which counts as unset."""
+    if sweep_dir is None:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get(COMPILE_CACHE_DIR_ENV) in (None, default_cache_dir()):
         os.environ[COMPILE_CACHE_DIR_ENV] = str(Path(sweep_dir).resolve() / COMPILE_CACHE_FOLDER)
 
 
