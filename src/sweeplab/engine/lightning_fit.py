@@ -24,8 +24,8 @@ from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
 from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
-from sweeplab.tracking.schema import COMPILE_CACHE_METRIC
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
+from sweeplab.tracking.schema import COMPILE_CACHE_METRIC
 
 
 class LoggedLossProgressBar(TQDMProgressBar):

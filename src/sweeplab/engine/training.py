@@ -31,8 +31,8 @@ from sweeplab.engine.plan import JobPlan, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
-from sweeplab.tracking.schema import WALL_BREAKDOWN_METRIC
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
+from sweeplab.tracking.schema import WALL_BREAKDOWN_METRIC
 
 log = logging.getLogger(__name__)
 
