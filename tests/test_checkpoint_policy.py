@@ -152,7 +152,8 @@ def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, 
 def test_the_second_job_of_a_study_loads_its_compiled_code_from_the_studys_cache(demo_dir, mlflow_uri, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     sweep = _train(["-m", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
-                    "compile=default", "trainer.max_steps=6", "trainer.val_check_interval=3", "seed=1,2",
+                    "compile=default", "data.pad_to=max", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                    "seed=1,2",  # replicates: other seeds, other batches, one batch width (pad_to=max): one graph
                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=env)
     out, err = sweep.communicate(timeout=900)
     assert sweep.returncode == 0, err[-3000:]
