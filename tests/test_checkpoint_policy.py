@@ -152,15 +152,15 @@ def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, 
 def test_the_second_job_of_a_study_loads_its_compiled_code_from_the_studys_cache(demo_dir, mlflow_uri, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     sweep = _train(["-m", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
-                    "compile=default", "data.pad_to=max", "trainer.max_steps=6", "trainer.val_check_interval=3",
-                    "seed=1,2",  # replicates: other seeds, other batches, one batch width (pad_to=max): one graph
+                    "compile=default", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                    "+label=a,b",  # two configurations of one graph, same seed: the same shapes in the same order
                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=env)
     out, err = sweep.communicate(timeout=900)
     assert sweep.returncode == 0, err[-3000:]
     assert any((tmp_path / "sweep" / "compile_cache").rglob("*")), "the study's cache folder is empty"
     runs = [r for r in MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time ASC"])
-            if "seed" in r.data.tags]
+            if "config" in r.data.tags]
     first, second = (r.data.metrics for r in runs)
     hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
-    assert second[hit] > 0 and second[miss] == 0, second  # the replicate compiled nothing: every graph from the cache
+    assert second[hit] > 0 and second[miss] == 0, second  # the second compiled nothing: every graph from the cache
     assert first[miss] > 0 or first[hit] > 0, first
