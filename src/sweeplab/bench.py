@@ -337,6 +337,7 @@ def row_config(
         cfg.pop("bench", None)
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1  # periodic checkpoints are the user's cadence, not per step
+            cfg.checkpoint.every_n_seconds = None  # nor by time: none inside the bench's timed steps
         if settings.data_samples > 0 and (bench_data := get_family(cfg.model.family).bench_data) is not None:
             data = OmegaConf.to_container(cfg.data, resolve=True)
             out_dir = data_root or Path(cfg.paths.data_dir) / "bench"

@@ -81,6 +81,7 @@ def _config(args: argparse.Namespace, out: Path, max_steps: int):
         cfg.timing.profile_dir = str(out.resolve())
         if "checkpoint" in cfg and "every_n_steps" in cfg.checkpoint:
             cfg.checkpoint.every_n_steps = max_steps + 1
+            cfg.checkpoint.every_n_seconds = None
     return cfg
 
 

@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from sweeplab import CONF_DIR
-from sweeplab.core import channels, cli, interrupts
+from sweeplab.core import channels, cli, interrupts, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
@@ -33,6 +33,7 @@ def main(cfg: DictConfig) -> float | None:
     # installed the signal handlers before they load
     from sweeplab.engine.training import record_failed_job, train
 
+    wall.count_from_process_start()  # the job's wall breakdown starts with the process (a worker's too)
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
     # anyway (read-only, locked, full), which mlflow_store reports in one line

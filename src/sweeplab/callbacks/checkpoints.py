@@ -4,7 +4,7 @@ same end as an uninterrupted one.
 - `best-step{N}.ckpt` (`BestCheckpoint`): the weights of the best validation score so far; its score and path live
   in the callback's state, which every checkpoint carries.
 - `last.ckpt` (`LastCheckpoint`): what a killed run resumes from, every `checkpoint.every_n_steps` optimizer steps
-  and at the last step. At a step that validates, it is written *after* the validation (and after the best
+  and/or once `checkpoint.every_n_seconds` have passed since the last one, and at the last step. At a step that validates, it is written *after* the validation (and after the best
   checkpoint took its score): written before, it would hold a best-checkpoint state that does not know that
   validation, Lightning does not repeat a validation whose step the checkpoint already completed, and a resumed run
   would lose that score for good (naming a worse checkpoint as its best, or one deleted since).
@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
+from weakref import proxy
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from sweeplab.core import wall
 from sweeplab.core.files import atomic_write
 from sweeplab.runtime.lightning_private import validates_after_this_batch
 
@@ -60,11 +63,33 @@ class ValidateAtLastStep(L.Callback):
 class BestCheckpoint(ModelCheckpoint):
     """The checkpoint of the best `monitor` value so far, one file (`best-step{N}.ckpt`)."""
 
-    def __init__(self, dirpath: str | Path, monitor: str, mode: str):
+    def __init__(self, dirpath: str | Path, monitor: str, mode: str, optimizer_state: bool = True):
+        """`optimizer_state=False` (checkpoint.best=weights): the file holds the weights, the hyperparameters and
+        the callbacks' state (the best score), not the optimizer's, a third of a full AdamW checkpoint; what the
+        export, the report and a resume's best-checkpoint bookkeeping read from it. A run resumes from last.ckpt."""
         super().__init__(
             dirpath=dirpath, filename="best-step{step}", monitor=monitor, mode=mode, auto_insert_metric_name=False,
             enable_version_counter=False,  # a resumed run re-saving a step's best overwrites it (no -v1 twin)
         )
+        self.optimizer_state = optimizer_state
+
+    @wall.charged_to("checkpoints")
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if self.optimizer_state:
+            super()._save_checkpoint(trainer, filepath)
+            return
+        # Trainer.save_checkpoint's steps, with the optimizer and scheduler state left out before anything is copied
+        trainer.strategy.barrier("Trainer.save_checkpoint")
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        for key in ("optimizer_states", "lr_schedulers"):
+            checkpoint.pop(key, None)
+        trainer.strategy.save_checkpoint(checkpoint, filepath)
+        trainer.strategy.barrier("Trainer.save_checkpoint")
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
 
     @property
     def state_key(self) -> str:
@@ -103,13 +128,16 @@ class BestCheckpoint(ModelCheckpoint):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """`last.ckpt` every `every_n_steps` optimizer steps and at the last step; after the validation at a step that
-    validates (see the module docstring)."""
+    """`last.ckpt` every `every_n_steps` optimizer steps and/or every `every_n_seconds`, and at the last step;
+    after the validation at a step that validates (see the module docstring)."""
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int):
+    def __init__(self, dirpath: str | Path, every_n_steps: int | None, every_n_seconds: float | None = None):
         super().__init__(  # always the one last.ckpt, overwritten (atomically: AtomicCheckpointIO)
-            dirpath=dirpath, every_n_train_steps=every_n_steps, save_top_k=0, save_last=True, enable_version_counter=False
+            dirpath=dirpath, every_n_train_steps=every_n_steps or 0, save_top_k=0, save_last=True,
+            enable_version_counter=False,
         )
+        self.every_n_seconds = every_n_seconds
+        self._since = time.monotonic()  # the clock of every_n_seconds: from the start of fit, then from each save
 
     @property
     def state_key(self) -> str:
@@ -119,12 +147,32 @@ class LastCheckpoint(ModelCheckpoint):
         """Nothing to restore: the file is always last.ckpt (and Lightning would warn when the resumed checkpoint
         lies in another directory)."""
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
+        self._since = time.monotonic()
+
+    @wall.charged_to("checkpoints")
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+
+    def _due(self, trainer: L.Trainer) -> bool:
         step = trainer.global_step
-        due = step % self._every_n_train_steps == 0 or (trainer.max_steps > 0 and step >= trainer.max_steps)
-        if due and validates_after_this_batch(trainer):
+        if trainer.max_steps > 0 and step >= trainer.max_steps:
+            return True
+        due = bool(self._every_n_train_steps) and step % self._every_n_train_steps == 0
+        if self.every_n_seconds is not None:
+            timed = time.monotonic() - self._since >= self.every_n_seconds
+            if trainer.world_size > 1:  # every rank takes rank 0's decision (their clocks differ; a save is collective)
+                timed = trainer.strategy.broadcast(timed)
+            due = due or timed
+        return due
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._should_skip_saving_checkpoint(trainer) or not self._due(trainer):
+            return
+        self._since = time.monotonic()
+        if validates_after_this_batch(trainer):
             # Lightning's own deferral: its on_validation_end writes last.ckpt once the validation (and the best
             # checkpoint, which runs before this callback) is done
             self._defer_save_until_validation = True
             return
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

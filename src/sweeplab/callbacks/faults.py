@@ -19,7 +19,10 @@ SWEEPLAB_FAULT_PAUSE_IN=<stage> pauses once inside a named stage, so that a test
                                setup (job.start_fit, the MLflow run open, before the data is set up), validation
                                (after a validation batch during fit, not the final validation), checkpointing
                                (inside the checkpoint IO's save, before the file is written), export (inside the
-                               export, before the conversion), report (the sweep's end-of-sweep report).
+                               export, before the conversion), report (the sweep's end-of-sweep report),
+                               checkpoint-written (a checkpoint's bytes are in its temporary file, not yet renamed;
+                               with checkpoint.background, on the writer thread). <stage>@N pauses the Nth time the
+                               stage runs instead of the first.
 Unset in normal use; the callback is added only when one is set. The names are defined in sweeplab.core.channels.
 """
 
@@ -50,13 +53,21 @@ from sweeplab.core.channels import (
 
 PAUSE_S = 600.0
 _paused_in: set[str] = set()  # a stage pauses once per process
+_stage_runs: dict[str, int] = {}  # how many times each paused stage ran (<stage>@N)
 
 
 def pause_in(stage: str) -> None:
     """SWEEPLAB_FAULT_PAUSE_IN=<stage>: the first time this runs in that stage, create the paused file and sleep
     SWEEPLAB_FAULT_PAUSE_S seconds or until the file is removed; a no-op (one dict look-up) otherwise. The sleep
     ignores stop requests: it stands for work that cannot look at the flag, and the stage's own safe points act."""
-    if os.environ.get(FAULT_PAUSE_IN_ENV) != stage or stage in _paused_in:
+    wanted = os.environ.get(FAULT_PAUSE_IN_ENV)
+    if wanted is None or stage in _paused_in:
+        return
+    name, _, nth = wanted.partition("@")
+    if name != stage:
+        return
+    _stage_runs[stage] = _stage_runs.get(stage, 0) + 1
+    if _stage_runs[stage] < int(nth or 1):
         return
     _paused_in.add(stage)
     paused_file = os.environ.get(FAULT_PAUSED_FILE_ENV)

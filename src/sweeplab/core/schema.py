@@ -58,3 +58,10 @@ STEP_TIME_MEDIAN = "summary/step_time_s_median"
 STEP_TIME_SPREAD = "summary/step_time_spread"
 PEAK_MEM_MB = "summary/peak_mem_mb"
 OBJECTIVE = "objective"            # the job's return value (metric)
+
+# --- where a job's wall time went (metrics, step 0; sweeplab.core.wall.PARTS names the parts) ---
+WALL_BREAKDOWN_METRIC = "summary/wall_breakdown/{part}_s"  # setup, warmup, steps, validation, checkpoints, mlflow,
+                                                            # teardown: disjoint, summing to the job's wall time
+
+# --- what a compiled job's compilation found in torch inductor's caches (metrics; compile != off) ---
+COMPILE_CACHE_METRIC = "summary/compile_cache/{counter}"  # fxgraph_cache_hit/_miss, autograd_cache_hit/_miss

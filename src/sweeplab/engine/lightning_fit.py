@@ -17,8 +17,10 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
+from sweeplab.callbacks.wall import WallBreakdown
 from sweeplab.core import channels, interrupts
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
+from sweeplab.core.schema import COMPILE_CACHE_METRIC
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.engine import stopping, tuning
 from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
@@ -46,7 +48,21 @@ def fresh_compiler() -> None:
     over batch size the first job got kernels specialised to its shapes and every later one dynamic kernels, and in
     the bench the hand-written loop of the paGating row, compiled after four TextBridge rows, ran 12 % slower than
     the sweeplab job beside it (overhead 1.13 on an H100). Each compiled job now starts as a process's first."""
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # what it forgets is Dynamo's; inductor's FX graph and AOTAutograd caches (in memory and
+    # under TORCHINDUCTOR_CACHE_DIR) still hand the same graph its compiled code back: the reset costs a re-trace only
+
+
+COMPILE_CACHE_COUNTERS = {  # torch._dynamo.utils.counters: (group, name)
+    "fxgraph_cache_hit": ("inductor", "fxgraph_cache_hit"), "fxgraph_cache_miss": ("inductor", "fxgraph_cache_miss"),
+    "autograd_cache_hit": ("aot_autograd", "autograd_cache_hit"),
+    "autograd_cache_miss": ("aot_autograd", "autograd_cache_miss"),
+}
+
+
+def _compile_cache_counts() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return {name: counters[group][key] for name, (group, key) in COMPILE_CACHE_COUNTERS.items()}
 
 
 def fit(job: Job) -> FitResult:
@@ -56,15 +72,19 @@ def fit(job: Job) -> FitResult:
     datamodule, _, task = start_fit(job)
     if p.compile_mode != "off":
         fresh_compiler()
+        compile_counts = _compile_cache_counts()  # the process's counters: this job's are the difference
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
 
     checkpoints = job.output_dir / "checkpoints"
-    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode)
+    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode,
+                          optimizer_state=p.checkpoint.best == "full")
     timer = ThroughputTimer(**p.timing)
     guard = NonFiniteGuard(**p.guard)
     callbacks = [timer, guard, ValidateAtLastStep(), best,
-                 LastCheckpoint(checkpoints, every_n_steps=p.checkpoint.every_n_steps), *task.extra_callbacks(),
-                 ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job)]
+                 LastCheckpoint(checkpoints, p.checkpoint.every_n_steps, p.checkpoint.every_n_seconds),
+                 *task.extra_callbacks(),
+                 ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job),
+                 WallBreakdown(p.timing.get("warmup_steps", 0))]
     if job.run is not None:
         callbacks.append(MetricsStoredAtCheckpoint())
     if (fault := FaultInjection.from_env()) is not None:
@@ -74,7 +94,8 @@ def fit(job: Job) -> FitResult:
     if p.stop_target is not None:
         callbacks.append(_stop_callback(job, timer))
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
-    trainer = _trainer(p, callbacks, job, clips=task.automatic_optimization, progress_bar=show_bar)
+    checkpoint_io = AtomicCheckpointIO(background=p.checkpoint.background)
+    trainer = _trainer(p, callbacks, job, checkpoint_io, clips=task.automatic_optimization, progress_bar=show_bar)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
         job.run.set_tag("tuned.batch_size", str(tuned))
@@ -84,8 +105,12 @@ def fit(job: Job) -> FitResult:
         except SIGTERMException:  # Lightning's own check saw the SIGTERM first (an epoch's end): sweeplab's stop
             interrupts.check()
             raise
+    summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
+    if p.compile_mode != "off":  # what this job's compilation found in inductor's caches (docs/study-cost.md)
+        summary |= {COMPILE_CACHE_METRIC.format(counter=name): float(count - compile_counts[name])
+                    for name, count in _compile_cache_counts().items()}
     return FitResult(
-        summary=distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size),
+        summary=summary,
         step=trainer.global_step,
         best_path=best.best_model_path or None,
         monitored=_monitored(trainer, best, p.family.monitor),
@@ -104,7 +129,8 @@ class _RecordBatchSize(L.Callback):
         record_batch_size(self.job, trainer.train_dataloader)
 
 
-def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True, progress_bar: bool = False) -> L.Trainer:
+def _trainer(p: JobPlan, callbacks: list, job: Job, checkpoint_io: AtomicCheckpointIO, clips: bool = True,
+             progress_bar: bool = False) -> L.Trainer:
     """`clips`: Lightning clips the gradients (automatic optimization); otherwise the task's own step does
     (cuda_graph, several steps per batch), and Lightning refuses a clip value under manual optimization."""
     t = p.trainer
@@ -124,7 +150,7 @@ def _trainer(p: JobPlan, callbacks: list, job: Job, clips: bool = True, progress
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=(p.optim.grad_clip or None) if clips else None,
         gradient_clip_algorithm="norm",
-        plugins=[AtomicCheckpointIO(), *precision_plugins],
+        plugins=[checkpoint_io, *precision_plugins],
         deterministic=t.deterministic,
         enable_progress_bar=progress_bar,
         enable_model_summary=False,

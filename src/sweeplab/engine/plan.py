@@ -66,11 +66,20 @@ class LoggerConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_n_steps: int = 50  # periodic last.ckpt, what `resume=true` continues from
+    """What a job writes, when and on which thread (docs/study-cost.md says why these defaults)."""
+
+    every_n_steps: int | None = None  # last.ckpt (what `resume=true` continues from) every N optimizer steps
+    every_n_seconds: float | None = 60.0  # ... and/or when this long has passed since the last one; both null: at the end
+    background: bool = True  # write, hash and rename on a writer thread; the training thread only copies the state
+    best: str = "weights"  # best-step{N}.ckpt: weights (no optimizer state) | full (what last.ckpt holds)
 
     def __post_init__(self) -> None:
-        if self.every_n_steps <= 0:
-            raise ValueError(f"every_n_steps must be > 0, got {self.every_n_steps}")
+        if self.every_n_steps is not None and self.every_n_steps <= 0:
+            raise ValueError(f"every_n_steps must be > 0 or null, got {self.every_n_steps}")
+        if self.every_n_seconds is not None and self.every_n_seconds < 0:
+            raise ValueError(f"every_n_seconds must be >= 0 or null, got {self.every_n_seconds}")
+        if self.best not in ("weights", "full"):
+            raise ValueError(f"best must be weights or full, got {self.best!r}")
 
 
 @dataclass

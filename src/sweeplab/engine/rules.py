@@ -37,7 +37,7 @@ def check_steps_per_batch(
         "trainer.max_steps": max_steps,
         "trainer.val_check_interval": trainer.val_check_interval,
         "trainer.log_every_n_steps": trainer.log_every_n_steps,
-        "checkpoint.every_n_steps": checkpoint.every_n_steps,
+        **({"checkpoint.every_n_steps": checkpoint.every_n_steps} if checkpoint.every_n_steps is not None else {}),
         "timing.warmup_steps": timing.get("warmup_steps", 0),
         "timing.window": timing.get("window", 1),
         "timing.trace_steps": timing.get("trace_steps", 0),

@@ -22,9 +22,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, host_arch, interrupts, schema
+from sweeplab.core import channels, host_arch, interrupts, schema, wall
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
+from sweeplab.core.schema import WALL_BREAKDOWN_METRIC
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
 from sweeplab.engine.plan import JobPlan, plan
@@ -91,17 +92,38 @@ def _preset_tags() -> dict[str, str]:
     return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
 
 
+COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's on-disk caches: FX graphs, AOTAutograd, Triton kernels
+COMPILE_CACHE_FOLDER = "compile_cache"
+
+
+def share_compile_cache(sweep_dir: str | None) -> None:
+    """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/study-cost.md): inductor's FX
+    graph cache and AOTAutograd cache (both on by default in torch) and the Triton kernels live there, so the
+    first job of a shape compiles and every later job of that graph, in this process or another of the study
+    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Left alone outside a sweep and
+    where TORCHINDUCTOR_CACHE_DIR names a folder of the user's: torch's import sets it to its default
+    (/tmp/torchinductor_$USER), which counts as unset."""
+    if sweep_dir is None:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get(COMPILE_CACHE_DIR_ENV) in (None, default_cache_dir()):
+        os.environ[COMPILE_CACHE_DIR_ENV] = str(Path(sweep_dir).resolve() / COMPILE_CACHE_FOLDER)
+
+
 def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
 
     A stop request (sweeplab.core.interrupts) that came before the fit loop is checked between these stages."""
+    wall.start_job()  # the job's wall breakdown (summary/wall_breakdown/*): the first job of a process from its start
     interrupts.check()
     p = plan(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     backends.apply_backend_settings(p.backend_config, p.backend)
     hydra_dir, sweep_dir = _hydra_runtime()
     output_dir = output_dir or hydra_dir
+    share_compile_cache(sweep_dir)
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
     target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
@@ -157,32 +179,45 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
     p = job.plan
-    job.run = mlflow_store.JobRun(
-        uri,
-        p.logger.experiment_name,
-        naming.run_name(p, cfg),
-        tags=run_tags(p, sweep_dir),
-        params=mlflow_store.flatten(p.container),
-        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-        run_id=target.run_id if target is not None else None,
-    )
+    with wall.clock().within("mlflow"):
+        job.run = mlflow_store.JobRun(
+            uri,
+            p.logger.experiment_name,
+            naming.run_name(p, cfg),
+            tags=run_tags(p, sweep_dir),
+            params=mlflow_store.flatten(p.container),
+            parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+            run_id=target.run_id if target is not None else None,
+        )
     with job.run:
         continued = target is not None and target.run_id is not None
         _tag_new_run(job, target, continued)
         if p.logger.system_metrics_after_s is not None and p.logger.system_metrics_after_s >= 0:
             job.run.monitor_system(p.logger.system_metrics_after_s)
-        job.logger = ResumingMLFlowLogger(
-            experiment_name=p.logger.experiment_name,
-            tracking_uri=uri,
-            run_id=job.run.run_id,
-            already_logged=logged_steps(uri, job.run.run_id) if continued else None,
-            synchronous=not p.logger.async_logging,
-        )
+        with wall.clock().within("mlflow"):
+            job.logger = ResumingMLFlowLogger(
+                experiment_name=p.logger.experiment_name,
+                tracking_uri=uri,
+                run_id=job.run.run_id,
+                already_logged=logged_steps(uri, job.run.run_id) if continued else None,
+                synchronous=not p.logger.async_logging,
+            )
         try:
             interrupts.check()
-            return finish(job, _fit(job))
+            monitored = finish(job, _fit(job))
         finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
             job.logger.send_held()
+        _record_wall_breakdown(job)
+        return monitored
+
+
+def _record_wall_breakdown(job: Job) -> None:
+    """The job's wall time so far in parts (sweeplab.core.wall), on its run: the last thing it writes before the run
+    ends (what comes after, ending the run and the process, is not in it)."""
+    with contextlib.suppress(Exception):  # a breakdown is worth a warning at most, never a job that trained
+        job.logger.wait_for_writes()
+    totals = wall.clock().totals()
+    job.run.log_metrics({WALL_BREAKDOWN_METRIC.format(part=part): seconds for part, seconds in totals.items()}, step=0)
 
 
 def _fit(job: Job) -> FitResult:

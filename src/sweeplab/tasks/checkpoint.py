@@ -21,18 +21,22 @@ import numbers
 import pickle
 import pickletools
 import sys
+import time
 import warnings
 import zipfile
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
 
 from sweeplab.callbacks.faults import pause_in
+from sweeplab.core import wall
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import atomic_write
 
@@ -262,12 +266,77 @@ def _unreadable(path: Path, exc: BaseException) -> str:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written to a temporary file and renamed (a kill mid-save never leaves a truncated checkpoint),
     with the checksum of their content; read back through `read_checkpoint` (weights_only=True: a checkpoint can
-    only hold tensors and plain data, never code; checksum and finite weights checked)."""
+    only hold tensors and plain data, never code; checksum and finite weights checked).
+
+    `background=True`: the training thread only takes a CPU copy of the checkpoint (a point-in-time snapshot: the
+    next step cannot change what is written); one writer thread serialises it, hashes it and renames it into place.
+    At most one write is in flight: the next save first waits for it, so at most one copy is held. Removals (the
+    previous best file) queue behind the writes, in the order Lightning asked for them, so the files on disk always
+    pass through the same states as with synchronous writes, only later. `wait()` (Lightning calls it through
+    `teardown` at the end of fit, also after an exception or a stop) joins the writer and raises its error, if any."""
+
+    def __init__(self, background: bool = False):
+        super().__init__()
+        self.background = background
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self.copy_s = 0.0  # training-thread time spent copying states and waiting for the writer (the job's breakdown)
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        with atomic_write(path) as f:
-            pause_in("checkpointing")  # reliability tests: a signal lands inside the save
-            torch.save(with_checksum(checkpoint), f)
+        if not self.background:
+            started = time.perf_counter()
+            _write(checkpoint, path)
+            self.copy_s += time.perf_counter() - started
+            return
+        started = time.perf_counter()
+        self.wait()  # at most one write in flight
+        snapshot = apply_to_collection(checkpoint, torch.Tensor, _cpu_copy)
+        self._submit(_write, snapshot, path)
+        self.copy_s += time.perf_counter() - started
+
+    def remove_checkpoint(self, path) -> None:
+        if self.background:
+            self._submit(super().remove_checkpoint, path)
+        else:
+            super().remove_checkpoint(path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        self.wait()  # a file being written is read whole
         return read_checkpoint(path)
+
+    def wait(self) -> None:
+        """Block until every queued write and removal is done; the first error any of them raised is raised here."""
+        pending, self._pending = self._pending, []
+        error = None
+        for future in pending:
+            exc = future.exception()
+            error = error or exc
+        if error is not None:
+            raise error
+
+    def teardown(self) -> None:
+        try:
+            with wall.clock().within("checkpoints"):
+                self.wait()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+
+    def _submit(self, function, *args) -> None:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeplab-checkpoint-writer")
+        self._pending.append(self._writer.submit(function, *args))
+
+
+def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+    # a copy even when the tensor is already on the CPU: the optimizer updates the original in place
+    return tensor.detach().to("cpu", copy=True)
+
+
+def _write(checkpoint: dict, path) -> None:
+    with atomic_write(path) as f:
+        pause_in("checkpointing")  # reliability tests: a signal lands inside the save
+        torch.save(with_checksum(checkpoint), f)
+        f.flush()
+        pause_in("checkpoint-written")  # tests: the bytes are in the temporary file, not yet renamed (a kill here)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import channels, schema
+from sweeplab.core import channels, schema, wall
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
 from sweeplab.core.errors import UserError, exception_chain
 from sweeplab.core.interrupts import is_interrupt
@@ -430,9 +430,11 @@ class JobRun:
         except Exception as exc:  # a store that cannot delete: the file stays, the tag says it is past
             log.warning("could not delete error.txt of resumed run %s: %s", self.run_id, _one_line(exc))
 
+    @wall.charged_to("mlflow")
     def log_params(self, params: Mapping[str, Any]) -> None:
         log_params(self.client, self.run_id, params)
 
+    @wall.charged_to("mlflow")
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import time
 
@@ -443,12 +445,15 @@ class JobRun:
         if items:
             self.client.log_batch(self.run_id, metrics=items)
 
+    @wall.charged_to("mlflow")
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
+    @wall.charged_to("mlflow")
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    @wall.charged_to("mlflow")
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
@@ -465,6 +470,7 @@ class JobRun:
             return False
         return True
 
+    @wall.charged_to("mlflow")
     def log_training_data(self, path: str | Path, name: str) -> None:
         """The training data as the run's MLflow dataset input (the UI's Datasets column), with a digest that
         changes when the files do."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from sweeplab.core import wall
 from sweeplab.runtime.lightning_private import logging_step
 from sweeplab.tracking import mlflow_store
 
@@ -113,6 +114,7 @@ class ResumingMLFlowLogger(MLFlowLogger):
         self._mlflow_client = _PendingWritesClient(self._tracking_uri)
         self.checkpointed_step = -1  # the last logging step a checkpoint covers (MetricsStoredAtCheckpoint)
 
+    @wall.charged_to("mlflow")
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if self.already_logged and step is not None:
             metrics = {k: v for k, v in metrics.items() if step not in self.already_logged.get(k, ())}
@@ -127,9 +129,11 @@ class ResumingMLFlowLogger(MLFlowLogger):
             # write slowed the next batch of a CPU job by a quarter)
             self.wait_for_writes()
 
+    @wall.charged_to("mlflow")
     def wait_for_writes(self) -> None:
         self._mlflow_client.wait_for_writes()
 
+    @wall.charged_to("mlflow")
     def send_held(self) -> None:
         self._mlflow_client.send_held()
 

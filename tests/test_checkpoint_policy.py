@@ -1,0 +1,166 @@
+"""The study's checkpoint policy (docs/study-cost.md): background writes that land whole and in order, a job killed
+while one is in flight resumes from the last complete checkpoint; the job's wall breakdown adds up to its wall time;
+the jobs of a study share the compiler's caches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from omegaconf import open_dict
+
+from conftest import smoke_config
+from sweeplab.callbacks import faults
+from sweeplab.core.schema import COMPILE_CACHE_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.core.wall import PARTS
+from sweeplab.tasks.checkpoint import AtomicCheckpointIO, check_integrity, read_checkpoint
+
+
+def _checkpoint(step: int, weight: torch.Tensor) -> dict:
+    return {"global_step": step, "state_dict": {"w": weight}, "hyper_parameters": {"family": "textbridge"}}
+
+
+def _wait_for(path: Path, process: subprocess.Popen | None = None, within_s: float = 300.0) -> None:
+    deadline = time.monotonic() + within_s  # start-up on a busy machine: generous
+    while not path.exists():
+        if (process is not None and process.poll() is not None) or time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared" + (f" (exit {process.poll()})" if process else ""))
+        time.sleep(0.05)
+
+
+def _hold_the_next_write(monkeypatch, tmp_path) -> Path:
+    """The next write pauses once its bytes are in the temporary file (faults.pause_in's `checkpoint-written`
+    stage) until the returned file is removed: a write held in flight."""
+    monkeypatch.setattr(faults, "_paused_in", set())  # the hook pauses once per process; this test's own once
+    monkeypatch.setattr(faults, "_stage_runs", {})
+    paused = tmp_path / "paused"
+    monkeypatch.setenv("SWEEPLAB_FAULT_PAUSE_IN", "checkpoint-written")
+    monkeypatch.setenv("SWEEPLAB_FAULT_PAUSE_S", "60")
+    monkeypatch.setenv("SWEEPLAB_FAULT_PAUSED_FILE", str(paused))
+    return paused
+
+
+def test_a_background_write_is_a_snapshot_that_lands_whole_and_in_order(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO(background=True)
+    path, old_best = tmp_path / "last.ckpt", tmp_path / "best-step1.ckpt"
+    old_best.write_bytes(b"the previous best")
+    weight = torch.zeros(1000)
+    io.save_checkpoint(_checkpoint(1, weight.clone()), path)
+    io.wait()
+    assert read_checkpoint(path)["global_step"] == 1
+
+    paused = _hold_the_next_write(monkeypatch, tmp_path)
+    io.save_checkpoint(_checkpoint(2, weight), path)
+    io.remove_checkpoint(old_best)  # queued behind the write, as Lightning asks after saving the new best
+    weight += 7.0  # the next optimizer step changes the weights in place: the write holds the snapshot
+    _wait_for(paused)
+    assert read_checkpoint(path)["global_step"] == 1  # in flight: the file is still the previous, whole checkpoint
+    assert list(tmp_path.glob(".last.ckpt.*.tmp")) and old_best.exists()
+    paused.unlink()
+    io.wait()
+    saved = read_checkpoint(path)
+    assert saved["global_step"] == 2 and torch.equal(saved["state_dict"]["w"], torch.zeros(1000))
+    assert not old_best.exists() and not list(tmp_path.glob(".*.tmp"))
+    io.teardown()
+
+
+def test_a_failed_background_write_is_raised_on_the_training_thread(tmp_path):
+    io = AtomicCheckpointIO(background=True)
+    (tmp_path / "a-file").write_text("not a folder")
+    io.save_checkpoint(_checkpoint(1, torch.zeros(3)), tmp_path / "a-file" / "last.ckpt")
+    with pytest.raises(OSError):
+        io.teardown()  # Lightning's end of fit (also after an exception): the writer's error is the job's
+
+
+def test_a_snapshot_checksum_matches_the_file(tmp_path):
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint(_checkpoint(3, torch.arange(10.0)), tmp_path / "x.ckpt")
+    io.teardown()
+    loaded = torch.load(tmp_path / "x.ckpt", weights_only=True)
+    check_integrity(loaded, tmp_path / "x.ckpt")
+
+
+def _train(args, env=None, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeplab.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})}, **kwargs,
+    )
+
+
+@pytest.mark.slow  # two real jobs in processes (~1 min on the 2-core machine)
+def test_a_job_killed_while_a_background_write_is_in_flight_resumes_from_the_last_complete_checkpoint(
+    demo_dir, mlflow_uri, tmp_path
+):
+    # writes, in order: last.ckpt at 5, best at 10, last.ckpt at 10 (the third: held in flight), last.ckpt at 15
+    # (waits for the third: one write in flight)
+    common = [
+        "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "trainer.max_steps=30",
+        "trainer.val_check_interval=10", "trainer.log_every_n_steps=1", "checkpoint.every_n_steps=5",
+        "checkpoint.every_n_seconds=null", "checkpoint.background=true",
+    ]
+    paused = tmp_path / "paused"
+    job = _train([*common, f"hydra.run.dir={tmp_path / 'run'}"],
+                 env={"SWEEPLAB_FAULT_PAUSE_IN": "checkpoint-written@3", "SWEEPLAB_FAULT_PAUSE_S": "600",
+                      "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    _wait_for(paused, job)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    in_flight = list(checkpoints.glob(".last.ckpt.*.tmp"))
+    assert in_flight and in_flight[0].stat().st_size > 0  # the bytes are written, the rename not done
+    job.send_signal(signal.SIGKILL)
+    job.communicate(timeout=60)
+    assert job.returncode == -signal.SIGKILL
+
+    complete = read_checkpoint(checkpoints / "last.ckpt")  # whole: its checksum holds
+    assert complete["global_step"] == 5
+    resumed = _train([*common, "resume=true", f"hydra.run.dir={tmp_path / 'other'}"])
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    assert f"from {checkpoints / 'last.ckpt'} (step 5)" in err + out
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "FINISHED"
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
+    assert steps == list(range(30))  # every step once
+    assert read_checkpoint(checkpoints / "last.ckpt")["global_step"] == 30
+
+
+def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, tmp_path):
+    from sweeplab.engine.training import train
+
+    cfg = smoke_config(demo_dir, "trainer.max_steps=10", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5")
+    with open_dict(cfg):
+        cfg.logger.system_metrics_after_s = None
+    started = time.perf_counter()
+    train(cfg, output_dir=tmp_path / "job")
+    wall_s = time.perf_counter() - started
+    (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    parts = {part: run.data.metrics[WALL_BREAKDOWN_METRIC.format(part=part)] for part in PARTS}
+    assert all(seconds >= 0 for seconds in parts.values()), parts
+    assert parts["steps"] > 0 and parts["setup"] > 0 and parts["validation"] > 0 and parts["checkpoints"] > 0, parts
+    # the parts are charged up to the record; ending the run after it is the only time outside them
+    assert abs(sum(parts.values()) - wall_s) <= 0.05 * wall_s, (parts, wall_s)
+
+
+@pytest.mark.slow  # one cold compilation of the smoke model (~1 min on the 2-core machine)
+def test_the_second_job_of_a_study_loads_its_compiled_code_from_the_studys_cache(demo_dir, mlflow_uri, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    sweep = _train(["-m", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
+                    "compile=default", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                    "+label=a,b",  # two configurations of one graph, same seed: the same shapes in the same order
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=env)
+    out, err = sweep.communicate(timeout=900)
+    assert sweep.returncode == 0, err[-3000:]
+    assert any((tmp_path / "sweep" / "compile_cache").rglob("*")), "the study's cache folder is empty"
+    runs = [r for r in MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time ASC"])
+            if "config" in r.data.tags]
+    first, second = (r.data.metrics for r in runs)
+    hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
+    assert second[hit] > 0 and second[miss] == 0, second  # the second compiled nothing: every graph from the cache
+    assert first[miss] > 0 or first[hit] > 0, first
