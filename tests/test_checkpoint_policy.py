@@ -137,10 +137,12 @@ def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, 
     cfg = smoke_config(demo_dir, "trainer.max_steps=10", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5")
     with open_dict(cfg):
         cfg.logger.system_metrics_after_s = None
-    started = time.perf_counter()
+    started = time.time()
     train(cfg, output_dir=tmp_path / "job")
-    wall_s = time.perf_counter() - started
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    # the job's wall time up to the moment its run was ended (MLflow's end time): ending the run, a sqlite write that
+    # takes a second on a loaded host, comes after the record by design and is left out of both
+    wall_s = run.info.end_time / 1000 - started
     parts = {part: run.data.metrics[WALL_BREAKDOWN_METRIC.format(part=part)] for part in PARTS}
     assert all(seconds >= 0 for seconds in parts.values()), parts
     assert parts["steps"] > 0 and parts["setup"] > 0 and parts["validation"] > 0 and parts["checkpoints"] > 0, parts
