@@ -46,7 +46,7 @@ class VerdictOptions:
     first configuration of the grid)."""
 
     target: float | None = None
-    quality_tolerance: float = 0.0
+    quality_tolerance: float | None = None  # None: the family's quality_tolerance, else derived from the spread
     baseline_run: str | None = None
 
 
@@ -80,16 +80,37 @@ def samples_per_step(run) -> int | None:
         return None
 
 
-def monitored_metric(runs) -> tuple[str, verdict.Mode]:
-    """The monitored metric and its direction of the family most of the runs trained."""
+def _family_of(runs):
+    """The family most of the runs trained; None when unknown or not installed where the report runs."""
     families = Counter(r.data.tags.get("family", "") for r in runs)
     try:
-        family = get_family(families.most_common(1)[0][0]) if families else None
-    except UserError:  # the family is not installed where the report runs
-        family = None
+        return get_family(families.most_common(1)[0][0]) if families else None
+    except UserError:
+        return None
+
+
+def monitored_metric(runs) -> tuple[str, verdict.Mode]:
+    """The monitored metric and its direction of the family most of the runs trained."""
+    family = _family_of(runs)
     if family is None:
         return "val/loss", "min"
     return family.monitor, "max" if family.monitor_mode == "max" else "min"
+
+
+def quality_tolerance(runs, asked: float | None) -> tuple[float | None, str]:
+    """The verdict's quality tolerance and where it came from: the sweep's (or the flag's), else the family's
+    declared default, else None (derived from the replicates' spread by the verdict)."""
+    if asked is not None:
+        return asked, "report.quality_tolerance"
+    family = _family_of(runs)
+    if family is not None and family.quality_tolerance is not None:
+        return family.quality_tolerance, f"the {family.name} family's default"
+    return None, ""
+
+
+def smoke_budget(runs) -> bool:
+    """Whether the jobs ran with the debug=smoke preset (their `preset.debug` tag)."""
+    return any(r.data.tags.get("preset.debug") == "smoke" for r in runs)
 
 
 def has_replicate_tags(runs) -> bool:
@@ -151,14 +172,28 @@ def sweep_verdict(uri: str, runs, options: VerdictOptions = VerdictOptions()) ->
     jobs = [j for r in runs if (j := verdict_job(client, r, metric)) is not None]
     if not jobs:
         return VerdictReport(None, ("no verdict: no job of this sweep finished with a throughput",))
+    tolerance, tolerance_source = quality_tolerance(runs, options.quality_tolerance)
+    family = _family_of(runs)
+    labels = family.labels if family is not None else {}
+    names = naming.configuration_run_names(dict.fromkeys(j.config for j in jobs), labels)
     try:
         summary = verdict.summarize(
             jobs, baseline=baseline_config(runs, jobs, options.baseline_run), mode=mode, target=options.target,
-            quality_tolerance=options.quality_tolerance, metric_name=metric, pair_by=pair_by(jobs),
+            quality_tolerance=tolerance, tolerance_source=tolerance_source, metric_name=metric, pair_by=pair_by(jobs),
+            smoke_budget=smoke_budget(runs), names=names,
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))
-    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in summary.notes)))
+    legend = label_legend(names, labels)
+    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in summary.notes),
+                                   *([f"note: labels: {legend}"] if legend else [])))
+
+
+def label_legend(names: Mapping[str, str], labels: Mapping[str, str] | None) -> str:
+    """What the short labels of the configurations' names stand for ("bs = data.batch_size, α = loss.alpha");
+    "" when every name is its keys."""
+    keys = {k: None for config in names for k in naming.config_values(config)}
+    return ", ".join(f"{label(k, labels)} = {k}" for k in keys if label(k, labels) != k)
 
 
 # --- the per-configuration table --------------------------------------------------------------------------------------
@@ -170,9 +205,10 @@ def config_columns(summary: verdict.SweepSummary) -> list[str]:
             "speedup→target", summary.metric_name, "Δ", "quality"]
 
 
-def config_header(summary: verdict.SweepSummary) -> str:
-    """The line above the table: the target and the intervals' levels."""
-    return verdict.render_table(summary).splitlines()[0]
+def config_header(summary: verdict.SweepSummary, names: Mapping[str, str] | None = None) -> str:
+    """The line above the table: the baseline and the intervals' levels (the target is the verdict's `target:` line,
+    said once on the page)."""
+    return verdict.table_header(summary, with_target=False, names=names)
 
 
 def config_rows(summary: verdict.SweepSummary, names: Mapping[str, str]) -> list[dict[str, str]]:

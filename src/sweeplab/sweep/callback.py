@@ -450,7 +450,7 @@ def _check_replicates(config: DictConfig) -> None:
 def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
     """The sweep's `report.target` and `report.quality_tolerance` as its run's tags: `python -m sweeplab.report` run
     again on the sweep asks the same question unless its flags say otherwise."""
-    tags = {TOLERANCE_TAG: repr(options.quality_tolerance)}
+    tags = {} if options.quality_tolerance is None else {TOLERANCE_TAG: repr(options.quality_tolerance)}
     if options.target is not None:
         tags[TARGET_TAG] = repr(options.target)
     return tags
@@ -459,9 +459,9 @@ def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
 def verdict_options(config: DictConfig) -> VerdictOptions:
     """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
     target = OmegaConf.select(config, "report.target", default=None)
-    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=0.0)
+    tolerance = OmegaConf.select(config, "report.quality_tolerance", default=None)
     try:
-        return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
+        return VerdictOptions(None if target is None else float(target), None if tolerance is None else float(tolerance))
     except (TypeError, ValueError) as exc:
         raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
 
@@ -490,7 +490,7 @@ def record_best(client, parent_run_id: str, children, config: DictConfig,
     configurations with more than one job) the best is the verdict's: one configuration, a tie, or none; else the
     finished job with the best objective."""
     if summary is not None and max(c.jobs for c in summary.configs) > 1:
-        return _record_verdict_best(client, parent_run_id, summary)
+        return _record_verdict_best(client, parent_run_id, summary, _family_labels(config))
     scored = [r for r in children if r.info.status == "FINISHED" and "objective" in r.data.metrics]
     mode = _direction(config, scored)
     if not scored or not mode:
@@ -521,19 +521,27 @@ def record_best(client, parent_run_id: str, children, config: DictConfig,
     return f"{line}; {shown}" if shown else line
 
 
-def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary) -> str:
+def _family_labels(config: DictConfig) -> dict[str, str]:
+    try:
+        return dict(get_family(OmegaConf.select(config, "model.family", default="")).labels)
+    except UserError:
+        return {}
+
+
+def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary, labels: dict[str, str]) -> str:
     """Tags `best_verdict` (fastest | tie | no verdict) and `best_config` (the configuration, the tied ones joined
     by " | ", or empty): a tie stays a tie, never a pick by the last digit."""
     verdict = summary.verdict
+    names = naming.configuration_run_names([c.config for c in summary.configs], labels)  # the tables' short labels
     client.set_tag(parent_run_id, "best_verdict", verdict.kind)
     client.set_tag(parent_run_id, "best_config", " | ".join(verdict.fastest))
     client.set_tag(parent_run_id, "objective", summary.metric_name)
     client.set_tag(parent_run_id, "objective_mode", summary.mode)
     if verdict.kind == "fastest":
-        return f"{verdict.fastest[0]} ({verdict.lines[0]})"
+        return verdict.headline
     if verdict.kind == "tie":
-        return f"tie between {', '.join(verdict.fastest)} (intervals overlap: not ranked)"
-    return f"none ({verdict.lines[0]})"
+        return f"tie between {', '.join(names.get(c, c) for c in verdict.fastest)} (intervals overlap: not ranked)"
+    return f"none ({verdict.headline})"
 
 
 def _objective_plot(children, sweep_dir: Path, config: DictConfig) -> list[Path]:
