@@ -205,3 +205,14 @@ def test_point_labels_never_overlap_their_own_interval_bars(tmp_path, monkeypatc
         assert len(own) >= 2, text.get_text()  # its bars and end marks were found
         for line in own:
             assert not box.overlaps(line.get_window_extent(renderer)), (text.get_text(), line.get_xydata())
+
+
+def test_a_configuration_run_lasts_as_long_as_its_jobs_together():
+    """Not the milliseconds of writing it (MLflow's "Duration 30ms"): from its first job's start, their summed time."""
+    from types import SimpleNamespace
+
+    def job(start, end):
+        return SimpleNamespace(info=SimpleNamespace(start_time=start, end_time=end))
+
+    assert config_runs.run_span([job(10_000, 70_000), job(200_000, 230_000), job(5_000, None)]) == (10_000, 100_000)
+    assert config_runs.run_span([]) == (None, None)

@@ -201,7 +201,8 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
     for key in ("sweep_id", "sweep_dir"):
         if key in parent.data.tags:
             tags[key] = parent.data.tags[key]
-    run = client.create_run(parent.info.experiment_id, run_name=name, tags=tags)
+    start_ms, end_ms = run_span(job_runs)
+    run = client.create_run(parent.info.experiment_id, start_time=start_ms, run_name=name, tags=tags)
     now = int(time.time() * 1000)
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
@@ -210,5 +211,16 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
         metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
     for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
         client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
-    client.set_terminated(run.info.run_id, "FINISHED")
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=end_ms)
     return run.info.run_id
+
+
+def run_span(job_runs: Sequence) -> tuple[int | None, int | None]:
+    """(start, end) in ms for a configuration run: from its first job's start, as long as its jobs took together
+    (the UI's Duration is then what the configuration cost; its jobs ran in rounds between the others'). (None,
+    None) without finished jobs: now, as MLflow sets it."""
+    spans = [(r.info.start_time, r.info.end_time) for r in job_runs if r.info.start_time and r.info.end_time]
+    if not spans:
+        return None, None
+    start = min(s for s, _ in spans)
+    return start, start + sum(e - s for s, e in spans)

@@ -35,8 +35,13 @@ MAX_PARAM_CHARS = 6000
 # without it an experiment may open in the GenAI view (traces, no runs)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# MLflow 3.17's UI picks its view from a workflow switch, not from the experiment's kind tag: the `workflowType` URL
-# parameter wins over the switch's remembered value, whose default is the GenAI view
+# MLflow 3.17.2's UI picks its view from a workflow switch, not from the experiment's kind tag (issue 38, read in its
+# bundle server/js/build/static/js/main.*.js: the experiment kind comes from the tag only when the switch's feature
+# flag is off, and that flag is hard-wired on, `R=()=>!0`): the `workflowType` URL parameter wins over the switch's
+# value remembered in the browser's localStorage (`mlflow.workflowType`), whose default is "genai". No server setting
+# or run tag changes that default; every address sweeplab prints carries the parameter, and a click on "Machine
+# learning" in the UI's switch is remembered by that browser from then on (docs/mlflow.md). The experiment tag is
+# kept for an MLflow whose UI reads it.
 UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 
