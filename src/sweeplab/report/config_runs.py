@@ -188,7 +188,7 @@ def _create_configuration_run(client, parent, config: ConfigSummary, summary: Sw
         JOB_IDS_TAG: ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
         "objective": summary.metric_name,
         "objective_mode": summary.mode,
-        NOTE_TAG: (f"Configuration `{config.config}`: {config.jobs} jobs, {config.reached_target} reached "
+        NOTE_TAG: (f"Configuration `{name}` ({config.config}): {config.jobs} jobs, {config.reached_target} reached "
                    f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians with "
                    "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "
                    f"simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
@@ -200,6 +200,7 @@ class SweepSummary:
     verdict: Verdict
     notes: tuple[str, ...]
     tolerance_source: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)  # configuration -> the short label its lines use
 
     def config(self, name: str) -> ConfigSummary:
         return next(c for c in self.configs if c.config == name)
@@ -504,7 +505,7 @@ def summarize(
         quality_level=quality_level,
         pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
         verdict=verdict, notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names),
-        tolerance_source=tolerance_source,
+        tolerance_source=tolerance_source, names=dict(names or {}),
     )
 
 
@@ -843,7 +844,8 @@ def plan_replicates(summary: SweepSummary) -> ReplicatePlan:
     if more and summary.baseline not in more:
         more.insert(0, summary.baseline)
         decided.remove(summary.baseline)
-    open_decisions = tuple(f"{name}: {reason}" for name, reasons in open_by_config.items() for reason in reasons)
+    show = _namer(summary.names)
+    open_decisions = tuple(f"{show(name)}: {reason}" for name, reasons in open_by_config.items() for reason in reasons)
     return ReplicatePlan(tuple(more), tuple(dominated), tuple(decided), open_decisions)
 
 
@@ -852,7 +854,7 @@ def _open_decisions(config: ConfigSummary, summary: SweepSummary, verdict: Verdi
         return ["fewer than two replicates paired with the baseline"]
     reasons = []
     if verdict.kind == "tie" and config.config in verdict.fastest:
-        others = ", ".join(name for name in verdict.fastest if name != config.config)
+        others = ", ".join(_namer(summary.names)(name) for name in verdict.fastest if name != config.config)
         reasons.append(f"tied for fastest with {others}")
     candidates = [c for c in summary.configs if _could_keep_quality(c) and c.speedup_to_target.n >= 2]
     if config.quality == "unclear" and _dominator(config, candidates, summary.mode) is None:

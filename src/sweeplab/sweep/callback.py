@@ -39,7 +39,6 @@ from sweeplab.core import channels, interrupts
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
-from sweeplab.engine.plan import check_data_path
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
 from sweeplab.report.tables import sweep_report
@@ -124,6 +123,8 @@ class MLflowSweepCallback(Callback):
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
         if "data.path" not in naming.swept_keys(config):  # one missing path for every job: no sweep run at all
+            from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
+
             check_data_path(OmegaConf.select(config, "data.path", default=None))
         _check_replicates(config)
         verdict_options(config)  # a wrong report.target fails now, not after the sweep
