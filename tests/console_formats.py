@@ -26,6 +26,7 @@ _HYDRA_LAUNCH = re.compile(_STAMP + r"\[HYDRA\] (?:Launching \d+ jobs locally|\t
 _DURATION = r"\d+(?:\.\d)? (?:s|min|h)"
 _DONE = (
     r"done(?: \(not tracked\))?: (?:.+: )?(?:best \S+ -?[\d.e+-]+|\S+ n/a)(?:, [\d,]+ samples/s)?(?:, [\d.]+ ms/step)?"
+    r"(?:; best checkpoint \S+)?"
     r"(?:; (?:https?://[^/\s]+/#/experiments/\d+/runs/\w+\?\S*|run \w{32} \(`make ui` shows it\)))?"
 )
 # {logger: [message formats]}
@@ -35,7 +36,8 @@ MESSAGES = {
         rf"(?:; sweep started {_DURATION} ago, about {_DURATION} left)?\)",
     ],
     "sweeplab.engine.job": [_DONE],
-    "sweeplab.bench": [r"row .+: .*", r".+ (?:raw loop|sweeplab) \d+: [\d.e+]+ samples/s"],
+    "sweeplab.bench": [r"row .+: .*", r".+ (?:raw loop|sweeplab) \d+: [\d.e+]+ samples/s",
+                       r".+: (?:burn-in|pair \d+/\d+): .+ \(\d+ s into the row\)"],
     # a run shorter than its learning-rate warm-up (the bench's rows are, on purpose): said once per process
     "sweeplab.engine.plan": [r"optim\.warmup_steps=\d+ is longer than the run \(trainer\.max_steps=\d+\): .+"],
 }

@@ -71,3 +71,42 @@ def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir, monkeypatch)
     assert " rep=2 " in f" {run_name(plan(replicated), replicated)} "
     single = smoke_config(demo_dir)
     assert "rep=" not in run_name(plan(single), single)
+
+
+def test_coremltools_int64_note_is_dropped_and_its_other_warnings_stay(caplog):
+    """coremltools' 'int64 dtype input ... down casted to int32.' (twice per export) says nothing a user can act on."""
+    import logging
+
+    from sweeplab.core.console import quiet_libraries
+
+    quiet_libraries()
+    logger = logging.getLogger("coremltools")
+    with caplog.at_level(logging.WARNING, logger="coremltools"):
+        logger.warning("int64 dtype input input_ids down casted to int32.")
+        logger.warning("something else from coremltools")
+    assert [r.getMessage() for r in caplog.records] == ["something else from coremltools"]
+
+
+def test_progress_into_a_file_is_plain_lines_at_every_tenth(tmp_path):
+    """Not tqdm's carriage-return refreshes, which a log file or a pipe keeps as one endless line."""
+    from sweeplab.core.console import progress
+
+    with open(tmp_path / "log.txt", "w") as log:  # a file: not a terminal
+        assert list(progress(range(20), "teacher", "batch", stream=log)) == list(range(20))
+    text = (tmp_path / "log.txt").read_text()
+    assert "\r" not in text
+    assert text.splitlines() == [f"teacher: {n}/20 batch" for n in range(2, 21, 2)]
+
+
+def test_the_done_line_names_the_best_checkpoint_and_the_runs_address():
+    from types import SimpleNamespace
+
+    from console_formats import _DONE
+    from sweeplab.engine.job import final_line
+
+    run = SimpleNamespace(uri="http://127.0.0.1:5000", experiment_id="1", run_id="a" * 32, run_name="bs=16 tiny")
+    line = final_line(run, "val/cos", 0.61, {"summary/samples_per_sec": 1234.0}, checkpoint="outputs/ckpt/best.ckpt")
+    assert line == ("done: bs=16 tiny: best val/cos 0.61, 1,234 samples/s; best checkpoint outputs/ckpt/best.ckpt; "
+                    f"http://127.0.0.1:5000/#/experiments/1/runs/{'a' * 32}?workflowType=machine_learning")
+    assert re.fullmatch(_DONE, line)
+    assert final_line(None, "val/cos", None, {}) == "done (not tracked): val/cos n/a"

@@ -52,6 +52,10 @@ def test_an_installed_family_trains_reports_and_benches_through_the_cli(example_
         assert "summary/tokens_per_sec" not in run.data.metrics  # no tokens: none reported, not 0
         assert "val/r2" in run.data.metrics and run.data.tags["objective"] == "val/loss"
         assert run.data.tags["monitor"] == "val/loss" and run.data.tags["monitor_mode"] == "min"
+        assert "train/mae" in run.data.metrics and "mae" not in run.data.metrics  # under the step's prefix
+        # what size=tiny expanded to, as params (the group's own keys are null)
+        assert run.data.params["model.hidden"] == "16" and run.data.params["model.n_layers"] == "1"
+        assert not [k for k, v in run.data.params.items() if k.startswith("model.") and v == "None"]
     report = (tmp_path / "sweep" / "report.md").read_text()
     assert "val/loss" in report and "val R²" not in report  # one metric: the one the jobs monitor
     assert foreign_lines(sweep.stdout + sweep.stderr, report) == [], sweep.stdout + sweep.stderr
@@ -240,3 +244,19 @@ def test_the_example_family_stays_a_dozen_lines_of_record_and_150_of_code():
     record = (example / "mlp_regressor" / "__init__.py").read_text()
     start = record.index("FAMILY = Family(")
     assert len(record[start:record.index("\n)", start)].splitlines()) + 1 <= 15
+
+
+def test_a_model_group_without_family_says_what_to_add():
+    """The error names the missing `family:` key and where it goes, not the entry point (issue 38)."""
+    from omegaconf import OmegaConf, open_dict
+
+    from conftest import compose_train
+    from sweeplab.engine.plan import plan
+
+    cfg = compose_train(["debug=smoke"])
+    with open_dict(cfg):
+        del cfg.model["family"]
+    with pytest.raises(ConfigError, match=r"model.family: the model group has no `family:` key; add `family: <the name "
+                                          r"in your Family record>` at the top of "):
+        plan(cfg)
+    assert OmegaConf.select(cfg, "model.family") is None

@@ -177,3 +177,43 @@ def test_a_sweep_with_one_replicate_gets_its_verdict_line_as_description_and_no_
     assert config_runs.configuration_runs(mlflow_uri, parent) == []
     description = MlflowClient(mlflow_uri).get_run(parent).data.tags["mlflow.note.content"]
     assert description.startswith("**one replicate: no verdict") and found.verdict.lines[0] in description
+
+
+def test_point_labels_never_overlap_their_own_interval_bars(tmp_path, monkeypatch):
+    """Every label of speed_quality.png, drawn, lies clear of its own point's two bars and their end marks."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k))[1])
+    summary = summarize(synthetic_jobs(replicates=4), baseline="data.batch_size=32 loss.alpha=0.7", target=0.8,
+                        metric_name="val/cos")
+    report_figures.write_figures(summary, tmp_path, {"loss.alpha": "α", "data.batch_size": "bs"})
+    fig = saved[0]
+    ax = fig.axes[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [t for t in ax.texts if hasattr(t, "xy")]
+    assert len(labels) == len(summary.configs)
+    for text in labels:
+        x, y = text.xy
+        box = text.get_window_extent(renderer)
+        own = [line for line in ax.lines if (list(line.get_xdata()) in ([x, x], [x]) or
+                                             list(line.get_ydata()) in ([y, y], [y]))]
+        assert len(own) >= 2, text.get_text()  # its bars and end marks were found
+        for line in own:
+            assert not box.overlaps(line.get_window_extent(renderer)), (text.get_text(), line.get_xydata())
+
+
+def test_a_configuration_run_lasts_as_long_as_its_jobs_together():
+    """Not the milliseconds of writing it (MLflow's "Duration 30ms"): from its first job's start, their summed time."""
+    from types import SimpleNamespace
+
+    def job(start, end):
+        return SimpleNamespace(info=SimpleNamespace(start_time=start, end_time=end))
+
+    assert config_runs.run_span([job(10_000, 70_000), job(200_000, 230_000), job(5_000, None)]) == (10_000, 100_000)
+    assert config_runs.run_span([]) == (None, None)

@@ -33,6 +33,11 @@ def test_smoke_run_logs_the_named_metrics(demo_dir, mlflow_uri):
     assert run.info.status == "FINISHED"
     assert TRAIN_METRICS | VAL_METRICS | SUMMARY <= set(run.data.metrics)
     assert run.data.params["loss.alpha"] == "1.0" and run.data.params["data.batch_size"] == "16"
+    # the model as built (size tiny, the data's vocabulary and width), never the group's null keys (issue 38)
+    params = run.data.params
+    assert (params["model.d_model"], params["model.n_blocks"], params["model.out_dim"]) == ("32", "2", "64")
+    assert int(params["model.vocab_size"]) > 0 and params["model.vocab_size"] != "30000"  # the tokenizer's, not a default
+    assert not [k for k, v in params.items() if k.startswith("model.") and v == "None"]
     assert run.data.tags["mlflow.runName"] == "textbridge tiny bs=16 α=1 β=0.5 steps=20 cpu"  # smoke: not the defaults
     for tag in ("backend", "device", "torch", "lightning", "git_commit", "sweep_id"):
         assert tag in run.data.tags

@@ -415,3 +415,117 @@ def test_a_huge_interval_bound_is_written_in_three_digits_not_dozens():
     cell = estimate_text(Estimate(1.5, Interval(1e-60, 3.2e60, 0.95), 2), "{:.2f}")
     assert cell == "1.50 (0.00–3.2e+60)"
     assert estimate_text(Estimate(2.0, Interval(1.0, float("inf"), 0.95), 2), "{:.2f}") == "2.00 (1.00–∞)"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# No winner by elimination (issue 38)
+
+
+def _with_finals(jobs: list[Job], finals: dict[str, list[float]]) -> list[Job]:
+    """The jobs with the final metrics given per configuration (by round); others as they were."""
+    return [dataclasses.replace(j, final_metric=finals[j.config][j.round]) if j.config in finals else j for j in jobs]
+
+
+def test_an_unclear_quality_is_not_left_out_and_the_baseline_is_not_named_fastest_by_elimination():
+    """The issue's case: same speed, a quality difference whose interval straddles the tolerance. It stays a
+    candidate (a tie with the baseline), never 'left out ... beyond tolerance'."""
+    configs = {"baseline": (1000.0, 5000.0), "maybe": (1000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(21), configs, replicates=4)
+    jobs = _with_finals(jobs, {"baseline": [0.90, 0.91, 0.90, 0.92], "maybe": [0.88, 0.92, 0.87, 0.93]})
+    summary = summarize(jobs, baseline="baseline", target=TARGET, quality_tolerance=0.0)
+    assert summary.config("maybe").quality == "unclear" and not summary.config("maybe").within_tolerance
+    assert summary.verdict.kind == "tie" and set(summary.verdict.fastest) == {"baseline", "maybe"}
+    assert not any("beyond the tolerance" in line for line in summary.verdict.lines)
+    assert any(line.startswith("quality within tolerance of the baseline not yet certain") and "maybe (Δ" in line
+               for line in summary.verdict.lines)
+
+
+def test_a_lone_fastest_of_unclear_quality_is_undecided_not_named():
+    configs = {"baseline": (1000.0, 5000.0), "fast": (4000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(22), configs, replicates=5, job_noise=log_quiet_noise,
+                           round_drift=0.02)
+    jobs = _with_finals(jobs, {"baseline": [0.90] * 5, "fast": [0.86, 0.92, 0.85, 0.93, 0.88]})
+    summary = summarize(jobs, baseline="baseline", target=TARGET, quality_tolerance=0.005)
+    assert summary.config("fast").quality == "unclear"
+    assert summary.verdict.kind == "undecided" and summary.verdict.fastest == ()
+    assert summary.verdict.lines[0].startswith("undecided: quality unclear: fast could be the fastest to ")
+    assert any(line.startswith("quality tolerance: 0.005 metric worse than the baseline (given)")
+               for line in summary.verdict.lines)
+    # the same study where the fast one keeps quality names it
+    kept = _with_finals(jobs, {"fast": [0.90, 0.901, 0.899, 0.90, 0.90]})
+    assert summarize(kept, baseline="baseline", target=TARGET, quality_tolerance=0.005).verdict.fastest == ("fast",)
+
+
+def test_a_quality_lost_beyond_the_interval_is_left_out_with_its_figures():
+    configs = {"baseline": (1000.0, 5000.0), "worse": (3000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(23), configs, replicates=4)
+    jobs = _with_finals(jobs, {"baseline": [0.90, 0.91, 0.90, 0.91], "worse": [0.80, 0.81, 0.80, 0.805]})
+    summary = summarize(jobs, baseline="baseline", target=0.5, quality_tolerance=0.01)
+    assert summary.verdict.fastest == ("baseline",)
+    assert any(line.startswith("left out, final metric worse than the baseline's beyond the tolerance: worse (Δ -0.1")
+               for line in summary.verdict.lines), summary.verdict.lines
+
+
+@pytest.mark.parametrize(("replicates", "smoke", "said"), [
+    (2, False, "2 replicates (3 or more are needed)"),
+    (3, True, "a debug=smoke budget"),
+    (2, True, "2 replicates (3 or more are needed) and a debug=smoke budget"),
+])
+def test_a_study_too_small_says_first_that_it_cannot_carry_a_verdict(replicates, smoke, said):
+    configs = {"baseline": (1000.0, 5000.0), "fast": (3000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(24), configs, replicates=replicates)
+    verdict = summarize(jobs, baseline="baseline", target=TARGET, quality_tolerance=0.01,
+                        smoke_budget=smoke).verdict
+    assert verdict.lines[0].startswith("this study cannot carry a verdict: ") and said in verdict.lines[0]
+    assert verdict.caveat == verdict.lines[0] and verdict.headline == verdict.lines[1]
+    enough = summarize(simulated_sweep(np.random.default_rng(24), configs, replicates=3), baseline="baseline",
+                       target=TARGET, quality_tolerance=0.01).verdict
+    assert enough.caveat == "" and not enough.lines[0].startswith("this study cannot")
+
+
+def test_a_configuration_whose_pairs_with_the_baseline_are_half_infinite_is_named():
+    """The baseline ran two of four rounds (interrupted) and never reached the target in one of them; this
+    configuration missed it in the other: its own median time is finite, but its pairs are one +inf and one -inf.
+    No speed to the target can be read; the verdict names it with that reason (it was dropped silently)."""
+    configs = {"baseline": (1000.0, 5000.0), "half": (1000.0, 5000.0), "other": (1000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(25), configs, replicates=4)
+    flat = [ValidationPoint(x, 0.5) for x in CURVE_SAMPLES]
+    failed = {("baseline", 1), ("half", 0)}
+    jobs = [dataclasses.replace(j, curve=flat) if (j.config, j.round) in failed else j for j in jobs
+            if not (j.config == "baseline" and j.round >= 2)]
+    summary = summarize(jobs, baseline="baseline", target=TARGET, quality_tolerance=0.05)
+    half = summary.config("half")
+    assert not half.speedup_to_target.point > 0 and math.isfinite(half.time_to_target.point)
+    assert "half" not in summary.verdict.fastest
+    assert any(line.startswith("left out, no speed to the target against the baseline: its pairs with the baseline "
+                               "are half infinite") and "half" in line for line in summary.verdict.lines), \
+        summary.verdict.lines
+
+
+def test_slower_configurations_are_named_not_just_counted():
+    configs = {"baseline": (1000.0, 5000.0), "slow": (250.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(26), configs, replicates=5, job_noise=log_quiet_noise,
+                           round_drift=0.02)
+    summary = summarize(jobs, baseline="baseline", target=TARGET, quality_tolerance=0.01)
+    assert summary.verdict.fastest == ("baseline",)
+    assert "left out, slower to the target than baseline (intervals apart): slow" in summary.verdict.lines
+
+
+def test_the_default_tolerance_is_the_baselines_replicate_spread_and_the_verdict_says_so():
+    configs = {"baseline": (1000.0, 5000.0), "other": (1000.0, 5000.0)}
+    jobs = _with_finals(simulated_sweep(np.random.default_rng(27), configs, replicates=4),
+                        {"baseline": [0.90, 0.92, 0.91, 0.93]})
+    summary = summarize(jobs, baseline="baseline", target=TARGET, metric_name="val/cos")
+    assert summary.quality_tolerance == pytest.approx(np.std([0.90, 0.92, 0.91, 0.93], ddof=1))
+    assert summary.tolerance_source.startswith("derived: the standard deviation of the baseline's final val/cos")
+    assert any(line.startswith("quality tolerance: 0.01291 val/cos worse than the baseline (derived")
+               for line in summary.verdict.lines)
+
+
+def test_short_names_are_used_in_every_verdict_line():
+    configs = {"data.batch_size=32": (1000.0, 5000.0), "data.batch_size=64": (1000.0, 5000.0)}
+    jobs = simulated_sweep(np.random.default_rng(28), configs, replicates=3)
+    summary = summarize(jobs, baseline="data.batch_size=32", target=TARGET, quality_tolerance=0.01,
+                        names={"data.batch_size=32": "bs=32", "data.batch_size=64": "bs=64"})
+    text = summary.verdict.text()
+    assert "bs=64" in text and "data.batch_size" not in text

@@ -30,27 +30,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab.callbacks.timing import compiled_graphs
 from sweeplab.core import cli, schema, stability
 from sweeplab.core.config import build
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error
 from sweeplab.core.files import write_text_atomic
-from sweeplab.data.sampling import ResumableShuffleBatchSampler
-from sweeplab.engine.lightning_fit import fresh_compiler
-from sweeplab.engine.plan import plan
-from sweeplab.engine.training import train
-from sweeplab.families import check_task, get_family, missing_config_hint, resolve
+from sweeplab.families import get_family, missing_config_hint, resolve
 from sweeplab.report.tables import format_number, to_csv, to_markdown
-from sweeplab.runtime import backends, devices
-from sweeplab.tasks.optim import build_optimizer, build_scheduler
-from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update, scheduled_lrs
 from sweeplab.tracking import mlflow_store, naming
+
+if TYPE_CHECKING:
+    import torch
+
+
+# torch, Lightning and the engine are imported where a row runs, not here: a misspelt override fails in a second,
+# before they load (issue 38)
 
 log = logging.getLogger("sweeplab.bench")
 
@@ -113,6 +111,10 @@ def load_settings(argv: list[str]) -> tuple[BenchSettings, list[str], list[str]]
 
 # --- the raw loop --------------------------------------------------------------------------------------
 def _precision_context(precision: str, device: torch.device):
+    import torch
+
+    from sweeplab.tasks.step_graph import autocast_dtype
+
     dtype = autocast_dtype(precision)
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
@@ -129,6 +131,14 @@ class RawLoop:
 
     def __init__(self, cfg: DictConfig):
         import lightning as L
+        import torch
+
+        from sweeplab.engine.lightning_fit import fresh_compiler
+        from sweeplab.engine.plan import plan
+        from sweeplab.families import check_task
+        from sweeplab.runtime import backends
+        from sweeplab.tasks.optim import build_optimizer, build_scheduler
+        from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update
 
         p = plan(cfg)
         backends.apply_backend_settings(p.backend_config, p.backend)
@@ -193,6 +203,8 @@ class RawLoop:
         batches differ in width, so in work) than the job it was compared with."""
         import lightning as L
 
+        from sweeplab.data.sampling import ResumableShuffleBatchSampler
+
         L.seed_everything(self.seed, workers=True, verbose=False)
         self.model.load_state_dict(self._initial["model"])
         self.optimizer.load_state_dict(self._initial["optimizer"])  # also the groups' initial learning rates
@@ -207,6 +219,8 @@ class RawLoop:
 
     def _to_device(self, batch: dict) -> dict:
         # non-blocking to CUDA only, as Lightning copies (MPS blocks: pytorch#83015)
+        from sweeplab.runtime import devices
+
         moved = {k: devices.to_device(v, self.device) for k, v in batch.items()}
         if self.precision == "bf16-true":
             moved = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in moved.items()}
@@ -214,6 +228,10 @@ class RawLoop:
 
     def step(self, batch: dict) -> None:
         """One batch: one optimizer step, or `steps_per_batch` of them (one graph replay under cuda_graph)."""
+        import torch
+
+        from sweeplab.tasks.step_graph import scheduled_lrs
+
         batch = self._to_device(batch)
         if self.multi_step_graph is not None:
             self.multi_step_graph(batch, scheduled_lrs(self.optimizer, self.scheduler, self.steps_per_batch))
@@ -247,6 +265,9 @@ class RawLoop:
     def run(self, warmup_steps: int, steps: int, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
         """From the initial state (reset), warm up, then time `steps` steps (data loading included) between two
         device syncs."""
+        from sweeplab.callbacks.timing import compiled_graphs
+        from sweeplab.runtime import devices
+
         self.reset()
         batches = iter(self.loader)  # a fresh pass, as each Lightning fit starts one
 
@@ -349,6 +370,8 @@ def row_config(
 def _allow_recompiles(limit: int = 256) -> None:
     """Every job builds a new model; dynamo keeps one cache entry per model (and per shape regime) and silently
     falls back to eager past its limit (8), which would time the later runs uncompiled."""
+    import torch
+
     config = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(config, name):
@@ -378,20 +401,32 @@ def run_row(
 ) -> RowResult:
     """Alternate sweeplab jobs and raw-loop runs of one configuration; each job's MLflow run becomes a child of
     the bench's parent run and gets the raw loop's numbers."""
+    from sweeplab.engine.training import train
+    from sweeplab.runtime import devices
+
     result = RowResult(row, cfg)
     warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
     raw_loop = RawLoop(cfg)
     client = mlflow_store.client(uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _allow_recompiles()
+    repeats = settings.repeats if row.repeats is None else row.repeats
+    started = time.monotonic()
+
+    def say(what: str) -> None:  # a line before each stretch: a row's runs take minutes, silence looks like a hang
+        log.info("%s: %s (%.0f s into the row)", row.name, what, time.monotonic() - started)
+
     if settings.burn_in:
+        say(f"burn-in: a raw-loop run of {warmup + steps} steps, untimed")
         burn_in = raw_loop.run(warmup, steps)  # untimed: the first pass over the data and the first compilation pay here
         if str(cfg.compile) != "off":
             result.compile_s = max(0.0, burn_in["warmup_s"] - warmup * burn_in["step_time_s"])
-    for repeat in range(settings.repeats if row.repeats is None else row.repeats):
+    for repeat in range(repeats):
         order = ("sweeplab", "raw") if repeat % 2 == 0 else ("raw", "sweeplab")
         for side in order:
             devices.release_earlier_jobs()
+            say(f"pair {repeat + 1}/{repeats}: {'a sweeplab job' if side == 'sweeplab' else 'the raw loop'}, "
+                f"{warmup + steps} steps")
             if side == "raw":
                 result.raw.append(raw_loop.run(warmup, steps))
                 log.info("%s raw loop %d: %.4g samples/s", row.name, repeat, result.raw[-1]["samples_per_sec"])
@@ -480,6 +515,8 @@ def _status(r: RowResult) -> str:
 
 
 def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
+    from sweeplab.runtime import backends, devices
+
     baselines: dict[str, float] = {}
     for r in results:
         ours = r.sweeplab_rate
@@ -529,6 +566,9 @@ def environment() -> dict[str, str]:
     import platform
 
     import lightning
+    import torch
+
+    from sweeplab.runtime import devices
 
     env = {
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -597,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         exit_on_user_error(exc)
     command = "python -m sweeplab.bench " + " ".join(args.overrides)
+    from sweeplab.runtime import backends, devices  # torch: once the overrides are known to compose
+
 
     has_accelerator = backends.resolve_backend("auto") != "cpu"
     uri = mlflow_store.resolve_uri(None)

@@ -10,13 +10,23 @@ row per configuration with its figures and intervals, fastest to the target firs
 the MLflow sweeplab pins; a filter-and-sort address under another), for a sweep without replicates its jobs, in
 MLflow's "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
 tracking URI the UI is the tracking server's own: only the URL is printed.
+
+The server is started first and the address printed only once it answers `GET /health` (a line says it is starting
+meanwhile: on a busy 2-core machine that took over a minute), so the address works the moment it appears. Its size
+fits the machine: one worker per two cores (1 to 4), and none of MLflow's job runner and consumers (GenAI jobs:
+judges, prompt optimisation; nothing sweeplab uses) unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION says otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 
 from sweeplab.core import cli
 from sweeplab.report.ui_links import latest_sweep_url
@@ -32,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()
     base = mlflow_store.ui_base(uri, args.host, args.port)
+    serving = not args.no_serve and not uri.startswith(("http://", "https://"))
+    server = start_server(uri, args.host, args.port) if serving else None
+    if server is not None and not wait_until_answering(server, base):
+        return 1
     try:
         url = latest_sweep_url(uri, base)
     except Exception as exc:  # an empty or unreadable store still gets a UI
@@ -41,11 +55,72 @@ def main(argv: list[str] | None = None) -> int:
         print(f"latest sweep's runs: {url}", flush=True)
     else:
         print(f"no sweep in {uri} yet (`make sweep` makes one); experiments: {base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}", flush=True)
-    if args.no_serve or uri.startswith(("http://", "https://")):
+    if server is None:
         return 0
+    return serve_until_stopped(server)
+
+
+def server_workers(cores: int | None = None) -> int:
+    """Request workers for this machine: one per two cores, 1 to 4 (MLflow's default is 4 on any machine)."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(4, cores // 2))
+
+
+def start_server(uri: str, host: str, port: int) -> subprocess.Popen:
+    """`mlflow server` for the local store, sized for this machine, in its own process group (stopped as one)."""
     mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
-    os.execv(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)])
-    return 0  # not reached: the UI server replaced this process
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    command = [mlflow, "server", "--backend-store-uri", uri, "--host", host, "--port", str(port),
+               "--workers", str(server_workers())]
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+def wait_until_answering(server: subprocess.Popen, base: str, timeout_s: float = 600.0,
+                         say_every_s: float = 30.0) -> bool:
+    """Poll `GET /health` until it answers 200; a line first and every `say_every_s` while it does not. False (and
+    one line) when the server exited or never answered."""
+    started = time.monotonic()
+    print(f"starting the MLflow UI on {base} (the address follows once it answers)...", flush=True)
+    said = started
+    while time.monotonic() - started < timeout_s:
+        if server.poll() is not None:
+            print(f"the MLflow UI did not start (mlflow server exited with status {server.returncode}: is port "
+                  f"{base.rsplit(':', 1)[-1]} taken? --port picks another)", file=sys.stderr, flush=True)
+            return False
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        if time.monotonic() - said >= say_every_s:
+            said = time.monotonic()
+            print(f"still starting ({said - started:.0f} s)...", flush=True)
+        time.sleep(0.2)
+    print(f"the MLflow UI did not answer on {base}/health within {timeout_s:.0f} s", file=sys.stderr, flush=True)
+    _stop(server)
+    return False
+
+
+def serve_until_stopped(server: subprocess.Popen) -> int:
+    """Wait on the server; Ctrl-C or SIGTERM stops its whole process group (workers included)."""
+    signal.signal(signal.SIGTERM, lambda *_: (_stop(server), sys.exit(0)))
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        _stop(server)
+        return 0
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is not None:
+        return
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

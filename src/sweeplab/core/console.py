@@ -28,6 +28,9 @@ _DROPPED_LOG_LINES = {
     "lightning.pytorch.accelerators.cuda": ("LOCAL_RANK:",),
     "lightning.fabric.utilities.rank_zero": ("GPU available:", "TPU available:", "💡 Tip:"),
     "matplotlib.font_manager": ("generated new fontManager", "Matplotlib is building the font cache"),
+    # coremltools 9.0, once per conversion (twice per export): the traced program's int64 token ids become the
+    # package's int32 inputs, which sweeplab declares as such (export/convert.py): nothing for the user to do
+    "coremltools": ("int64 dtype input ",),
 }
 # warning message regexes: what the user can do nothing about
 _IGNORED_WARNINGS = (
@@ -98,3 +101,24 @@ def progress_bar_shown(setting: bool | str) -> bool:
 
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     return sys.stderr.isatty() and not in_sweep
+
+
+def progress(items, desc: str, unit: str, enabled: bool = True, stream=None):
+    """Iterate `items` (a sized iterable) with progress: a tqdm bar at a terminal; into a log file or a pipe, where
+    each refresh of a bar would pile up as one carriage-return line, a plain line at every tenth of the way
+    (`teacher: 30/100 batch`) and one at the end."""
+    stream = stream if stream is not None else sys.stderr
+    if not enabled:
+        yield from items
+        return
+    if stream.isatty():
+        from tqdm.auto import tqdm
+
+        yield from tqdm(items, desc=desc, unit=unit, leave=False, file=stream)
+        return
+    total = len(items)
+    step = max(1, total // 10)
+    for done, item in enumerate(items, start=1):
+        yield item
+        if done % step == 0 or done == total:
+            print(f"{desc}: {done}/{total} {unit}", file=stream, flush=True)

@@ -31,7 +31,7 @@ from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import interrupts, schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.schema import BATCH_SIZE_USED_TAG
-from sweeplab.engine.plan import JobPlan
+from sweeplab.engine.plan import JobPlan, model_params
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
@@ -83,6 +83,8 @@ def start_fit(job: Job):
     datamodule.setup("fit")
     interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
     model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
+    if job.run is not None and (built := model_params(p, model_config)):
+        job.run.log_params(built)  # what `size` and the data made of the group's null keys (engine.plan.job_params)
     if job.run is not None and job.resume_ckpt is None and p.logger.log_dataset:
         data_path = training_data_path(datamodule)
         if data_path is not None:
@@ -125,15 +127,17 @@ def _finish(job: Job, result: FitResult) -> float | None:
             run.uri if run is not None else None,
         )
     interrupts.check()
-    log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary, result.diverged))
+    log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary, result.diverged,
+                              result.best_path))
     if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:
         run.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
     return result.monitored
 
 
-def final_line(run, monitor: str, monitored: float | None, summary: dict, diverged: str | None = None) -> str:
-    """The run's one closing line: its name, the metric a sweep compares, the throughput, where to see it (its
-    address where the UI's is known: mlflow_store.ui_base); a run that diverged says so first."""
+def final_line(run, monitor: str, monitored: float | None, summary: dict, diverged: str | None = None,
+               checkpoint: str | None = None) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, the throughput, its best checkpoint, where
+    to see it (its address where the UI's is known: mlflow_store.ui_base); a run that diverged says so first."""
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
     if diverged:
         parts.insert(0, f"DIVERGED ({diverged})")
@@ -141,11 +145,12 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
         parts.append(f"{rate:,.0f} samples/s")
     if (step := summary.get(schema.STEP_TIME_MEDIAN)) is not None:
         parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
+    saved = f"; best checkpoint {checkpoint}" if checkpoint else ""
     if run is None:
-        return "done (not tracked): " + ", ".join(parts)
+        return "done (not tracked): " + ", ".join(parts) + saved
     base = mlflow_store.ui_base(run.uri)
     where = mlflow_store.run_url(base, run.experiment_id, run.run_id) if base else f"run {run.run_id} (`make ui` shows it)"
-    return f"done: {run.run_name}: {', '.join(parts)}; {where}"
+    return f"done: {run.run_name}: {', '.join(parts)}{saved}; {where}"
 
 
 def record_batch_size(job: Job, loader) -> None:

@@ -6,6 +6,7 @@ run (the rules: sweeplab.engine.rules), and returns a JobPlan; sweeplab.engine.t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
 from sweeplab.runtime import backends
 from sweeplab.tasks.optim import OptimConfig
+from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,27 @@ def check_data_path(path: Any) -> None:
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
 
 
+def _family_name(model: dict) -> str:
+    """The model group's `family:`; one line saying what to add when the group has none (a family's own
+    model/<name>.yaml must name its family: the record is found by that name, not by the file's)."""
+    name = model.get("family")
+    if not name:
+        choice = _model_choice()
+        where = f"conf/model/{choice}.yaml (or its package's conf/model/{choice}.yaml)" if choice else "the model group"
+        raise ConfigError("model.family", f"the model group has no `family:` key; add `family: <the name in your "
+                                          f"Family record>` at the top of {where}")
+    return str(name)
+
+
+def _model_choice() -> str | None:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return str(HydraConfig.get().runtime.choices.get("model"))
+    except Exception:  # not under Hydra (bench, profile, tests composing by hand)
+        return None
+
+
 def plan(cfg: DictConfig) -> JobPlan:
     """Check every group before any work happens; a mistake raises ConfigError naming the key."""
     host_arch.check_native()  # `python -m` refused already; a notebook or another program calling train() here
@@ -126,7 +149,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     except Exception as exc:  # an interpolation or a ??? value
         raise ConfigError(getattr(exc, "full_key", "config") or "config", str(exc).splitlines()[0]) from None
     container.pop("hydra", None)
-    family = get_family(container["model"].get("family", ""))
+    family = get_family(_family_name(container["model"]))
     check_contract(family, container)  # a record missing a piece is named now, before anything is built
     model_config = family.build_model_config(container["model"])
     optim = build(OptimConfig, container["optim"], "optim")
@@ -192,3 +215,21 @@ def plan(cfg: DictConfig) -> JobPlan:
     if backend == "mlx":
         rules.check_mlx(p)
     return p
+
+
+def job_params(p: JobPlan) -> dict[str, str]:
+    """A job's first MLflow params: the flattened resolved config, less the model keys the group leaves null (what
+    `size` and the data decide): those are logged once the data is set up, as built (model_params), so a run says
+    `model.d_model: 256`, never the group's `None`."""
+    return {k: v for k, v in mlflow_store.flatten(p.container).items()
+            if not (k.startswith("model.") and v == "None")}
+
+
+def model_params(p: JobPlan, model_config: Any) -> dict[str, str]:
+    """The model keys job_params left out, with the values the job's model was built with (its size's, the
+    data's vocabulary); after fit_model_to_data."""
+    if not dataclasses.is_dataclass(model_config):
+        return {}
+    first = job_params(p)
+    built = mlflow_store.flatten({"model": dataclasses.asdict(model_config)})
+    return {k: v for k, v in built.items() if k not in first and v != "None"}

@@ -28,7 +28,7 @@ from sweeplab.core.files import check_writable_dir
 from sweeplab.core.schema import WALL_BREAKDOWN_METRIC
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
-from sweeplab.engine.plan import JobPlan, plan
+from sweeplab.engine.plan import JobPlan, job_params, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
@@ -185,7 +185,7 @@ def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig,
             p.logger.experiment_name,
             naming.run_name(p, cfg),
             tags=run_tags(p, sweep_dir),
-            params=mlflow_store.flatten(p.container),
+            params=job_params(p),
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
             run_id=target.run_id if target is not None else None,
         )
@@ -294,7 +294,11 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
         log.warning("resume: the run of checkpoint %s (%s) is not in %s; its training continues as a new run",
                     ckpt, run_id or "none recorded", uri)
         return point
-    changes = resume.param_changes(run, mlflow_store.flatten(p.container), may_differ, ckpt)
+    params = job_params(p)
+    # the model keys the group left null were logged as built once the data was set up; they are built again now
+    null = {k for k, v in mlflow_store.flatten(p.container).items() if k.startswith("model.") and v == "None"}
+    params |= {k: v for k, v in run.params.items() if k in null}
+    changes = resume.param_changes(run, params, may_differ, ckpt)
     recorded = run.tags.get(schema.OUTPUT_DIR_TAG)
     if run.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)

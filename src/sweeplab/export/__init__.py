@@ -9,16 +9,30 @@
 - `readiness`: the ANE readiness report (ops known to leave the Neural Engine, fp16 range, fp16 against fp32).
 """
 
-from sweeplab.export.ane import to_ane_layout
-from sweeplab.export.options import ExportOptions
-from sweeplab.export.pipeline import (
-    ExportResult,
-    checkpoint_from_run,
-    export_after_training,
-    export_checkpoint,
-    options_from_config,
-)
-from sweeplab.export.reference import ReferenceProgram, load_program
+from __future__ import annotations
+
+import importlib
+
+# Imported on first use (PEP 562): `python -m sweeplab.export` checks its overrides before torch and coremltools
+# load (seconds), and `import sweeplab.export` stays light for the engine's plan.
+_WHERE = {
+    "ExportOptions": "options",
+    "ExportResult": "pipeline",
+    "ReferenceProgram": "reference",
+    "checkpoint_from_run": "pipeline",
+    "export_after_training": "pipeline",
+    "export_checkpoint": "pipeline",
+    "load_program": "reference",
+    "options_from_config": "pipeline",
+    "to_ane_layout": "ane",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"sweeplab.export.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'sweeplab.export' has no attribute {name!r}")
+
 
 __all__ = [
     "ExportOptions",

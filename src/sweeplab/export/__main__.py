@@ -17,8 +17,7 @@ from sweeplab import CONF_DIR
 from sweeplab.core import cli
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import ConfigError, UserError, exit_on_user_error
-from sweeplab.export.options import ExportOptions
-from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint, options_from_config
+from sweeplab.export.options import ExportOptions, options_from_config
 
 APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
 log = logging.getLogger("sweeplab.export")
@@ -81,6 +80,9 @@ def run(cfg: DictConfig) -> Path:
     ckpt_path, run_id = container.get("ckpt_path"), container.get("run_id")
     if not ckpt_path and not run_id:
         raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
+    # deferred: the pipeline imports torch and coremltools (seconds); a wrong option fails above without them
+    from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint
+
     metrics, uri = None, container.get("tracking_uri")
     if run_id:
         tagged, metrics, uri = checkpoint_from_run(str(run_id), uri)

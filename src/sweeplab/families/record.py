@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -128,6 +129,10 @@ class Family:
     name: str
     monitor: str  # the validation metric the best checkpoint and a sweeper optimise ("val/loss")
     monitor_mode: Literal["max", "min"]
+    # how much worse than the baseline's final `monitor` still keeps quality in a study (metric units), when the
+    # sweep's report.quality_tolerance is null; None: derived from the replicates' spread (the standard deviation of
+    # the baseline's final metric: docs/verdict.md)
+    quality_tolerance: float | None = None
     # --- what the family is made of ("module:Name" targets) ---------------------------------------------------
     model_config: Target | None = None  # a dataclass; the `model` group builds it from a named size plus its keys
     model: Target | None = None  # the plain-torch nn.Module, built as Model(model_config)
@@ -173,6 +178,9 @@ class Family:
     def __post_init__(self) -> None:
         if self.monitor_mode not in ("max", "min"):
             raise ValueError(f"family {self.name}: monitor_mode must be 'max' or 'min', got {self.monitor_mode!r}")
+        if self.quality_tolerance is not None and not (self.quality_tolerance >= 0 and math.isfinite(self.quality_tolerance)):
+            raise ValueError(f"family {self.name}: quality_tolerance must be a finite number >= 0 (metric units) or "
+                             f"None, got {self.quality_tolerance!r}")
         derived = {
             "build_model_config": _model_config if self.model_config is not None else None,
             "build_datamodule": _datamodule if self.datamodule is not None else None,

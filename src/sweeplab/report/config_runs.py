@@ -191,7 +191,7 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
         JOB_IDS_TAG: ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
         "objective": summary.metric_name,
         schema.OBJECTIVE_MODE_TAG: summary.mode,
-        NOTE_TAG: (f"Configuration `{config.config}`: {config.jobs} jobs, {config.reached_target} reached "
+        NOTE_TAG: (f"Configuration `{name}` ({config.config}): {config.jobs} jobs, {config.reached_target} reached "
                    f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians with "
                    "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "
                    f"simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
@@ -204,7 +204,8 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
     for key in (schema.SWEEP_ID_TAG, schema.SWEEP_DIR_TAG):
         if key in parent.tags:
             tags[key] = parent.tags[key]
-    run = client.create_run(parent.experiment_id, run_name=name, tags=tags)
+    start_ms, end_ms = run_span(job_runs)
+    run = client.create_run(parent.experiment_id, start_time=start_ms, run_name=name, tags=tags)
     now = int(time.time() * 1000)
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
@@ -213,5 +214,16 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
         metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
     for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
         client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
-    client.set_terminated(run.info.run_id, "FINISHED")
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=end_ms)
     return run.info.run_id
+
+
+def run_span(job_runs: Sequence[JobRecord]) -> tuple[int | None, int | None]:
+    """(start, end) in ms for a configuration run: from its first job's start, as long as its jobs took together
+    (the UI's Duration is then what the configuration cost; its jobs ran in rounds between the others'). (None,
+    None) without finished jobs: now, as MLflow sets it."""
+    spans = [(j.start_ms, j.end_ms) for j in job_runs if j.start_ms and j.end_ms]
+    if not spans:
+        return None, None
+    start = min(s for s, _ in spans)
+    return start, start + sum(e - s for s, e in spans)

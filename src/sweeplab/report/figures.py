@@ -106,6 +106,10 @@ def _limits(points: Sequence[float], bounds: Sequence[float], log_scale: bool) -
     return (10.0**low, 10.0**high) if log_scale else (low, high)
 
 
+CAP_POINTS = 8  # an interval bar's end mark, in points (its arrowhead: one less)
+LABEL_GAP_POINTS = 4  # between a bar's end mark and a point's label
+
+
 def _bar(ax, fixed: float, estimate: Estimate, limits: tuple[float, float], vertical: bool, color) -> None:
     """The interval of `estimate` along one axis at `fixed` on the other; a side beyond `limits` (or unbounded)
     ends at the edge in an arrowhead."""
@@ -118,9 +122,10 @@ def _bar(ax, fixed: float, estimate: Estimate, limits: tuple[float, float], vert
     for value, clipped, heads in ((start, low < limits[0], "v<"), (end, high > limits[1], "^>")):
         xy = (fixed, value) if vertical else (value, fixed)
         if clipped:
-            ax.plot(*xy, marker=heads[0] if vertical else heads[1], color=color, markersize=7, zorder=3, clip_on=False)
+            ax.plot(*xy, marker=heads[0] if vertical else heads[1], color=color, markersize=CAP_POINTS - 1, zorder=3,
+                    clip_on=False)
         else:
-            ax.plot(*xy, marker="_" if vertical else "|", color=color, markersize=8, zorder=3)
+            ax.plot(*xy, marker="_" if vertical else "|", color=color, markersize=CAP_POINTS, zorder=3)
 
 
 def _point_label(name: str) -> str:
@@ -198,8 +203,11 @@ def _plane_point(ax, config: ConfigSummary, estimates: tuple[Estimate, Estimate]
                edgecolors=color, linewidths=1.8, zorder=4, label=shown, clip_on=False)
     right_side = ax.transAxes.inverted().transform(ax.transData.transform((x, y)))[0] > 0.7  # text to the left
     text = _point_label(name) + (" (baseline)" if config.config == baseline else "")
-    ax.annotate(text, (x, y), xytext=(-8 if right_side else 6, -12 if below else 6), textcoords="offset points",
-                fontsize=7, color="0.15", ha="right" if right_side else "left")
+    # In the quadrant beside the point, clear of both bars and their end marks (half a cap: CAP_POINTS / 2): the
+    # text's box, descenders included, starts LABEL_GAP_POINTS beyond them on both axes.
+    gap = CAP_POINTS / 2 + LABEL_GAP_POINTS
+    ax.annotate(text, (x, y), xytext=(-gap if right_side else gap, -gap if below else gap), textcoords="offset points",
+                fontsize=7, color="0.15", ha="right" if right_side else "left", va="top" if below else "bottom")
 
 
 def _plane_front(ax, summary: SweepSummary, speed: Mapping[str, Estimate], quality: Mapping[str, Estimate],

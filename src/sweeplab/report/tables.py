@@ -427,7 +427,7 @@ def configuration_table(summary, sweep: Sweep) -> report_html.Table:
     rows = config_rows(summary, names)
     # the figures stay in the table even when alike (two configurations of one speed): it is the comparison
     line, columns = constant_columns(rows, config_columns(summary), every="configuration", only=("n",))
-    return report_html.Table(columns, rows, "configuration", above=(config_header(summary), line),
+    return report_html.Table(columns, rows, "configuration", above=(config_header(summary, names), line),
                              below=(config_legend(summary, labels),), intervals=True)
 
 
@@ -519,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
                              "worst final metric of any job of the configurations that keep quality)")
     parser.add_argument("--quality-tolerance", type=float, default=None,
                         help="how much worse than the baseline's final metric still keeps quality (metric units; "
-                             "default: the sweep's report.quality_tolerance, else 0)")
+                             "default: the sweep's report.quality_tolerance, else the family's, else the "
+                             "baseline's replicate spread)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     quiet_libraries()  # matplotlib's note on building its font cache, on a first run
@@ -547,8 +548,9 @@ def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> Ver
     """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
     an experiment's runs), else the defaults."""
     target = args.target if args.target is not None else tags.get(TARGET_TAG)
-    tolerance = args.quality_tolerance if args.quality_tolerance is not None else tags.get(TOLERANCE_TAG, 0.0)
-    return VerdictOptions(None if target is None else float(target), float(tolerance), args.baseline)
+    tolerance = args.quality_tolerance if args.quality_tolerance is not None else tags.get(TOLERANCE_TAG)
+    return VerdictOptions(None if target is None else float(target), None if tolerance is None else float(tolerance),
+                          args.baseline)
 
 
 def _report(args: argparse.Namespace) -> int:

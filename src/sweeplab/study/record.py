@@ -6,11 +6,13 @@ without them gets "one replicate: no verdict".
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sweeplab.core.errors import UserError
 from sweeplab.core.labels import label
+from sweeplab.families import get_family
 from sweeplab.study import verdict
 from sweeplab.study.sweep import Sweep
 from sweeplab.tracking import naming
@@ -30,7 +32,7 @@ class VerdictOptions:
     first configuration of the grid)."""
 
     target: float | None = None
-    quality_tolerance: float = 0.0
+    quality_tolerance: float | None = None  # None: the family's quality_tolerance, else derived from the spread
     baseline_run: str | None = None
 
 
@@ -43,6 +45,31 @@ class VerdictReport:
     lines: tuple[str, ...]
 
 
+
+
+def _family_of(sweep: Sweep):
+    """The family most of the jobs trained; None when unknown or not installed where the report runs."""
+    families = Counter(j.family for j in sweep.jobs)
+    try:
+        return get_family(families.most_common(1)[0][0]) if families else None
+    except UserError:
+        return None
+
+
+def quality_tolerance(sweep: Sweep, asked: float | None) -> tuple[float | None, str]:
+    """The verdict's quality tolerance and where it came from: the sweep's (or the flag's), else the family's
+    declared default, else None (derived from the replicates' spread by the verdict)."""
+    if asked is not None:
+        return asked, "report.quality_tolerance"
+    family = _family_of(sweep)
+    if family is not None and family.quality_tolerance is not None:
+        return family.quality_tolerance, f"the {family.name} family's default"
+    return None, ""
+
+
+def smoke_budget(sweep: Sweep) -> bool:
+    """Whether the jobs ran with the debug=smoke preset (their `preset.debug` tag)."""
+    return any(j.tags.get("preset.debug") == "smoke" for j in sweep.jobs)
 
 
 def baseline_config(sweep: Sweep, jobs: list[verdict.Job], baseline_run: str | None) -> str:
@@ -76,10 +103,15 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
     jobs = sweep.verdict_jobs()
     if not jobs:
         return VerdictReport(None, ("no verdict: no job of this sweep finished with a throughput",))
+    tolerance, tolerance_source = quality_tolerance(sweep, options.quality_tolerance)
+    family = _family_of(sweep)
+    labels = family.labels if family is not None else {}
+    names = naming.configuration_run_names(dict.fromkeys(j.config for j in jobs), labels)
     try:
         summary = verdict.summarize(
             jobs, baseline=baseline_config(sweep, jobs, options.baseline_run), mode=sweep.mode, target=options.target,
-            quality_tolerance=options.quality_tolerance, metric_name=sweep.metric, pair_by=pair_by(jobs),
+            quality_tolerance=tolerance, tolerance_source=tolerance_source, metric_name=sweep.metric,
+            pair_by=pair_by(jobs), smoke_budget=smoke_budget(sweep), names=names,
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))
@@ -90,8 +122,17 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
                      f"the jobs would have trained to their last step ({samples / total:.0%}), about {seconds:,.0f} s of "
                      "training")
         notes.append("Pareto front (speedup to target x final metric, point estimates): "
-                     + ", ".join(verdict.speed_quality_front(summary)))
-    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in notes)))
+                     + ", ".join(names.get(c, c) for c in verdict.speed_quality_front(summary)))
+    legend = label_legend(names, labels)
+    return VerdictReport(summary, (*summary.verdict.lines, *(f"note: {n}" for n in notes),
+                                   *([f"note: labels: {legend}"] if legend else [])))
+
+
+def label_legend(names: Mapping[str, str], labels: Mapping[str, str] | None) -> str:
+    """What the short labels of the configurations' names stand for ("bs = data.batch_size, α = loss.alpha");
+    "" when every name is its keys."""
+    keys = {k: None for config in names for k in naming.config_values(config)}
+    return ", ".join(f"{label(k, labels)} = {k}" for k in keys if label(k, labels) != k)
 
 
 # --- the per-configuration table --------------------------------------------------------------------------------------
@@ -103,9 +144,10 @@ def config_columns(summary: verdict.SweepSummary) -> list[str]:
             "speedup→target", summary.metric_name, "Δ", "quality"]
 
 
-def config_header(summary: verdict.SweepSummary) -> str:
-    """The line above the table: the target and the intervals' levels."""
-    return verdict.render_table(summary).splitlines()[0]
+def config_header(summary: verdict.SweepSummary, names: Mapping[str, str] | None = None) -> str:
+    """The line above the table: the baseline and the intervals' levels (the target is the verdict's `target:` line,
+    said once on the page)."""
+    return verdict.table_header(summary, with_target=False, names=names)
 
 
 def config_rows(summary: verdict.SweepSummary, names: Mapping[str, str]) -> list[dict[str, str]]:

@@ -62,9 +62,10 @@ def planned_jobs(config: DictConfig) -> int | None:
 def verdict_options(config: DictConfig) -> VerdictOptions:
     """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
     target = OmegaConf.select(config, schema.TARGET_TAG, default=None)
-    tolerance = OmegaConf.select(config, schema.TOLERANCE_TAG, default=0.0)
+    tolerance = OmegaConf.select(config, schema.TOLERANCE_TAG, default=None)
     try:
-        return VerdictOptions(None if target is None else float(target), float(tolerance or 0.0))
+        return VerdictOptions(None if target is None else float(target),
+                              None if tolerance is None else float(tolerance))
     except (TypeError, ValueError) as exc:
         raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
 

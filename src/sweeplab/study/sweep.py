@@ -56,6 +56,7 @@ class JobRecord:
     stop_reason: str | None = None  # stopped early by stop.*: "target" | "behind" (engine/stopping.py)
     stop_step: int | None = None  # optimizer steps done when it stopped
     max_steps: int | None = None  # the steps it would have trained without stopping
+    end_ms: int | None = None
 
     @property
     def censored_samples(self) -> float | None:
@@ -258,4 +259,5 @@ def _job(run: RunRecord, metric: str, client) -> JobRecord:
         stop_reason=tags.get(schema.STOP_REASON_TAG) or None,
         stop_step=_int_tag(tags, schema.STOP_STEP_TAG),
         max_steps=int(params[schema.MAX_STEPS_PARAM]) if params.get(schema.MAX_STEPS_PARAM, "").isdigit() else None,
+        end_ms=run.end_ms,
     )

@@ -25,7 +25,7 @@ import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
@@ -34,7 +34,7 @@ import numpy as np
 Mode = Literal["max", "min"]
 PairBy = Literal["round", "host"]
 Quality = Literal["baseline", "keeps", "unclear", "loses", "unknown"]
-VerdictKind = Literal["fastest", "tie", "no verdict"]
+VerdictKind = Literal["fastest", "tie", "undecided", "no verdict"]
 
 CONFIDENCE = 0.95
 
@@ -141,7 +141,8 @@ class ConfigSummary:
     paired (above 1: it gets there sooner). quality_difference: its final metric − the baseline's, paired, in the
     metric's units. quality: "keeps" (the whole interval within tolerance of the baseline), "loses" (the whole
     interval beyond it), "unclear" (straddles), "baseline", or "unknown" (no final metrics).
-    within_tolerance: the point estimate of the quality difference is within tolerance (candidacy for the verdict).
+    within_tolerance: the point estimate of the quality difference is within tolerance (descriptive: candidacy for
+    the verdict and the default target read `quality`, where only "loses" and "unknown" leave a configuration out).
     """
 
     config: str
@@ -163,7 +164,10 @@ class ConfigSummary:
 @dataclass(frozen=True)
 class Verdict:
     """The sweep's answer. kind: "fastest" (one configuration), "tie" (`fastest` names several that the intervals
-    cannot order; they are not ranked), "no verdict" (`reason` says why). `lines`: its text, first line first."""
+    cannot order; they are not ranked), "undecided" (the one that could be fastest has a quality interval that
+    straddles the tolerance: `fastest` is empty, `reason` names it), "no verdict" (`reason` says why). `lines`: its
+    text, first line first. caveat: why this study cannot carry a verdict at all (fewer than 3 replicates, a
+    debug=smoke budget), the first line when set; "" otherwise."""
 
     kind: VerdictKind
     fastest: tuple[str, ...]
@@ -171,9 +175,15 @@ class Verdict:
     undetermined: tuple[str, ...]
     reason: str
     lines: tuple[str, ...]
+    caveat: str = ""
 
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    @property
+    def headline(self) -> str:
+        """The line that says the answer (the first one after the caveat, if any)."""
+        return self.lines[1] if self.caveat and len(self.lines) > 1 else self.lines[0]
 
 
 @dataclass(frozen=True)
@@ -197,6 +207,8 @@ class SweepSummary:
     jobs_at_target: tuple[JobAtTarget, ...]
     verdict: Verdict
     notes: tuple[str, ...]
+    tolerance_source: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)  # configuration -> the short label its lines use
 
     def config(self, name: str) -> ConfigSummary:
         return next(c for c in self.configs if c.config == name)
@@ -321,7 +333,8 @@ def ratio_from_log_ratios(log_ratios: Sequence[float], level: float) -> Estimate
     if log_ratios.size == 0:
         return Estimate(math.nan, Interval(0.0, math.inf, level), 0)
     finite = log_ratios[np.isfinite(log_ratios)]
-    point = np.mean(finite) if finite.size == log_ratios.size else np.median(log_ratios)
+    with np.errstate(invalid="ignore"):  # as many -inf as +inf in the middle: NaN, no ratio (the verdict says so)
+        point = np.mean(finite) if finite.size == log_ratios.size else np.median(log_ratios)
     low, high = mean_interval(finite, level) if finite.size >= 2 else (-np.inf, np.inf)
     low = -np.inf if np.any(log_ratios == -np.inf) else low
     high = np.inf if np.any(log_ratios == np.inf) else high
@@ -446,20 +459,35 @@ def summarize(
     baseline: str,
     mode: Mode = "max",
     target: float | None = None,
-    quality_tolerance: float = 0.0,
+    quality_tolerance: float | None = None,
+    tolerance_source: str = "",
     confidence: float = CONFIDENCE,
     pair_by: PairBy = "round",
     metric_name: str = "metric",
     adjust_for_multiple_comparisons: bool = True,
+    smoke_budget: bool = False,
+    names: Mapping[str, str] | None = None,
 ) -> SweepSummary:
     """Per-configuration answers and the verdict from a sweep's jobs.
 
     baseline: the configuration every other is compared with. mode: "max" if a higher metric is better.
-    target: the metric value to reach (None: the worst final metric of any job of the configurations whose paired
-    quality difference is within `quality_tolerance`, in the metric's units, of the baseline's: default_target).
+    target: the metric value to reach (None: the worst final metric of any job of the configurations that could keep
+    quality, those whose quality is not "loses": default_target).
+    quality_tolerance: how much worse than the baseline's final metric still keeps quality, in the metric's units;
+    None: derived from the replicates' own spread (derived_tolerance). tolerance_source: where a given tolerance
+    came from, in words ("the textbridge family's default"), said in the verdict.
+    smoke_budget: the jobs ran with a debug=smoke budget: the verdict's first line says the study cannot carry one.
+    names: configuration -> the short label its verdict lines and notes use (the tables' `bs=64 α=0.7`); the
+    summary's records keep the configurations' own names.
     adjust_for_multiple_comparisons: False only to see what the Bonferroni adjustment buys (tests, docs).
     """
     by_config = _group_by_config(jobs, baseline)
+    if quality_tolerance is None:
+        quality_tolerance = derived_tolerance(by_config[baseline])
+        tolerance_source = (f"derived: the standard deviation of the baseline's final {metric_name} over its "
+                            "replicates (a difference smaller than seed-to-seed noise is no loss of quality)")
+    elif not tolerance_source:
+        tolerance_source = "given"
     comparisons = len(by_config) - 1
     # Both speed columns can say "faster": one family. Quality claims are of another kind: a family of their own.
     speed_level = simultaneous_level(confidence, 2 * comparisons) if adjust_for_multiple_comparisons else confidence
@@ -469,7 +497,7 @@ def summarize(
                        pair_by)
         for name, name_jobs in by_config.items()
     }
-    target, target_source = _choose_target(by_config, quality, target, mode, quality_tolerance)
+    target, target_source = _choose_target(by_config, quality, target, mode, metric_name, _namer(names))
     at_target = {name: [job_at_target(j, target, mode) for j in name_jobs] for name, name_jobs in by_config.items()}
     configs = tuple(
         _config_summary(name, at_target[name], at_target[baseline], quality[name], name == baseline,
@@ -477,14 +505,26 @@ def summarize(
         for name in by_config
     )
     target_text = f"{metric_name} {'≥' if mode == 'max' else '≤'} {target:.4g}"
-    verdict = decide(configs, baseline, target_text, target_source)
+    tolerance_text = f"quality tolerance: {quality_tolerance:.4g} {metric_name} worse than the baseline ({tolerance_source})"
+    verdict = decide(configs, baseline, target_text, target_source, tolerance_text=tolerance_text,
+                     smoke_budget=smoke_budget, names=names)
     return SweepSummary(
         baseline=baseline, metric_name=metric_name, mode=mode, target=target, target_source=target_source,
         quality_tolerance=quality_tolerance, confidence=confidence, comparisons=comparisons, speed_level=speed_level,
         quality_level=quality_level,
         pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
-        verdict=verdict, notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by),
+        verdict=verdict, notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names),
+        tolerance_source=tolerance_source, names=dict(names or {}),
     )
+
+
+def derived_tolerance(baseline_jobs: Sequence[Job]) -> float:
+    """The default quality tolerance of a family that declares none: the sample standard deviation of the
+    baseline's final metric over its replicates (seed r + data order r). A configuration whose quality difference
+    lies within the baseline's own seed-to-seed spread has lost nothing the study could tell; 0 with fewer than two
+    final metrics."""
+    finals = np.array([v for _, v in _finals(baseline_jobs)], dtype=float)
+    return float(finals.std(ddof=1)) if finals.size >= 2 else 0.0
 
 
 def _group_by_config(jobs: Iterable[Job], baseline: str) -> dict[str, list[Job]]:
@@ -532,16 +572,18 @@ def _finals(jobs: Iterable[Job]) -> list[tuple[Job, float]]:
 
 def _choose_target(
     by_config: Mapping[str, list[Job]], quality: Mapping[str, tuple[Estimate, Quality, bool]], target: float | None,
-    mode: Mode, tolerance: float,
+    mode: Mode, metric_name: str, show,
 ) -> tuple[float, str]:
     if target is not None:
         return float(target), "explicit target"
-    keepers = [name for name, (_, _, within) in quality.items() if within]
+    # Every configuration that could keep quality (keeps or unclear): one whose jobs were left out of the target
+    # would be left out of the verdict for never reaching it, a winner by elimination again.
+    keepers = [name for name, (_, status, _) in quality.items() if status not in ("loses", "unknown")]
     finals = {name: [v for _, v in _finals(jobs)] for name, jobs in by_config.items()}
     value = default_target(finals, keepers, mode)
     worst = next(name for name in keepers if value in finals[name])
-    return value, (f"default: the worst final value among the jobs of the {len(keepers)} configuration(s) within "
-                   f"{tolerance:g} of the baseline (a job of {worst}): every one of those jobs reached it")
+    return value, (f"default: the worst final {metric_name} of any job of the {len(keepers)} configuration(s) "
+                   f"that could keep quality (one of {show(worst)}'s), so every one of their jobs reached it")
 
 
 def _config_summary(
@@ -596,19 +638,21 @@ def _validation_resolution(at_target: list[JobAtTarget]) -> float:
     return float(np.median(widths)) if widths else math.nan
 
 
-def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairBy) -> tuple[str, ...]:
+def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairBy,
+           names: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    show = _namer(names)
     notes = []
     if pair_by == "host":
         notes.append("comparisons are paired within a host (a cluster: run order means little there)")
-    concurrent = sorted({j.config for j in jobs if j.concurrent_jobs > 1})
+    concurrent = sorted({show(j.config) for j in jobs if j.concurrent_jobs > 1})
     if concurrent:
         notes.append(f"timings came from concurrent jobs (several on one host or GPU) for: {', '.join(concurrent)}; "
                      "they disturb each other's samples/s")
-    coarse = [c.config for c in configs if c.validation_resolution > COARSE_VALIDATION]
+    coarse = [show(c.config) for c in configs if c.validation_resolution > COARSE_VALIDATION]
     if coarse:
         notes.append(f"validation is coarse next to the samples to target (a bracket over {COARSE_VALIDATION:.0%} of "
                      f"it; linear interpolation inside) for: {', '.join(coarse)}")
-    unknown = [c.config for c in configs if c.quality == "unknown"]
+    unknown = [show(c.config) for c in configs if c.quality == "unknown"]
     if unknown:
         notes.append(f"no paired final metric, quality unknown: {', '.join(unknown)}")
     return tuple(notes)
@@ -624,49 +668,138 @@ ONE_REPLICATE = (
 )
 
 
-def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, target_source: str = "") -> Verdict:
-    """The fastest configuration to the target among those that keep quality, or the tie among the ones that could
-    be the fastest (not ranked), or why there is no verdict.
+def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, target_source: str = "", *,
+           tolerance_text: str = "", smoke_budget: bool = False,
+           names: Mapping[str, str] | None = None) -> Verdict:
+    """The fastest configuration to the target among those that could keep quality, or the tie among the ones that
+    could be the fastest (not ranked), or "undecided" when the one that could be fastest has an unclear quality, or
+    why there is no verdict. `names`: configuration -> the short label the lines use (`bs=64 α=0.7`).
 
-    Candidates: quality difference within tolerance (point estimate), median time to target finite, and at least
-    two pairs with the baseline (configurations with fewer are named as undetermined). Tied for fastest: every
-    candidate whose speedup-to-target interval does not lie wholly below another candidate's; they all overlap the
-    interval of the one with the highest point. Intervals that do not overlap, all covering together, put the two
-    in that order: that is the only "faster" said, so on the event that every interval covers (at least 95 %),
-    the truly fastest candidate is in the tie."""
+    Candidates: every configuration whose quality is not shown to be lost ("keeps", "unclear" or the baseline: a
+    quality interval that straddles the tolerance is not a loss, and dropping it would crown a winner by
+    elimination), median time to target finite, a speed to the target against the baseline, and at least two pairs
+    with the baseline (configurations with fewer are named as undetermined). Tied for fastest: every candidate
+    whose speedup-to-target interval does not lie wholly below another candidate's; they all overlap the interval
+    of the one with the highest point. Intervals that do not overlap, all covering together, put the two in that
+    order: that is the only "faster" said, so on the event that every interval covers (at least 95 %), the truly
+    fastest candidate is in the tie. Every configuration left out is named with its reason."""
+    show = _namer(names)
     if max(c.jobs for c in configs) <= 1:
         return Verdict("no verdict", (), {}, tuple(c.config for c in configs), ONE_REPLICATE, (ONE_REPLICATE,))
+    caveat = cannot_carry_a_verdict(configs, smoke_budget)
+    head = [caveat] if caveat else []
+    context = ([f"target: {target_text}, {target_source}"] if target_source else []) + (
+        [tolerance_text] if tolerance_text else [])
     undetermined = tuple(c.config for c in configs if c.config != baseline and c.speedup_to_target.n < 2)
-    candidates = [
-        c for c in configs
-        if c.config not in undetermined and c.within_tolerance and c.quality != "unknown"
-        and math.isfinite(c.time_to_target.point) and c.speedup_to_target.point > 0
-        and not c.speedup_to_target.bounded  # a bound can say "slower", never "faster" or "tied"
-    ]
+    left_out: dict[str, tuple[str, str]] = {}  # configuration -> (why, in a group's words; its own figures)
+    candidates, bounded = [], []
+    for config in configs:
+        if config.config in undetermined:
+            continue
+        if config.speedup_to_target.bounded:  # jobs stopped behind: a bound says "slower", never "faster" or "tied"
+            bounded.append(config)
+            continue
+        reason = _left_out_reason(config)
+        if reason is None:
+            candidates.append(config)
+        else:
+            left_out[config.config] = reason
     if not candidates:
-        reason = f"no verdict: no configuration keeps quality and reaches {target_text} in most of its replicates"
-        return Verdict("no verdict", (), {}, undetermined, reason, (reason, *_exclusion_lines(configs, candidates,
-                                                                                              undetermined)))
+        left_out |= {c.config: (BOUNDED_UNDECIDED, _bound_text(c)) for c in bounded}
+        reason = f"no verdict: no configuration could keep quality and reach {target_text} in most of its replicates"
+        return Verdict("no verdict", (), {}, undetermined, reason,
+                       (*head, reason, *context, *_exclusion_lines(left_out, undetermined, show)), caveat)
     # Could-be-fastest: no other candidate's interval lies wholly above its own. The leader (highest point) always
     # is; one that overlaps the leader but lies wholly below another (often the baseline's exact 1) is not.
     tied = sorted((c for c in candidates if not any(_beats(other, c) for other in candidates)),
                   key=lambda c: -c.speedup_to_target.point)
-    # a configuration whose jobs were stopped behind, whose bound does not lie below the could-be-fastest: not
-    # ranked and not crowned by its absence (the fastest stays open between them)
-    open_bounded = [c for c in configs if c.speedup_to_target.bounded and c.config not in undetermined
-                    and c.speedup_to_target.interval.high >= min(t.speedup_to_target.interval.low for t in tied)]
+    leaders = ", ".join(show(c.config) for c in tied)
+    for config in candidates:
+        if config not in tied:
+            left_out[config.config] = (f"slower to the target than {leaders} (intervals apart)", "")
+    # a configuration whose jobs were stopped behind: slower where even its bound lies below every could-be-fastest
+    # interval; otherwise it stays in the tie, not ranked, so nothing is crowned by its absence
+    floor = min(c.speedup_to_target.interval.low for c in tied)
+    open_bounded = [c for c in bounded if c.speedup_to_target.interval.high >= floor]
+    for config in bounded:
+        if config not in open_bounded:
+            left_out[config.config] = (f"slower to the target than {leaders} (jobs stopped behind their round's "
+                                       "leader; time to target only bounded)", _bound_text(config))
+    exclusions = _exclusion_lines(left_out, undetermined, show)
+    exclusions += [f"{BOUNDED_UNDECIDED}: {show(c.config)} {_bound_text(c)}" for c in open_bounded]
+    if len(tied) == 1 and tied[0].quality == "unclear":
+        leader = tied[0]
+        reason = (f"undecided: quality unclear: {show(leader.config)} could be the fastest to {target_text} "
+                  f"({_speedup_text(leader, baseline)}), but its quality difference from the baseline "
+                  f"{_difference_text(leader)} straddles the tolerance; more replicates decide it")
+        return Verdict("undecided", (), {leader.config: leader.speedup_to_target}, undetermined, reason,
+                       (*head, reason, *context, *exclusions), caveat)
     tied += open_bounded
     kind: VerdictKind = "fastest" if len(tied) == 1 else "tie"
-    lines = [_headline(kind, tied, candidates + open_bounded, baseline, target_text)]
-    lines += [f"  {c.config}: {_speedup_text(c, baseline)}" for c in tied] if kind == "tie" else []
-    lines += [f"target: {target_source}"] if target_source else []
-    unclear = [c.config for c in tied if c.quality == "unclear"]
+    lines = [*head, _headline(kind, tied, candidates + open_bounded, baseline, target_text, show)]
+    lines += [f"  {show(c.config)}: {_speedup_text(c, baseline)}" for c in tied] if kind == "tie" else []
+    lines += context
+    unclear = [c for c in tied if c.quality == "unclear"]
     if unclear:
-        lines.append(f"quality within tolerance of the baseline not yet certain (interval straddles it): "
-                     f"{', '.join(unclear)}")
-    lines += _exclusion_lines(configs, candidates, undetermined, [c for c in tied if c not in open_bounded])
+        lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
+                     + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
+    lines += exclusions
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
-                   "", tuple(lines))
+                   "", tuple(lines), caveat)
+
+
+FEWEST_REPLICATES = 3
+
+
+def cannot_carry_a_verdict(configs: Sequence[ConfigSummary], smoke_budget: bool) -> str:
+    """The verdict's first line when the study is too small to carry one: fewer than 3 replicates (a t interval on
+    2 values is 12.7 standard errors wide at 95 %, more with the simultaneous level), or a debug=smoke budget (a few
+    steps: the quality is near chance and says nothing about the setups). "" when neither."""
+    replicates = max(c.jobs for c in configs)
+    why = []
+    if replicates < FEWEST_REPLICATES:
+        why.append(f"{replicates} replicates ({FEWEST_REPLICATES} or more are needed)")
+    if smoke_budget:
+        why.append("a debug=smoke budget (too few steps for the quality to mean anything)")
+    if not why:
+        return ""
+    return (f"this study cannot carry a verdict: {' and '.join(why)}; what follows checks that the study runs, it "
+            "is not an answer")
+
+
+def _namer(names: Mapping[str, str] | None):
+    names = names or {}
+    return lambda config: names.get(config, config)
+
+
+def _left_out_reason(config: ConfigSummary) -> tuple[str, str] | None:
+    """Why `config` cannot be a candidate (a group's words, its own figures), or None."""
+    if config.quality == "loses":
+        return "final metric worse than the baseline's beyond the tolerance", _difference_text(config)
+    if config.quality == "unknown":
+        return "no final metric paired with the baseline's (quality unknown)", ""
+    if not math.isfinite(config.time_to_target.point):
+        return "target not reached in most replicates", f"{config.reached_target}/{config.jobs} reached it"
+    if not config.speedup_to_target.point > 0:
+        # point 0 or NaN: as many pairs where only it never reached the target as pairs where only the baseline did
+        return ("no speed to the target against the baseline: its pairs with the baseline are half infinite (one "
+                "side never reached the target)", f"{config.speedup_to_target.n} pairs")
+    return None
+
+
+BOUNDED_UNDECIDED = ("undecided (jobs stopped behind their round's leader; time to target only bounded, and the bound "
+                     "does not clear the fastest)")
+
+
+def _bound_text(config: ConfigSummary) -> str:
+    estimate = config.speedup_to_target
+    return (f"(at most {format_ratio(estimate.point)} the baseline's speed to the target, upper bound "
+            f"{format_ratio(estimate.interval.high)}, {estimate.n} pairs)")
+
+
+def _difference_text(config: ConfigSummary) -> str:
+    difference = config.quality_difference
+    return f"(Δ {difference.point:+.3g}, {difference.interval.low:+.3g} to {difference.interval.high:+.3g})"
 
 
 def _beats(one: ConfigSummary, other: ConfigSummary) -> bool:
@@ -675,10 +808,10 @@ def _beats(one: ConfigSummary, other: ConfigSummary) -> bool:
 
 
 def _headline(kind: VerdictKind, tied: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary], baseline: str,
-              target_text: str) -> str:
+              target_text: str, show) -> str:
     if kind == "fastest":
-        return f"fastest to {target_text}: {tied[0].config}, {_speedup_text(tied[0], baseline)}"
-    names = ", ".join(c.config for c in tied)
+        return f"fastest to {target_text}: {show(tied[0].config)}, {_speedup_text(tied[0], baseline)}"
+    names = ", ".join(show(c.config) for c in tied)
     if len(tied) == len(candidates):
         return f"tie for fastest to {target_text}: all of {names} (intervals overlap: not ranked)"
     return f"tie for fastest to {target_text}: {names} (intervals overlap: not ranked; the rest are slower)"
@@ -696,41 +829,15 @@ def _speedup_text(config: ConfigSummary, baseline: str) -> str:
             f"{estimate.interval.level:.1%} simultaneous interval, {estimate.n} pairs)")
 
 
-def _exclusion_lines(configs: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary],
-                     undetermined: Sequence[str], leaders: Sequence[ConfigSummary] = ()) -> list[str]:
-    """What the verdict left out and why. `leaders`: the could-be-fastest candidates (a bounded configuration is
-    slower only where its bound lies below all of their intervals)."""
-    bounded = [c for c in configs if c.speedup_to_target.bounded and c.config not in undetermined]
-    names = {c.config for c in candidates} | set(undetermined) | {c.config for c in bounded}
-    beyond = [c.config for c in configs if c.config not in names and not c.within_tolerance]
-    never = [c.config for c in configs
-             if c.config not in names and c.within_tolerance and not math.isfinite(c.time_to_target.point)]
-    lines = _bounded_lines(bounded, leaders)
-    if beyond:
-        lines.append(f"left out, final metric beyond tolerance of the baseline: {', '.join(beyond)}")
-    if never:
-        lines.append(f"left out, target not reached in most replicates: {', '.join(never)}")
+def _exclusion_lines(left_out: Mapping[str, tuple[str, str]], undetermined: Sequence[str], show) -> list[str]:
+    """One line per reason, naming every configuration left out for it (with its own figures where they help)."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for config, (reason, figures) in left_out.items():
+        by_reason[reason].append(f"{show(config)} {figures}".rstrip())
+    lines = [f"left out, {reason}: {', '.join(named)}" for reason, named in by_reason.items()]
     if undetermined:
-        lines.append(f"undetermined, fewer than two replicates paired with the baseline: {', '.join(undetermined)}")
-    return lines
-
-
-def _bounded_lines(bounded: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary]) -> list[str]:
-    """Configurations with jobs stopped behind (engine/stopping.py): their speedup to target is an upper bound.
-    Slower where even the bound lies below the interval of every could-be-fastest candidate (decide: those whose
-    bound does not are in the tie, not ranked); else undecided."""
-    lines = []
-    floor = min((c.speedup_to_target.interval.low for c in candidates), default=math.inf)
-    for config in bounded:
-        high = config.speedup_to_target.interval.high
-        bound = (f"at most {format_ratio(config.speedup_to_target.point)} the baseline's speed to the target "
-                 f"(upper bound {format_ratio(high)}, {config.speedup_to_target.n} pairs)")
-        if high < floor:
-            lines.append(f"slower (jobs stopped behind their round's leader; time to target only bounded): "
-                         f"{config.config}: {bound}")
-        else:
-            lines.append(f"undecided (jobs stopped behind their round's leader; time to target only bounded, and "
-                         f"the bound does not clear the fastest): {config.config}: {bound}")
+        lines.append("undetermined, fewer than two replicates paired with the baseline: "
+                     + ", ".join(show(c) for c in undetermined))
     return lines
 
 
@@ -791,7 +898,7 @@ def plan_replicates(summary: SweepSummary) -> ReplicatePlan:
     open_by_config: dict[str, list[str]] = {}
     dominated, decided = [], []
     verdict = summary.verdict
-    candidates = [c for c in summary.configs if c.within_tolerance and c.speedup_to_target.n >= 2]
+    candidates = [c for c in summary.configs if _could_keep_quality(c) and c.speedup_to_target.n >= 2]
     for config in summary.configs:
         reasons = _open_decisions(config, summary, verdict)
         if reasons:
@@ -804,7 +911,8 @@ def plan_replicates(summary: SweepSummary) -> ReplicatePlan:
     if more and summary.baseline not in more:
         more.insert(0, summary.baseline)
         decided.remove(summary.baseline)
-    open_decisions = tuple(f"{name}: {reason}" for name, reasons in open_by_config.items() for reason in reasons)
+    show = _namer(summary.names)
+    open_decisions = tuple(f"{show(name)}: {reason}" for name, reasons in open_by_config.items() for reason in reasons)
     return ReplicatePlan(tuple(more), tuple(dominated), tuple(decided), open_decisions)
 
 
@@ -813,14 +921,18 @@ def _open_decisions(config: ConfigSummary, summary: SweepSummary, verdict: Verdi
         return ["fewer than two replicates paired with the baseline"]
     reasons = []
     if verdict.kind == "tie" and config.config in verdict.fastest:
-        others = ", ".join(name for name in verdict.fastest if name != config.config)
+        others = ", ".join(_namer(summary.names)(name) for name in verdict.fastest if name != config.config)
         reasons.append(f"tied for fastest with {others}")
-    candidates = [c for c in summary.configs if c.within_tolerance and c.speedup_to_target.n >= 2]
+    candidates = [c for c in summary.configs if _could_keep_quality(c) and c.speedup_to_target.n >= 2]
     if config.quality == "unclear" and _dominator(config, candidates, summary.mode) is None:
         difference = config.quality_difference
         reasons.append(f"keeps quality? difference {difference.point:+.4g} ({difference.interval.low:+.4g} to "
                        f"{difference.interval.high:+.4g}) against tolerance {summary.quality_tolerance:g}")
     return reasons
+
+
+def _could_keep_quality(config: ConfigSummary) -> bool:
+    return config.quality not in ("loses", "unknown")
 
 
 def _dominator(config: ConfigSummary, candidates: Sequence[ConfigSummary], mode: Mode) -> str | None:
@@ -842,12 +954,19 @@ def _dominator(config: ConfigSummary, candidates: Sequence[ConfigSummary], mode:
 # Text
 
 
+def table_header(summary: SweepSummary, with_target: bool = True, names: Mapping[str, str] | None = None) -> str:
+    """The line above the per-configuration table: the target (unless the page says it already: the verdict's
+    `target:` line), the baseline and the intervals' levels."""
+    target = (f"target: {summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g} "
+              f"({summary.target_source}); ") if with_target else ""
+    return (f"{target}comparisons with {_namer(names)(summary.baseline)} (the baseline): {summary.comparisons}, "
+            f"speed intervals each at {summary.speed_level:.2%}, quality intervals at {summary.quality_level:.2%}")
+
+
 def render_table(summary: SweepSummary) -> str:
     """The per-configuration table as text: medians with their 95 % intervals, comparisons with their simultaneous
     ones (the header says the level)."""
-    header = (f"target: {summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g} "
-              f"({summary.target_source}); comparisons with {summary.baseline}: {summary.comparisons}, speed intervals "
-              f"each at {summary.speed_level:.2%}, quality intervals at {summary.quality_level:.2%}")
+    header = table_header(summary)
     columns = ("config", "n", "samples/s", "speedup", "samples to target [reached]", "time to target (s)",
                "wall time to target (s)", "speedup to target", "final metric", "Δ vs baseline", "quality")
     rows = [columns] + [table_cells(c) for c in summary.configs]

@@ -40,7 +40,6 @@ from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
 from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
-from sweeplab.engine.plan import check_data_path
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
 from sweeplab.report.tables import sweep_report
@@ -126,6 +125,8 @@ class MLflowSweepCallback(Callback):
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
         if "data.path" not in naming.swept_keys(config):  # one missing path for every job: no sweep run at all
+            from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
+
             check_data_path(OmegaConf.select(config, "data.path", default=None))
         _check_replicates(config)
         verdict_options(config)  # a wrong report.target fails now, not after the sweep
@@ -405,7 +406,7 @@ def _check_replicates(config: DictConfig) -> None:
 def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
     """The sweep's `report.target` and `report.quality_tolerance` as its run's tags: `python -m sweeplab.report` run
     again on the sweep asks the same question unless its flags say otherwise."""
-    tags = {TOLERANCE_TAG: repr(options.quality_tolerance)}
+    tags = {} if options.quality_tolerance is None else {TOLERANCE_TAG: repr(options.quality_tolerance)}
     if options.target is not None:
         tags[TARGET_TAG] = repr(options.target)
     return tags
@@ -436,7 +437,7 @@ def record_best(client, parent_run_id: str, sweep: Sweep, config: DictConfig,
     configurations with more than one job) the best is the verdict's: one configuration, a tie, or none; else the
     finished job with the best objective."""
     if summary is not None and max(c.jobs for c in summary.configs) > 1:
-        return _record_verdict_best(client, parent_run_id, summary)
+        return _record_verdict_best(client, parent_run_id, summary, _family_labels(config))
     scored = [j for j in sweep.jobs if j.finished and schema.OBJECTIVE in j.metrics]
     mode = _direction(config, scored)
     if not scored or not mode:
@@ -467,19 +468,27 @@ def record_best(client, parent_run_id: str, sweep: Sweep, config: DictConfig,
     return f"{line}; {shown}" if shown else line
 
 
-def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary) -> str:
+def _family_labels(config: DictConfig) -> dict[str, str]:
+    try:
+        return dict(get_family(OmegaConf.select(config, "model.family", default="")).labels)
+    except UserError:
+        return {}
+
+
+def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary, labels: dict[str, str]) -> str:
     """Tags `best_verdict` (fastest | tie | no verdict) and `best_config` (the configuration, the tied ones joined
     by " | ", or empty): a tie stays a tie, never a pick by the last digit."""
     verdict = summary.verdict
+    names = naming.configuration_run_names([c.config for c in summary.configs], labels)  # the tables' short labels
     client.set_tag(parent_run_id, "best_verdict", verdict.kind)
     client.set_tag(parent_run_id, "best_config", " | ".join(verdict.fastest))
     client.set_tag(parent_run_id, "objective", summary.metric_name)
     client.set_tag(parent_run_id, schema.OBJECTIVE_MODE_TAG, summary.mode)
     if verdict.kind == "fastest":
-        return f"{verdict.fastest[0]} ({verdict.lines[0]})"
+        return verdict.headline
     if verdict.kind == "tie":
-        return f"tie between {', '.join(verdict.fastest)} (intervals overlap: not ranked)"
-    return f"none ({verdict.lines[0]})"
+        return f"tie between {', '.join(names.get(c, c) for c in verdict.fastest)} (intervals overlap: not ranked)"
+    return f"none ({verdict.headline})"
 
 
 def _objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig) -> list[Path]:

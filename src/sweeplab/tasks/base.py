@@ -43,6 +43,12 @@ def _own_hparams(model: nn.Module, loss: Any, optim: OptimConfig) -> dict[str, A
     return {name: asdict(config) for name, config in configs.items() if is_dataclass(config) and not isinstance(config, type)}
 
 
+
+def train_metric_names(metrics: dict) -> dict:
+    """`training_loss`'s extra metrics under the step's prefix: `acc` is logged as `train/acc` (beside `train/loss`);
+    a name with its own prefix (`train/cos`) is kept."""
+    return {name if "/" in name else f"train/{name}": value for name, value in metrics.items()}
+
 class SweepTask(L.LightningModule):
     """The base of every family's task, built by its record as `Task(model_config, loss, optim)`. A task defines
     `training_loss`; validation is its own (`validation_step` logging `val/*`, among them the record's `monitor`).
@@ -110,7 +116,7 @@ class SweepTask(L.LightningModule):
             # progress bar shows the last logged loss instead (training.LoggedLossProgressBar).
             self.log("train/loss", loss, on_step=True, on_epoch=False)
             if metrics:
-                self.log_dict(metrics, on_step=True, on_epoch=False)
+                self.log_dict(train_metric_names(metrics), on_step=True, on_epoch=False)
             self.log_lr(lr)
         return loss
 
@@ -161,7 +167,8 @@ class SweepTask(L.LightningModule):
             loss = losses[-1].clone()
             self.log("train/loss", loss, on_step=True, on_epoch=False)
             if metrics:
-                self.log_dict({name: value[-1].clone() for name, value in metrics.items()}, on_step=True, on_epoch=False)
+                self.log_dict(train_metric_names({name: value[-1].clone() for name, value in metrics.items()}),
+                              on_step=True, on_epoch=False)
             self.log_lr(lrs[-1][0])
         return losses[-1]
 

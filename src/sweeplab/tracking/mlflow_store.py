@@ -36,8 +36,13 @@ MAX_PARAM_CHARS = 6000
 # without it an experiment may open in the GenAI view (traces, no runs)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# MLflow 3.17's UI picks its view from a workflow switch, not from the experiment's kind tag: the `workflowType` URL
-# parameter wins over the switch's remembered value, whose default is the GenAI view
+# MLflow 3.17.2's UI picks its view from a workflow switch, not from the experiment's kind tag (issue 38, read in its
+# bundle server/js/build/static/js/main.*.js: the experiment kind comes from the tag only when the switch's feature
+# flag is off, and that flag is hard-wired on, `R=()=>!0`): the `workflowType` URL parameter wins over the switch's
+# value remembered in the browser's localStorage (`mlflow.workflowType`), whose default is "genai". No server setting
+# or run tag changes that default; every address sweeplab prints carries the parameter, and a click on "Machine
+# learning" in the UI's switch is remembered by that browser from then on (docs/mlflow.md). The experiment tag is
+# kept for an MLflow whose UI reads it.
 UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 
@@ -174,6 +179,7 @@ class RunRecord:
     experiment_id: str
     status: str
     start_ms: int | None
+    end_ms: int | None
     lifecycle_stage: str
     params: Mapping[str, str]
     tags: Mapping[str, str]
@@ -186,7 +192,7 @@ class RunRecord:
 
 def record_of(run) -> RunRecord:
     return RunRecord(run.info.run_id, run.info.experiment_id, run.info.status, run.info.start_time,
-                     run.info.lifecycle_stage, dict(run.data.params), dict(run.data.tags), dict(run.data.metrics))
+                     run.info.end_time, run.info.lifecycle_stage, dict(run.data.params), dict(run.data.tags), dict(run.data.metrics))
 
 
 def read_run(uri: str, run_id: str, what: str = "run_id") -> RunRecord:

@@ -36,6 +36,7 @@ FAMILY = Family(
     "textbridge",
     monitor="val/cos",
     monitor_mode="max",
+    quality_tolerance=0.01,  # val/cos: a hundredth of cosine to the teacher (what conf/sweep/default.yaml asked)
     model_config="sweeplab.models.textbridge:TextBridgeConfig",
     model="sweeplab.models.textbridge:TextBridgeEncoder",
     datamodule="sweeplab.families.textbridge.data:TextBridgeDataModule",

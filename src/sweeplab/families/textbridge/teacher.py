@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from sweeplab.core import console
 from sweeplab.data.tokenizer import TextTokenizer
 
 # texts -> token-id lists (unpadded, already cut to max_len)
@@ -163,7 +163,7 @@ class Teacher:
         targets = np.empty((len(token_ids), self.dim), dtype=np.float32)
         device = next(self.model.parameters()).device
         batches = range(0, len(order), batch_size)
-        for start in tqdm(batches, desc="teacher", unit="batch", disable=not progress, leave=False):
+        for start in console.progress(batches, "teacher", "batch", enabled=progress):
             rows = order[start : start + batch_size]
             longest = max(1, max(len(token_ids[i]) for i in rows))
             input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)
