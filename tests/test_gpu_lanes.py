@@ -123,10 +123,15 @@ def test_a_gpu_sweep_job_records_its_gpu(monkeypatch, tmp_path):
 
     class Plan:
         container = {"seed": 0}
+        backend = "cuda"
 
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     tags = training._replicate_tags(Plan(), str(tmp_path))
     assert tags[schema.GPU_TAG] == "3"
     monkeypatch.setattr(distributed, "_claim", None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # SLURM's, or a user's: the launcher chose the GPU
+    assert training._replicate_tags(Plan(), str(tmp_path))[schema.GPU_TAG] == "5"
+    Plan.backend = "cpu"
     assert schema.GPU_TAG not in training._replicate_tags(Plan(), str(tmp_path))
 
 
@@ -162,9 +167,8 @@ def test_the_first_worker_up_does_not_take_the_jobs_of_a_lane_still_starting(mon
 
 @pytest.mark.slow  # ~1 min: 8 smoke jobs in two joblib workers
 def test_a_replicated_gpu_sweep_rotates_each_configuration_over_the_gpus(demo_dir, mlflow_uri, tmp_path):
-    from test_sweeps_parallel import smoke, store_runs, sweep
-
     from sweeplab.tracking import mlflow_store
+    from test_sweeps_parallel import smoke, store_runs, sweep
 
     result = sweep(
         tmp_path, "-m", "hydra/launcher=joblib_gpus", *smoke(demo_dir, "data.batch_size=4,8"), "replicates=4",

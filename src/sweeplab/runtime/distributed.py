@@ -203,6 +203,15 @@ def claimed_gpus() -> list[str]:
     return list(_claim.gpus) if _claim is not None else []
 
 
+def job_gpus(backend: str) -> list[str]:
+    """The GPU ids a sweep job runs on: those it claimed (hydra/launcher=joblib_gpus), else on CUDA those the
+    launcher gave it (CUDA_VISIBLE_DEVICES: SLURM's, a user's); empty on other backends or when CUDA sees every GPU."""
+    if _claim is not None:
+        return list(_claim.gpus)
+    env = os.environ.get(CUDA_VISIBLE_DEVICES_ENV)
+    return [gpu.strip() for gpu in env.split(",") if gpu.strip()] if backend == "cuda" and env else []
+
+
 def claimed_slot() -> int | None:
     """The slot (block of GPUs, replicates.gpu_slot) this process holds; None before a claim."""
     return _claim.slot if _claim is not None else None
