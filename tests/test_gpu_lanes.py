@@ -187,3 +187,31 @@ def test_a_replicated_gpu_sweep_rotates_each_configuration_over_the_gpus(demo_di
         gpus_of.setdefault(run.data.tags[schema.CONFIG_TAG], set()).add(run.data.tags[schema.GPU_TAG])
     assert len(gpus_of) == 2 and all(gpus == {"0", "1"} for gpus in gpus_of.values()), gpus_of
     assert not list(Path(tmp_path).rglob(".lanes-*"))  # the lanes' markers are gone
+
+
+def test_lanes_on_gpus_past_the_first_still_rotate(monkeypatch, tmp_path):
+    """Another sweep holds GPUs 0 and 1 of four: the two lanes get GPUs 2 and 3 and still split the slots."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv(channels.GPU_LOCK_DIR_ENV, str(tmp_path / "locks"))
+    (tmp_path / "locks").mkdir()
+    held = [os.open(tmp_path / "locks" / f"gpu{g}.lock", os.O_RDWR | os.O_CREAT, 0o644) for g in (0, 1)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    jobs = _launch_list(2, rounds=2, slots=2)
+    taken, logs = tmp_path / "taken", tmp_path / "logs"
+    taken.mkdir()
+    logs.mkdir()
+    context = multiprocessing.get_context("fork")
+    args = (jobs, str(taken), 1, 2, _record_job, (str(logs), {n: 1.0 for n, _, _ in jobs}))
+    lanes = [context.Process(target=run_lane, args=args) for _ in range(2)]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join(timeout=120)
+        assert lane.exitcode == 0
+    for fd in held:
+        os.close(fd)
+    gpus_of = {}
+    for job in (json.loads(p.read_text()) for p in logs.glob("*.json")):
+        gpus_of.setdefault(job["config_round"][0], set()).add(job["gpu"])
+    assert gpus_of == {0: {"2", "3"}, 1: {"2", "3"}}

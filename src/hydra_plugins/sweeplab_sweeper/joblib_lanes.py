@@ -55,21 +55,25 @@ def lane_order(jobs: Sequence[LaneJob], slot: int) -> list[LaneJob]:
     return [job for job in jobs if job[2] == slot] + [job for job in jobs if job[2] != slot]
 
 
-def take(taken_dir: Path, number: int) -> bool:
-    """True for the one lane that takes job `number` first."""
+def take(taken_dir: Path, name: int | str) -> bool:
+    """True for the one lane that takes job (or lane) `name` first."""
     try:
-        os.close(os.open(taken_dir / str(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        os.close(os.open(taken_dir / str(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except FileExistsError:
         return False
     return True
 
 
-def wait_for_lanes(taken_dir: Path, slot: int, lanes: int, wait_s: float = READY_WAIT_S) -> None:
-    """Say this lane holds its GPUs, then wait until `lanes` lanes do (at most `wait_s`)."""
-    (taken_dir / f"lane{slot}.ready").touch()
+def join_lanes(taken_dir: Path, block: int, lanes: int, wait_s: float = READY_WAIT_S) -> int:
+    """Register as a lane, then wait until `lanes` lanes have (at most `wait_s`); the lane's slot. A worker keeps
+    the slot of its GPU block where that is a lane (so from launch to launch, replicates=auto's rounds, a slot
+    stays on one GPU); one whose GPUs lie past the lanes (another sweep holds the first GPUs) takes a free slot."""
+    slot = next((k for k in dict.fromkeys([block, *range(lanes)]) if k < lanes and take(taken_dir, f"lane{k}.ready")),
+                block % lanes)  # every slot taken: a worker given a second lane task, whose jobs are all taken
     deadline = time.monotonic() + wait_s
     while len(list(taken_dir.glob("lane*.ready"))) < lanes and time.monotonic() < deadline:
         time.sleep(0.05)
+    return slot
 
 
 def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lanes: int, run_job=None,
@@ -78,8 +82,7 @@ def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lane
     in `lane_order`, each one no other lane took; returns [(job number, what run_job returned)].
     `run_job(number, overrides, *job_args)`: Hydra's execute_job."""
     distributed.claim_gpus(devices_per_job)
-    slot = distributed.claimed_slot() or 0
-    wait_for_lanes(Path(taken_dir), slot, lanes)
+    slot = join_lanes(Path(taken_dir), distributed.claimed_slot() or 0, lanes)
     done = []
     for number, overrides, _ in lane_order(jobs, slot):
         if take(Path(taken_dir), number):
