@@ -60,10 +60,11 @@ class SweeplabSweeper(BasicSweeper):
         if self.config.get("resume") is True:
             planned, next_index = self._continued(planned, sweep_dir)
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
-        if auto is None:  # no round waits for the one before it: one launch (the rounds stay in order within it)
-            planned = [[job for round_jobs in planned for job in round_jobs]]
+        # replicates=auto (and early stopping, stop.behind) keep a barrier per round: which configurations run
+        # again depends on the rounds before; otherwise no round waits for the one before it: one launch
+        if auto is None and OmegaConf.select(self.config, "stop.behind") is None:
+            planned = [[job for round_jobs in planned for job in round_jobs]]  # the rounds in order within it
             self._cap_parallel_jobs(round_size)
-        # replicates=auto keeps a barrier per round: which configurations run again depends on the round before
         for round_number, round_jobs in enumerate(planned):
             if auto is not None:
                 round_jobs, stop = self._auto_round(auto, round_jobs, round_number, time.monotonic() - started)
