@@ -19,7 +19,7 @@ CORPUS ?= reference
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install data sweep test test-all lint ui ui-check screenshots report bench profile export clean
+.PHONY: help install data sweep test test-all lint ui ui-check screenshots report bench bench-report profile export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ export: $(STAMP) ## export a checkpoint to Core ML and verify it (ARGS="ckpt_pat
 
 bench: data ## throughput table: CPU / accelerator basic / optimised, each against a hand-written loop (ARGS="experiment=bench_h100")
 	$(PY) -m sweeplab.bench $(ARGS)
+
+bench-report: $(STAMP) ## the end-of-study report's wall and CPU time on a synthetic default study, this checkout against main (ARGS="--baseline REF --rounds N")
+	$(PY) scripts/bench_report.py $(ARGS)
 
 profile: data ## where a configuration's step time goes: table + torch.profiler trace (ARGS="model=pagating_lm backend=cuda ...")
 	$(PY) -m sweeplab.profile $(ARGS)

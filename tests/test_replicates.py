@@ -128,32 +128,40 @@ def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(mon
         next(answers)
 
 
-def test_the_sweeper_launches_each_round_on_its_own_with_the_replicates_environment(monkeypatch, tmp_path):
+def test_the_sweeper_launches_the_study_at_once_round_by_round_with_the_replicates_environment(monkeypatch, tmp_path):
+    """No barrier between rounds: one launch holds every round, in round order; joblib runs at most a round's worth
+    of jobs at once (n_jobs=-1 would otherwise run several rounds side by side)."""
     from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
 
     launched = []
 
     class RecordingLauncher:
+        joblib = {"n_jobs": -1}
+
         def launch(self, batch, initial_job_idx):
             launched.append((initial_job_idx, [list(job) for job in batch]))
             return [SimpleNamespace(return_value=0.0) for _ in batch]
 
     sweeper = SweeplabSweeper(max_batch_size=None, params={"data.batch_size": "32,64"})
     sweeper.config = OmegaConf.create({"seed": 3, "replicates": 2, "hydra": {"sweep": {"dir": str(tmp_path)},
-                                       "launcher": {"_target_": "JoblibLauncher", "n_jobs": 2}}})
+                                       "launcher": {"_target_": "JoblibLauncher", "n_jobs": -1}}})
     sweeper.launcher = RecordingLauncher()
     sweeper.hydra_context = SimpleNamespace(config_loader=None)
     monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
     sweeper.sweep(["optim.lr=0.01"])
 
-    assert [start for start, _ in launched] == [0, 2]
-    (_, first), (_, second) = launched
-    assert [job[:3] for job in first] == [["data.batch_size=32", "optim.lr=0.01", "seed=3"],
-                                          ["data.batch_size=64", "optim.lr=0.01", "seed=3"]]
-    assert [job[:3] for job in second] == [["data.batch_size=64", "optim.lr=0.01", "seed=4"],
-                                           ["data.batch_size=32", "optim.lr=0.01", "seed=4"]]
-    assert f"hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in second[0]
-    assert f"hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in second[0]
+    assert [start for start, _ in launched] == [0]
+    ((_, jobs),) = launched
+    assert [job[:3] for job in jobs] == [["data.batch_size=32", "optim.lr=0.01", "seed=3"],
+                                         ["data.batch_size=64", "optim.lr=0.01", "seed=3"],
+                                         ["data.batch_size=64", "optim.lr=0.01", "seed=4"],
+                                         ["data.batch_size=32", "optim.lr=0.01", "seed=4"]]
+    assert f"hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1" in jobs[2]
+    assert f"hydra.job.env_set.{channels.ROUND_ENV}=1" in jobs[2]
+    assert f"hydra.job.env_set.{channels.CONCURRENT_JOBS_ENV}=2" in jobs[2]
+    assert not any(o.startswith(f"hydra.job.env_set.{channels.GPU_SLOT_ENV}=") for o in jobs[0])  # no GPU sweep
+    assert sweeper.launcher.joblib["n_jobs"] == 2  # a round's worth, not 8 CPUs' worth
     assert (tmp_path / "multirun.yaml").exists()
 
 

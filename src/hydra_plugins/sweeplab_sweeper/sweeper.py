@@ -1,10 +1,13 @@
 """The sweeplab sweeper (`hydra/sweeper=sweeplab`; Hydra instantiates plugins from the hydra_plugins package only):
 Hydra's BasicSweeper grid, run `replicates` times in rounds (sweeplab.study.replicates says which seed and order).
 
-Each round is launched on its own (in chunks of `max_batch_size` when set), so with a parallel launcher a round's
-jobs run side by side and the next round starts after them: a configuration is always compared with the baseline's
-job of the same round. Every job gets its replicate, round, configuration index and how many jobs ran at once on
-its host through `hydra.job.env_set` (channels.REPLICATE_ENV ...); training.run_tags records them as run tags.
+With a fixed number of replicates the whole study is one launch, round after round (in chunks of `max_batch_size`
+when set): a parallel launcher starts its workers once and gives a free worker the next job at once, with no
+barrier at the end of a round that would idle the GPUs of the round's fast jobs. The jobs still run round-major, so
+a configuration is compared with the baseline's job of the same round, which ran at about the same time beside the
+same number of jobs. Every job gets its replicate, round, configuration index, how many jobs ran at once on its
+host and, where each job has GPUs of its own (hydra/launcher=joblib_gpus), its GPU slot, rotated per round
+(replicates.gpu_slot), through `hydra.job.env_set` (channels.REPLICATE_ENV ...); training.run_tags records them.
 With replicates=1 the jobs are the BasicSweeper's, in its order, with the same overrides.
 
 `-m ... resume=true` continues the sweep in `hydra.sweep.dir` (sweep_callback.reopen_sweep): its finished jobs are
@@ -57,6 +60,12 @@ class SweeplabSweeper(BasicSweeper):
         if self.config.get("resume") is True:
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
+        round_size = max((len(round_jobs) for round_jobs in planned), default=1)
+        # replicates=auto (and early stopping, stop.behind) keep a barrier per round: which configurations run
+        # again depends on the rounds before; otherwise no round waits for the one before it: one launch
+        if auto is None and not stops_behind:
+            planned = [[job for round_jobs in planned for job in round_jobs]]  # the rounds in order within it
+            self._cap_parallel_jobs(round_size)
         for round_number, round_jobs in enumerate(planned):
             if stops_behind and round_number >= rounds.ROUNDS_BEHIND_FOR_GOOD:
                 round_jobs = self._without_the_clearly_lost(round_jobs)
@@ -65,7 +74,7 @@ class SweeplabSweeper(BasicSweeper):
                 if stop is not None:
                     log.info("sweep: replicates=auto stops: %s", stop)
                     break
-            next_index = self._launch_round(round_jobs, next_index, returns)
+            next_index = self._launch_round(round_jobs, next_index, returns, round_size)
         else:
             if auto is not None:  # every planned round ran: is anything still open?
                 _, stop = self._auto_round(auto, [], count, time.monotonic() - started)
@@ -107,13 +116,21 @@ class SweeplabSweeper(BasicSweeper):
         numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()]
         return continued, max(numbered, default=-1) + 1
 
-    def _launch_round(self, round_jobs: list, next_index: int, returns: list) -> int:
+    def _cap_parallel_jobs(self, round_size: int) -> None:
+        """With every round in one launch, a joblib launcher still runs at most a round's worth of jobs at once (as
+        when each round was launched on its own), so `concurrent_jobs` and the GPU slots keep their meaning."""
+        options = getattr(self.launcher, "joblib", None)
+        if options is not None and "n_jobs" in options:
+            options["n_jobs"] = replicated.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size)
+
+    def _launch_round(self, round_jobs: list, next_index: int, returns: list, round_size: int) -> int:
         launcher_config = OmegaConf.select(self.config, "hydra.launcher")
         if not round_jobs:  # a continued sweep's round whose jobs all finished before
             return next_index
         for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
-            at_once = replicated.concurrent_jobs(launcher_config, len(chunk))
-            batch = [[*job.overrides, *replicated.job_environment(job, at_once)] for job in chunk]
+            at_once = replicated.concurrent_jobs(launcher_config, min(len(chunk), round_size))
+            gpu_slots = min(replicated.gpu_slots(self.config), at_once)  # 0: the jobs do not claim GPUs
+            batch = [[*job.overrides, *replicated.job_environment(job, at_once, gpu_slots)] for job in chunk]
             started = time.perf_counter()
             self.validate_batch_is_legal(batch)
             log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - started)

@@ -44,6 +44,10 @@ REPLICATE_ENV = "SWEEPLAB_REPLICATE"
 ROUND_ENV = "SWEEPLAB_ROUND"
 CONFIG_INDEX_ENV = "SWEEPLAB_CONFIG_INDEX"
 CONCURRENT_JOBS_ENV = "SWEEPLAB_CONCURRENT_JOBS"
+# The GPU slot (block of trainer.devices GPUs) a job of a GPU sweep runs on: (configuration index + round) modulo the
+# slots, so no configuration stays on one GPU (replicates.gpu_slot); read by the joblib lanes launcher and by
+# distributed.claim_gpus, which takes that slot's GPUs in a process that holds none yet.
+GPU_SLOT_ENV = "SWEEPLAB_GPU_SLOT"
 
 # --- environment: the user (or a test) -> every process of a run or sweep ----------------------------------------
 # Where prepared data and token caches go. Set by the user or a test; read by conf/train.yaml

@@ -26,6 +26,7 @@ REPLICATE_TAG = "replicate"        # which replicate of its configuration (0-bas
 ROUND_TAG = "round"                # the round the job ran in (a round runs each configuration once)
 HOST_TAG = "host"
 CONCURRENT_JOBS_TAG = "concurrent_jobs"  # jobs of the sweep that ran side by side with this one
+GPU_TAG = "gpu"                    # the GPU id(s) a GPU sweep's job claimed (distributed.claim_gpus)
 SEED_TAG = "seed"
 SWEEP_ID_TAG = "sweep_id"
 HYDRA_JOB_TAG = "hydra_job"        # the job's number in Hydra's launch order

@@ -79,6 +79,8 @@ def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
     placed = {schema.REPLICATE_TAG: channels.REPLICATE_ENV, schema.ROUND_TAG: channels.ROUND_ENV,
               schema.CONFIG_INDEX_TAG: channels.CONFIG_INDEX_ENV, schema.CONCURRENT_JOBS_TAG: channels.CONCURRENT_JOBS_ENV}
     tags |= {tag: os.environ[name] for tag, name in placed.items() if os.environ.get(name)}
+    if gpus := distributed.job_gpus(p.backend):  # the GPU(s) it ran on (joblib_gpus: rotated per round)
+        tags[schema.GPU_TAG] = ",".join(gpus)
     return tags
 
 

@@ -454,20 +454,7 @@ def verify_and_report(staged: Path, target: Path, loaded, options: ExportOptions
         "source": {"family": loaded.family, "checkpoint": str(loaded.path), "global_step": loaded.global_step,
                    "run_id": run_id},
         "options": asdict(options),
-        "conversion": {
-            "tracer": converted.tracer,
-            "decompositions": "coreai_torch.get_decomp_table()",
-            "mode": "release",
-            "minimum_os": MINIMUM_OS,
-            "trace_s": converted.trace_s,
-            "convert_s": converted.convert_s,
-            "compress_s": converted.compress_s,
-            "seq_len": seq_len,
-            "functions": {str(n): name for n, name in converted.functions.items()},
-            "fp32_layers": converted.fp32_layers,
-            "input_dtypes": converted.input_dtypes,
-            "versions": versions(),
-        },
+        "conversion": _conversion_record(converted, seq_len),
         "interface": described["functions"],
         "metadata": described["metadata"],
         "ops": described["ops"],
@@ -478,6 +465,24 @@ def verify_and_report(staged: Path, target: Path, loaded, options: ExportOptions
         "readiness": {"skipped": "Core ML's ANE readiness report reads .mlpackage programs; not computed for .aimodel"},
         "checked": checked,
         "not_checked": not_checked,
+    }
+
+
+def _conversion_record(converted: ConvertedAI, seq_len: int) -> dict:
+    """How the asset was converted: the report's "conversion" section."""
+    return {
+        "tracer": converted.tracer,
+        "decompositions": "coreai_torch.get_decomp_table()",
+        "mode": "release",
+        "minimum_os": MINIMUM_OS,
+        "trace_s": converted.trace_s,
+        "convert_s": converted.convert_s,
+        "compress_s": converted.compress_s,
+        "seq_len": seq_len,
+        "functions": {str(n): name for n, name in converted.functions.items()},
+        "fp32_layers": converted.fp32_layers,
+        "input_dtypes": converted.input_dtypes,
+        "versions": versions(),
     }
 
 

@@ -102,7 +102,7 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
         "sweeplab.checkpoint": str(loaded.path),
         "sweeplab.global_step": str(loaded.global_step),
         "sweeplab.run_id": run_id or "",
-        "sweeplab.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
+        "sweeplab.core.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
         "sweeplab.alpha": json.dumps(alpha, sort_keys=True),
         "sweeplab.metrics": json.dumps(dict(metrics), sort_keys=True),
     }
@@ -158,13 +158,7 @@ def export_checkpoint(
     from sweeplab.families.loading import load_model
 
     loaded = load_model(checkpoint, expect_family=expect_family)
-    kind = get_family(loaded.family).export
-    if kind is None:
-        raise UserError(f"checkpoint {checkpoint}: no Core ML export for the {loaded.family} family")
-    context = int(getattr(loaded.model_config, kind.context))
-    seq_len = options.seq_len or (max(options.seq_lens) if options.seq_lens else context)
-    if max(options.seq_lens or [seq_len]) > context:
-        raise UserError(f"export.seq_len={max(options.seq_lens or [seq_len])} is longer than the model's {kind.context}={context}")
+    kind, seq_len = _export_shape(loaded, checkpoint, options)
     vocab_size = int(loaded.model_config.vocab_size)
     target = package_path(options, loaded.family, loaded.path, out)
     json_path, md_path = report_paths(target)
@@ -177,62 +171,90 @@ def export_checkpoint(
     with _staging(target) as staging:  # made first: an unwritable target fails before the conversion's minutes
         log.info("exporting %s (%s) to %s", loaded.path, options.variant, target)
         pause_in("export")  # reliability tests: a signal lands in the export (a no-op unless asked for)
-        examples = {k: v for k, (v, _) in extras.items()}
-        description = options.description or (
-            f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab")
-        metadata = _metadata(loaded, options, run_id, metrics)
         staged = staging / target.name
-        if options.format == "coreai":  # everything above is shared; the converter, the checks and the report are not
-            from sweeplab.export import coreai
-
-            converted = coreai.convert(module, kind.output, options, seq_len, vocab_size, examples, cases)
-            interrupts.check()
-            # the asset carries no absolute path of this machine: the checkpoint by name (the report has the path)
-            metadata["sweeplab.checkpoint"] = loaded.path.name
-            coreai.save(converted, staged, target, author=options.author, description=description,
-                        version=options.version or str(loaded.global_step), metadata=metadata)
-
-            def verify_and_report() -> dict:
-                return coreai.verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases,
-                                                run_id, module, examples, vocab_size)
-
-            write_report = coreai.write_report
-        else:
-            options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases, extras)
-            converted = convert(module, kind.output, options, seq_len, vocab_size, examples)
-            interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
-            inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
-            describe(converted.mlmodel, author=options.author, description=description,
-                     version=options.version or str(loaded.global_step), metadata=metadata,
-                     inputs=inputs_text, outputs=outputs_text)
-            save_package(converted.mlmodel, staged, target)
-
-            def verify_and_report() -> dict:
-                report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
-                report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases, extras)
-                return report
-
-            write_report = reporting.write
-        try:
-            report = verify_and_report()
-        except UserError as exc:  # name the package the user asked for, not the staging copy
-            raise UserError(str(exc).replace(str(staged), str(target))) from None
-        staged_json, staged_md = report_paths(staged)
-        write_report(report, staged_json, staged_md)
-        failed_json, failed_md = (p.with_name(p.name.replace(".report.", ".failed-report.")) for p in (json_path, md_path))
-        if report["status"] != "passed":
-            os.replace(staged_json, failed_json)
-            os.replace(staged_md, failed_md)
-            raise UserError(f"{target.name}: verification failed ({report['failure']}); nothing published, see {failed_md}")
-        interrupts.check()  # nor during the save or the checks
-        _publish(staging, staged, target, (staged_json, json_path), (staged_md, md_path))
-        for stale in (failed_json, failed_md):  # an earlier failed attempt's report no longer applies
-            stale.unlink(missing_ok=True)
+        verify_and_report, write_report = _convert_and_save(
+            loaded, module, kind, options, seq_len, vocab_size, cases, extras, staged, target, run_id, metrics)
+        report = _verify_and_publish(verify_and_report, write_report, staging, staged, target, json_path, md_path)
 
     if run_id:
         _log_to_mlflow(run_id, tracking_uri, target, json_path, md_path, report)
     log.info("exported %s: %s", target, report["summary"])
     return ExportResult(target, report, json_path, md_path)
+
+
+def _export_shape(loaded, checkpoint: str | Path, options: ExportOptions) -> tuple[ExportSpec, int]:
+    """The family's export spec and the sequence length to convert at; a family without an export, or a length past
+    the model's context, is a UserError."""
+    kind = get_family(loaded.family).export
+    if kind is None:
+        raise UserError(f"checkpoint {checkpoint}: no Core ML export for the {loaded.family} family")
+    context = int(getattr(loaded.model_config, kind.context))
+    seq_len = options.seq_len or (max(options.seq_lens) if options.seq_lens else context)
+    if max(options.seq_lens or [seq_len]) > context:
+        raise UserError(f"export.seq_len={max(options.seq_lens or [seq_len])} is longer than the model's {kind.context}={context}")
+    return kind, seq_len
+
+
+def _convert_and_save(loaded, module, kind: ExportSpec, options: ExportOptions, seq_len: int, vocab_size: int,
+                      cases: list[verify.Case], extras: Mapping[str, tuple], staged: Path, target: Path,
+                      run_id: str | None, metrics: Mapping[str, float]):
+    """Convert, describe and save the package at `staged`; returns (verify_and_report, write_report) of its format."""
+    examples = {k: v for k, (v, _) in extras.items()}
+    description = options.description or (
+        f"{loaded.family} ({options.variant}) from {loaded.path.name}, step {loaded.global_step}, by sweeplab")
+    metadata = _metadata(loaded, options, run_id, metrics)
+    if options.format == "coreai":  # everything above is shared; the converter, the checks and the report are not
+        from sweeplab.export import coreai
+
+        converted = coreai.convert(module, kind.output, options, seq_len, vocab_size, examples, cases)
+        interrupts.check()
+        # the asset carries no absolute path of this machine: the checkpoint by name (the report has the path)
+        metadata["sweeplab.checkpoint"] = loaded.path.name
+        coreai.save(converted, staged, target, author=options.author, description=description,
+                    version=options.version or str(loaded.global_step), metadata=metadata)
+
+        def verify_and_report() -> dict:
+            return coreai.verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases,
+                                            run_id, module, examples, vocab_size)
+
+        return verify_and_report, coreai.write_report
+    options = with_auto_fp32_layers(options, module, kind.output, seq_len, vocab_size, cases, extras)
+    converted = convert(module, kind.output, options, seq_len, vocab_size, examples)
+    interrupts.check()  # a stop requested during the conversion (which cannot look at it): nothing is published
+    inputs_text, outputs_text = _io_descriptions(kind, vocab_size, extras)
+    describe(converted.mlmodel, author=options.author, description=description,
+             version=options.version or str(loaded.global_step), metadata=metadata,
+             inputs=inputs_text, outputs=outputs_text)
+    save_package(converted.mlmodel, staged, target)
+
+    def verify_and_report() -> dict:
+        report = _verify_and_report(staged, target, loaded, options, converted, kind, seq_len, cases, run_id)
+        report["readiness"] = _readiness(staged, module, kind.output, options, seq_len, vocab_size, cases, extras)
+        return report
+
+    return verify_and_report, reporting.write
+
+
+def _verify_and_publish(verify_and_report, write_report, staging: Path, staged: Path, target: Path,
+                        json_path: Path, md_path: Path) -> dict:
+    """Verify the staged package and write its report; publish both only if it passed (a failure leaves the
+    failed report beside the target and nothing at it). Returns the report."""
+    try:
+        report = verify_and_report()
+    except UserError as exc:  # name the package the user asked for, not the staging copy
+        raise UserError(str(exc).replace(str(staged), str(target))) from None
+    staged_json, staged_md = report_paths(staged)
+    write_report(report, staged_json, staged_md)
+    failed_json, failed_md = (p.with_name(p.name.replace(".report.", ".failed-report.")) for p in (json_path, md_path))
+    if report["status"] != "passed":
+        os.replace(staged_json, failed_json)
+        os.replace(staged_md, failed_md)
+        raise UserError(f"{target.name}: verification failed ({report['failure']}); nothing published, see {failed_md}")
+    interrupts.check()  # nor during the save or the checks
+    _publish(staging, staged, target, (staged_json, json_path), (staged_md, md_path))
+    for stale in (failed_json, failed_md):  # an earlier failed attempt's report no longer applies
+        stale.unlink(missing_ok=True)
+    return report
 
 
 @contextlib.contextmanager

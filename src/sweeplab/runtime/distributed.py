@@ -168,6 +168,7 @@ def end_job(env_before: Mapping[str, str | None]) -> None:
 class _Claim:
     gpus: list[str]
     fds: list[int]
+    slot: int  # which block of `count` GPUs of the visible ones: gpus == visible[slot * count:(slot + 1) * count]
 
 
 _claim: _Claim | None = None  # held for the life of the process: CUDA binds a process to the GPUs it first saw
@@ -197,13 +198,35 @@ def gpu_lock_dir() -> Path:
     return Path(os.environ.get(GPU_LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / f"sweeplab-gpus-{os.getuid()}")
 
 
+def claimed_gpus() -> list[str]:
+    """The GPU ids this process claimed (empty: none)."""
+    return list(_claim.gpus) if _claim is not None else []
+
+
+def job_gpus(backend: str) -> list[str]:
+    """The GPU ids a sweep job runs on: those it claimed (hydra/launcher=joblib_gpus), else on CUDA those the
+    launcher gave it (CUDA_VISIBLE_DEVICES: SLURM's, a user's); empty on other backends or when CUDA sees every GPU."""
+    if _claim is not None:
+        return list(_claim.gpus)
+    env = os.environ.get(CUDA_VISIBLE_DEVICES_ENV)
+    return [gpu.strip() for gpu in env.split(",") if gpu.strip()] if backend == "cuda" and env else []
+
+
+def claimed_slot() -> int | None:
+    """The slot (block of GPUs, replicates.gpu_slot) this process holds; None before a claim."""
+    return _claim.slot if _claim is not None else None
+
+
 def claim_gpus(
-    count: int, lock_dir: Path | None = None, wait_s: float = 7 * 24 * 3600, poll_s: float = 1.0
+    count: int, lock_dir: Path | None = None, wait_s: float = 7 * 24 * 3600, poll_s: float = 1.0,
+    slot: int | None = None,
 ) -> list[str]:
-    """Take `count` GPUs no other job of this host holds and restrict this process to them; returns their ids.
+    """Take a block of `count` GPUs (the visible GPUs cut into blocks of `count`) no other job of this host holds
+    and restrict this process to them; returns their ids. `slot`: the block to try first (the job's GPU slot).
 
     Waits while all are taken. A process keeps its GPUs until it exits (a reused joblib worker keeps its GPUs
-    for the next job: its CUDA context cannot move).
+    for the next job: its CUDA context cannot move; the joblib lanes launcher gives such a worker the jobs of its
+    slot).
     """
     global _claim
     if _claim is not None:
@@ -219,9 +242,10 @@ def claim_gpus(
     deadline = time.monotonic() + wait_s
     waiting_logged = False
     while True:
-        held = _try_lock(gpus, count, lock_dir)
+        held = _try_lock(gpus, count, lock_dir, slot)
         if held is not None:
-            _claim = _Claim([gpu for gpu, _ in held], [fd for _, fd in held])
+            block, held = held
+            _claim = _Claim([gpu for gpu, _ in held], [fd for _, fd in held], block)
             os.environ[CUDA_VISIBLE_DEVICES_ENV] = ",".join(_claim.gpus)
             log.info("this job runs on GPU %s", os.environ[CUDA_VISIBLE_DEVICES_ENV])
             return _claim.gpus
@@ -235,20 +259,25 @@ def claim_gpus(
         time.sleep(poll_s)
 
 
-def _try_lock(gpus: list[str], count: int, lock_dir: Path) -> list[tuple[str, int]] | None:
-    held: list[tuple[str, int]] = []
-    for gpu in gpus:
-        fd = os.open(lock_dir / f"gpu{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        held.append((gpu, fd))
+def _try_lock(gpus: list[str], count: int, lock_dir: Path,
+              first: int | None = None) -> tuple[int, list[tuple[str, int]]] | None:
+    """(block, [(gpu, lock fd)]) of the first block of `count` GPUs that is free, trying block `first` first."""
+    blocks = len(gpus) // count
+    start = (first or 0) % max(1, blocks)
+    for block in [*range(start, blocks), *range(start)]:
+        held: list[tuple[str, int]] = []
+        for gpu in gpus[block * count:(block + 1) * count]:
+            fd = os.open(lock_dir / f"gpu{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                break
+            held.append((gpu, fd))
         if len(held) == count:
-            return held
-    for _, fd in held:  # not enough free: give back what we took, try again later
-        os.close(fd)
+            return block, held
+        for _, fd in held:  # the block is partly taken: give back what we took
+            os.close(fd)
     return None
 
 

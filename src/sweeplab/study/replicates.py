@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeplab.core.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, REPLICATE_ENV, ROUND_ENV
+from sweeplab.core.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, GPU_SLOT_ENV, REPLICATE_ENV, ROUND_ENV
 from sweeplab.core.errors import ConfigError
 
 MAX_REPLICATES = 1000  # a typo guard (replicates=300000 would queue a sweep nobody meant)
@@ -133,17 +133,39 @@ def _key(override: str) -> str:
     return override.partition("=")[0].lstrip("+~")
 
 
-def job_environment(job: PlannedJob, concurrent_jobs: int) -> tuple[str, ...]:
+def gpu_slot(config_index: int, round_number: int, slots: int) -> int:
+    """The GPU slot of a configuration's job in a round: shifted by one each round, so that over `slots` rounds
+    every configuration runs once on every slot and none stays on one GPU (a slow GPU would otherwise always slow
+    the same configuration, and the replicates would not see it)."""
+    return (config_index + round_number) % max(1, slots)
+
+
+def job_environment(job: PlannedJob, concurrent_jobs: int, gpu_slots: int = 0) -> tuple[str, ...]:
     """Hydra overrides that set the job's replicate variables in its own process (hydra.job.env_set, applied by
-    Hydra's run_job wherever the launcher runs it: in process, a joblib worker, a submitit job)."""
+    Hydra's run_job wherever the launcher runs it: in process, a joblib worker, a submitit job); with `gpu_slots`
+    (a sweep that gives each job GPUs of its own) the job's GPU slot too."""
     values = {
         REPLICATE_ENV: job.replicate,
         ROUND_ENV: job.round,
         CONFIG_INDEX_ENV: job.config_index,
         CONCURRENT_JOBS_ENV: concurrent_jobs,
     }
+    if gpu_slots:
+        values[GPU_SLOT_ENV] = gpu_slot(job.config_index, job.round, gpu_slots)
     # plain keys (conf/train.yaml declares them): Hydra's launch line `#N : <overrides>` leaves hydra.* keys out
     return tuple(f"hydra.job.env_set.{name}={value}" for name, value in values.items())
+
+
+def gpu_slots(config: Mapping[str, Any]) -> int:
+    """How many GPU slots the sweep's jobs rotate over: the host's GPUs // trainer.devices when the sweep gives each
+    job GPUs of its own (hydra/launcher=joblib_gpus: the callback's assign_gpus); 0 otherwise."""
+    from omegaconf import OmegaConf
+
+    from sweeplab.runtime import distributed
+
+    if not OmegaConf.select(config, "hydra.callbacks.mlflow_sweep.assign_gpus", default=False):
+        return 0
+    return distributed.gpu_slots(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
 
 
 def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:

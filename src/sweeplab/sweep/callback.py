@@ -190,7 +190,9 @@ class MLflowSweepCallback(Callback):
                 log.info("%s", line)
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
-            distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
+            slot = os.environ.get(channels.GPU_SLOT_ENV, "")
+            distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1),
+                                   slot=int(slot) if slot.isdigit() else None)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if _in_multirun() and self._launch_env is not None:
