@@ -394,7 +394,7 @@ def test_an_interrupted_sweep_continues_under_its_run_keeping_the_finished_jobs(
     runs = client.search_runs(["1"])
     (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
     assert parent.info.status == "FINISHED" and parent.data.tags["resumed"] == "1"
-    done = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep" and r.info.status == "FINISHED"]
+    done = [r for r in runs if mlflow_store.is_job_run(r) and r.info.status == "FINISHED"]
     assert sorted((r.data.tags["config"], r.data.tags["replicate"]) for r in done) == [
         ("label=a", "0"), ("label=a", "1"), ("label=b", "0"), ("label=b", "1")]
     assert finished <= {r.info.run_id for r in done}  # the jobs that had finished were kept, not run again
