@@ -95,6 +95,7 @@ class JobPlan:
     tune: tuning.TuneConfig
     steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
     loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
+    fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
 
 
 def check_data_path(path: Any) -> None:

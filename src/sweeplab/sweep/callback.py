@@ -39,6 +39,7 @@ from sweeplab.core import channels, interrupts
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.engine.job import close_abandoned_runs
 from sweeplab.engine.plan import check_data_path
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
@@ -158,7 +159,7 @@ class MLflowSweepCallback(Callback):
                 "sweep_dir": str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
-                "sweep_overrides": " ".join(overrides)[:5000],
+                "sweep_overrides": naming.overrides_tag(overrides)[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
                 **verdict_option_tags(verdict_options(config)),
             }),
@@ -278,6 +279,9 @@ class MLflowSweepCallback(Callback):
         except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
         client.set_terminated(parent, status)
+        if status == "KILLED" and self.continue_command:  # interrupted in a job, between two, or in the report
+            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {self.continue_command}",
+                  file=sys.stderr, flush=True)
 
 
 def end_interrupted_sweep(exc: BaseException) -> None:
@@ -287,10 +291,7 @@ def end_interrupted_sweep(exc: BaseException) -> None:
     if sweep is not None and sweep.parent_run_id is not None:
         with contextlib.suppress(Exception):
             mlflow_store.client(sweep._uri).set_tag(sweep.parent_run_id, "error", str(exc))
-        sweep._close("KILLED")
-        if sweep.continue_command:
-            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {sweep.continue_command}",
-                  file=sys.stderr, flush=True)
+        sweep._close("KILLED")  # says how to continue it
 
 
 def end_failed_sweep(exc: BaseException) -> None:
@@ -385,11 +386,14 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
         parent = client.get_run(parent_id)
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = parent.data.tags.get("sweep_overrides", "").split()
+    recorded = naming.recorded_overrides(parent.data.tags.get("sweep_overrides", ""))
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
     client.update_run(parent_id, status="RUNNING")
+    # the jobs a kill -9 left RUNNING are closed now (KILLED): the interrupted ones resume into their run again
+    close_abandoned_runs(client, client.search_runs([parent.info.experiment_id], max_results=10000,
+                                                    filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"))
     client.set_tag(parent_id, "resumed", str(int(parent.data.tags.get("resumed", "0")) + 1))
     log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
     return parent_id
