@@ -123,6 +123,29 @@ def install() -> None:
         signal.signal(signum, _on_signal)
 
 
+@contextlib.contextmanager
+def exit_on_interrupt(what: str) -> Iterator[None]:
+    """For an entry point with no run to close (the report, the data preparation, the round trip): SIGINT, SIGTERM
+    or SIGHUP inside ends the process with one line and 128 + the signal (130 for Ctrl-C), no traceback; the
+    `finally` blocks and context managers below run first, so temporary files are removed and nothing is left
+    half-written. `what`: the entry point, for the line."""
+    def stop(signum: int, frame) -> None:
+        raise Interrupted(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, stop) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _say(f"error: {what}: interrupted by {signal.Signals(signum).name}; nothing was left half-written")
+        raise SystemExit(128 + signum) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def reset() -> None:
     """Forget a stop request (tests that run several jobs in one process)."""
     global _requested, _stopping, _deferred
@@ -160,6 +183,9 @@ def run_child(command: list[str], name: str, **popen_kwargs) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, forward) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
     try:
+        from sweeplab.core.orphans import child_env  # the child ends with this process, kill -9 included
+
+        popen_kwargs["env"] = child_env(popen_kwargs.get("env"))
         children.append(subprocess.Popen(command, process_group=0, **popen_kwargs))
         for signum in received:  # came while it started
             children[0].send_signal(signum)
