@@ -130,7 +130,7 @@ def record_verdict(uri: str, parent_run_id: str, lines: Sequence[str], summary: 
     client = mlflow_store.client(uri)
     parent = client.get_run(parent_run_id)
     overrides = parent.data.tags.get("sweep_overrides")
-    command = naming.sweep_description(overrides.split(" ")) if overrides is not None else None
+    command = naming.sweep_description(naming.recorded_overrides(overrides)) if overrides is not None else None
     client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
     for run in configuration_runs(uri, parent_run_id):
         client.delete_run(run.info.run_id)

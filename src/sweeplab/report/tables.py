@@ -35,7 +35,7 @@ from sweeplab.core import channels, cli, stability
 from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.core.files import write_text_atomic
+from sweeplab.core.files import check_folder_path, write_text_atomic
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -519,7 +519,7 @@ def jobs_never_run(parent, runs) -> tuple[str, ...]:
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
     if tags.get("sweep_dir"):
-        lines.append(f"continue it with: {naming.continue_command(tags.get('sweep_overrides', '').split(), tags['sweep_dir'])}")
+        lines.append(f"continue it with: {naming.continue_command(naming.recorded_overrides(tags.get('sweep_overrides', '')), tags['sweep_dir'])}")
     return tuple(lines)
 
 
@@ -572,6 +572,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if args.quality_tolerance is not None and args.quality_tolerance < 0:
         raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
+    if args.out is not None:
+        check_folder_path(args.out, "--out")
 
 
 def check_baseline(runs, baseline: str | None) -> None:
