@@ -34,7 +34,8 @@ def test_a_study_killed_mid_round_continues_to_every_job_finished_and_no_run_run
     killed = _sweep([*study, f"hydra.sweep.dir={sweep_dir}"], tmp_path, {"SWEEPLAB_FAULT_KILL_AT_STEP": str(kill_at)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     client = MlflowClient(mlflow_uri)
-    (abandoned,) = client.search_runs(["1"], "attributes.status = 'RUNNING' and tags.`sweeplab.role` != 'sweep'")
+    (abandoned,) = [r for r in client.search_runs(["1"], "attributes.status = 'RUNNING'")
+                    if r.data.tags.get("sweeplab.role") != "sweep"]
 
     command = naming.continue_command(study, sweep_dir).split()  # no quoting needed here: plain overrides
     assert command[:4] == ["python", "-m", "sweeplab.train", "-m"]

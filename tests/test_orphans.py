@@ -64,7 +64,8 @@ def test_kill_9_of_a_joblib_sweep_leaves_no_loky_worker_or_helper(demo_dir, mlfl
                    f"hydra.sweep.dir={tmp_path / 'sweep'}")
     client, deadline = MlflowClient(mlflow_uri), time.monotonic() + 240
     while time.monotonic() < deadline and sweep.poll() is None:  # both jobs train (their runs exist)
-        if len(client.search_runs(["1"], "attributes.status = 'RUNNING' and tags.`sweeplab.role` != 'sweep'")) == 2:
+        running = client.search_runs(["1"], "attributes.status = 'RUNNING'")
+        if len([r for r in running if r.data.tags.get("sweeplab.role") != "sweep"]) == 2:
             break
         time.sleep(0.5)
     processes = _descendants_once(sweep, 4)  # two loky workers, loky's and multiprocessing's resource trackers
