@@ -66,10 +66,15 @@ def die_with_parent_if_asked() -> None:
 
 
 def watch_launcher(launcher_pid_env: str) -> None:
-    """In a job's process: when it is not the process that launched the sweep (the pid in `launcher_pid_env`), but
-    one of its workers (joblib's loky workers are started from a thread that may end first), watch the parent."""
+    """In a job's process: when it is a pool worker of the process that launched the sweep (the pid in
+    `launcher_pid_env`; joblib's loky workers, started from a thread that may end first), watch that parent. A job
+    a launcher starts to outlive it (submitit's, local ones included) is left alone: it closes its own run."""
+    import multiprocessing
+
     launcher = os.environ.get(launcher_pid_env, "")
-    if launcher.isdigit() and int(launcher) != os.getpid() and os.getppid() == int(launcher):
+    pool_worker = (multiprocessing.current_process().name.startswith("LokyProcess")
+                   or multiprocessing.parent_process() is not None)
+    if pool_worker and launcher.isdigit() and int(launcher) != os.getpid() and os.getppid() == int(launcher):
         if not getattr(watch_launcher, "started", False):
             watch_launcher.started = True
             watch_parent(int(launcher))
