@@ -20,9 +20,11 @@ def _sweep(args, tmp_path, env=None):
                           timeout=600, cwd=tmp_path, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # two sweeps of four jobs: about a minute on a quiet 2-core machine (the fast kill -9 test on the
+# default data is test_resume's bit-identity test; close_abandoned_runs is tested below)
 @pytest.mark.parametrize("kill_at", [
     2,  # before the job's first checkpoint: it starts afresh; its old run must be closed
-    pytest.param(4, marks=pytest.mark.slow),  # after it: it resumes into its run, whose model the data completes
+    4,  # after it: it resumes into its run, whose model the data completes
 ])
 def test_a_study_killed_mid_round_continues_to_every_job_finished_and_no_run_running(
     kill_at, minilm_demo_dir, mlflow_uri, tmp_path
