@@ -87,6 +87,31 @@ def test_killed_run_resumes_bit_identical_in_the_same_mlflow_run(family, minilm_
         assert torch.equal(final["state_dict"][name], tensor), name
 
 
+@pytest.mark.slow  # two jobs in child processes on the default data
+def test_a_run_stopped_by_sigterm_on_the_default_data_resumes_into_its_run(minilm_demo_dir, mlflow_uri, tmp_path):
+    common = ["debug=smoke", f"data.path={minilm_demo_dir}", "data.batch_size=16", "trainer.max_steps=12",
+              "trainer.val_check_interval=4", "checkpoint.every_n_steps=3", f"hydra.run.dir={tmp_path / 'run'}"]
+    paused = tmp_path / "paused"
+    first = subprocess.Popen([sys.executable, "-m", "sweeplab.train", *common], cwd=tmp_path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**os.environ, "SWEEPLAB_FAULT_PAUSE_AT_STEP": "7",
+                                  "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    deadline = time.monotonic() + 300
+    while not paused.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first.send_signal(signal.SIGTERM)
+    output, _ = first.communicate(timeout=240)
+    assert first.returncode == 128 + signal.SIGTERM, output[-3000:]
+    client, (run,) = _runs(mlflow_uri, "sweeplab")
+    assert run.info.status == "KILLED"
+
+    resumed = _train([*common, "resume=true"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    client, (again,) = _runs(mlflow_uri, "sweeplab")
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12
+
+
 def _resume_in_process(*overrides: str) -> float | None:
     """`resume=true` in this process, so the objective `train` hands to a sweeper can be read."""
     from omegaconf import open_dict
