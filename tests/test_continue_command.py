@@ -44,14 +44,16 @@ def test_a_sweep_with_quoted_overrides_interrupted_continues_with_the_command_it
     overrides = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=8,16",
                  "trainer.max_steps=200", "+label=a b c", '+label2="it\'s \\"q\\""', "logger.system_metrics_after_s=null",
                  f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    log = (tmp_path / "first.log").open("w")  # files, not pipes: a long job's output never blocks it
     first = subprocess.Popen([sys.executable, "-m", "sweeplab.train", "-m", *overrides], cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=log, stderr=subprocess.STDOUT, text=True)
     client, deadline = MlflowClient(mlflow_uri), time.monotonic() + 300
     while time.monotonic() < deadline and not [r for r in client.search_runs(["1"], "attributes.status = 'RUNNING'")
                                                if r.data.tags.get("sweeplab.role") != "sweep"]:
         time.sleep(0.5)
     first.send_signal(signal.SIGINT)
-    _, err = first.communicate(timeout=120)
+    first.wait(timeout=120)
+    err = (tmp_path / "first.log").read_text()
     assert first.returncode == 130, err[-3000:]
     (line,) = [li for li in err.splitlines() if "Continue it with: " in li]
     pasted = line.partition("Continue it with: ")[2].replace("python", shlex.quote(sys.executable), 1)
