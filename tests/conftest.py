@@ -56,6 +56,27 @@ def demo_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def minilm_demo_dir(tmp_path_factory) -> Path:
+    """The default demo data as `make data` builds it (the all-MiniLM-L6-v2 teacher: 384-d targets, its 30522-token
+    vocabulary), cut to its first 320 sentences so it builds in seconds; made once per session with the CLI."""
+    from importlib import metadata
+
+    from sweeplab.families.textbridge import minilm
+
+    try:
+        metadata.distribution(minilm.MINILM_WHEEL)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{minilm.MINILM_WHEEL} is not installed (make install installs it)")
+    out = tmp_path_factory.mktemp("data") / "textbridge_demo_minilm"
+    subprocess.run(
+        [sys.executable, "-m", "sweeplab.families.textbridge.prepare", "--teacher", "minilm", "--out", str(out),
+         "--n-sentences", "320", "--no-progress"],
+        check=True, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
 def _empty_mlflow_db(tmp_path_factory) -> Path:
     """An initialised, empty MLflow sqlite store; creating the schema takes seconds, copying it does not."""
     from mlflow.tracking import MlflowClient

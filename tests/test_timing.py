@@ -391,6 +391,9 @@ def test_the_host_probe_sees_a_process_that_takes_the_cpu_in_bursts():
     os.sched_setaffinity(0, {cpu})
     try:
         quiet = statistics.median(devices.host_speed_spread(0.25) for _ in range(3))
+        if quiet >= UNSTEADY_HOST:  # the premise needs a steady CPU; on a busy host there is nothing to compare with
+            pytest.skip(f"this host wavers already without the neighbour (spread {quiet:.2f} >= {UNSTEADY_HOST}): "
+                        "the probe cannot be shown to see the neighbour here")
         neighbour = subprocess.Popen([sys.executable, "-c", BURSTY, str(cpu)], stdout=subprocess.PIPE, text=True)
         try:
             assert neighbour.stdout.readline().strip() == "busy"

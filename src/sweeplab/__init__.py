@@ -15,7 +15,9 @@ CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).res
 if getattr(sys, "argv", [])[:1] == ["-m"]:
     # deferred: only an app run with -m sets the env var, before its imports load torch
     from sweeplab.core.host_arch import exit_if_translated
+    from sweeplab.core.interrupts import remember_early_sigint
     from sweeplab.core.mps_fallback import set_before_torch
 
+    remember_early_sigint()  # Ctrl-C while torch and the rest are imported is not lost (core.interrupts)
     exit_if_translated()  # an x86_64 Python under Rosetta: one line, before torch (which it cannot have) loads
     set_before_torch(sys.argv[1:])

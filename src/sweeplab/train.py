@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from sweeplab import CONF_DIR
-from sweeplab.core import channels, cli, interrupts, wall
+from sweeplab.core import channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
@@ -35,6 +35,7 @@ def main(cfg: DictConfig) -> float | None:
 
     wall.count_from_process_start()  # the job's wall breakdown starts with the process (a worker's too)
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
+    orphans.watch_launcher(channels.LAUNCHER_PID_ENV)  # a loky worker ends with the sweep that started it
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
     # anyway (read-only, locked, full), which mlflow_store reports in one line
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
@@ -59,6 +60,8 @@ def composition_error(exc: Exception) -> UserError:
 
 def run() -> None:
     interrupts.install()  # before anything slow: a SIGTERM while imports or data indexing run ends cleanly too
+    orphans.die_with_parent_if_asked()  # started by another sweeplab process (the order check): ends with it
+    os.environ[channels.LAUNCHER_PID_ENV] = str(os.getpid())  # the jobs' workers (joblib) tell themselves from it
     # Hydra prints a composition error as 4 lines and a syntax error as a traceback, and exits 1, unless
     # HYDRA_FULL_ERROR lets the exception reach us (SWEEPLAB_TRACEBACK=1 shows the trace)
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")

@@ -29,6 +29,7 @@ import time
 import urllib.request
 
 from sweeplab.core import cli
+from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.report.ui_links import latest_sweep_url
 from sweeplab.tracking import mlflow_store
 
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-serve", action="store_true", help="print the URL only")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()
+    try:
+        mlflow_store.check_sqlite_file(uri)  # the server would start, then fail on every request with a traceback
+    except UserError as exc:
+        return report_user_error(exc)
     base = mlflow_store.ui_base(uri, args.host, args.port)
     serving = not args.no_serve and not uri.startswith(("http://", "https://"))
     server = start_server(uri, args.host, args.port) if serving else None

@@ -22,6 +22,10 @@ from typing import Any
 # which of its values were swept.
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
 
+# the pid of the `python -m sweeplab.train` process that launched the jobs: a job running elsewhere (a joblib worker)
+# watches it and ends with it (core.orphans.watch_launcher)
+LAUNCHER_PID_ENV = "SWEEPLAB_LAUNCHER_PID"
+
 # "<sweep start time> <number of jobs>". Written by the sweep callback before the first job; read by each job's
 # process for its progress line (sweep_callback.progress_line): a joblib worker or a submitit job has no
 # other way to know when the sweep started and how many jobs it has.

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from sweeplab.core.errors import environment_error
+from sweeplab.core.errors import UserError, environment_error
 
 
 @contextmanager
@@ -60,6 +60,18 @@ def _fsync_dir(directory: Path) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path) as f:
         f.write(text.encode("utf-8"))
+
+
+def check_folder_path(directory: str | os.PathLike, what: str) -> None:
+    """`directory` is a folder or can become one: neither it nor a folder above it is a file (`mkdir` would raise
+    FileExistsError or NotADirectoryError midway). `what`: the option that named it, for the one line."""
+    directory = Path(directory)
+    for path in (directory, *directory.parents):
+        if path.is_dir():
+            return
+        if path.exists() or path.is_symlink():
+            where = "is a file" if path == directory else f"lies under {path}, which is a file"
+            raise UserError(f"{what} {directory}: {where}, not a folder; pass a folder")
 
 
 def check_writable_dir(directory: str | os.PathLike) -> Path:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -123,6 +124,64 @@ def install() -> None:
         signal.signal(signum, _on_signal)
 
 
+@contextlib.contextmanager
+def exit_on_interrupt(what: str) -> Iterator[None]:
+    """For an entry point with no run to close (the report, the data preparation, the round trip): SIGINT, SIGTERM
+    or SIGHUP inside ends the process with one line and 128 + the signal (130 for Ctrl-C), no traceback; the
+    `finally` blocks and context managers below run first, so temporary files are removed and nothing is left
+    half-written. `what`: the entry point, for the line."""
+    def stop(signum: int, frame) -> None:
+        global _requested
+        if _requested is None:
+            _requested = signum
+        raise Interrupted(signum)
+
+    def end(signum: int) -> SystemExit:
+        _say(f"error: {what}: interrupted by {signal.Signals(signum).name}; nothing was left half-written")
+        return SystemExit(128 + signum)
+
+    if _requested is not None:  # came while the entry point was imported (and was swallowed there)
+        raise end(_requested)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, stop) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as exc:
+        raise end(getattr(exc, "signum", signal.SIGINT)) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if _requested is not None:  # a library swallowed the exception: the signal still ends the process
+        raise end(_requested)
+
+
+def remember_early_sigint() -> None:
+    """`python -m sweeplab.<entry>`, from sweeplab/__init__, before anything heavy is imported: Ctrl-C raises
+    KeyboardInterrupt as Python's own handler does, and is remembered, so one that a library swallows while it is
+    imported (torchao's extension loader catches everything) still stops the entry point once it installs its own
+    handling (`install`, `exit_on_interrupt`)."""
+    def early(signum: int, frame) -> None:
+        global _requested
+        if _requested is None:
+            _requested = signum
+        raise KeyboardInterrupt
+
+    def last_resort(kind, value, traceback) -> None:  # the interrupt escaped everything: one line, 128 + signal
+        if not issubclass(kind, (KeyboardInterrupt, Interrupted)):
+            return previous_hook(kind, value, traceback)
+        signum = getattr(value, "signum", signal.SIGINT)
+        argv = getattr(sys, "orig_argv", [])
+        app = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else "sweeplab"
+        _say(f"error: {app}: interrupted by {signal.Signals(signum).name}")
+        os._exit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, early)
+    previous_hook = sys.excepthook
+    sys.excepthook = last_resort
+
+
 def reset() -> None:
     """Forget a stop request (tests that run several jobs in one process)."""
     global _requested, _stopping, _deferred
@@ -160,6 +219,9 @@ def run_child(command: list[str], name: str, **popen_kwargs) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, forward) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
     try:
+        from sweeplab.core.orphans import child_env  # the child ends with this process, kill -9 included
+
+        popen_kwargs["env"] = child_env(popen_kwargs.get("env"))
         children.append(subprocess.Popen(command, process_group=0, **popen_kwargs))
         for signum in received:  # came while it started
             children[0].send_signal(signum)

@@ -12,6 +12,7 @@ process the batches are exactly those above.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import lightning as L
@@ -20,6 +21,7 @@ from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.orphans import die_with_parent
 
 SWITCHED_DATA_PATH = "the checkpoint's data position was saved with data.on_device={saved}; resume with that setting"
 
@@ -88,9 +90,36 @@ class ResumableShuffleBatchSampler(Sampler[list[int]]):
             self.epoch, self.batches_yielded = self.epoch + 1, 0
 
 
+class WorkerStart:
+    """A DataLoader's `worker_init_fn` that first ties the worker to the process that started it (a worker outlived
+    a `kill -9` of its job), then does what the loader's own would: `inner`, else Lightning's worker seeding
+    where `seed_everything(workers=True)` asked for it (Lightning adds it only to a loader without one)."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        die_with_parent()
+        if self.inner is not None:
+            self.inner(worker_id)
+        elif int(os.environ.get("PL_SEED_WORKERS", 0)):
+            from lightning.fabric.utilities.seed import pl_worker_init_function
+
+            pl_worker_init_function(worker_id)
+
+
+def worker_start(worker_init_fn=None) -> WorkerStart:
+    """`worker_init_fn` wrapped in WorkerStart (once)."""
+    return worker_init_fn if isinstance(worker_init_fn, WorkerStart) else WorkerStart(worker_init_fn)
+
+
 class ResumableDataLoader(StatefulDataLoader):
     """torchdata's StatefulDataLoader that names the setting when handed a position it did not write: the state of
-    device-resident batches (data.on_device=true) is the bare sampler's, on which torchdata stops with a KeyError."""
+    device-resident batches (data.on_device=true) is the bare sampler's, on which torchdata stops with a KeyError.
+    Its workers end with the job (WorkerStart)."""
+
+    def __init__(self, *args, worker_init_fn=None, **kwargs):
+        super().__init__(*args, worker_init_fn=worker_start(worker_init_fn), **kwargs)
 
     def load_state_dict(self, state_dict: dict) -> None:
         if "batches_yielded" in state_dict:

@@ -77,12 +77,8 @@ def start_fit(job: Job):
     training data recorded, and the family's task built. Returns (datamodule, model config, task)."""
     release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
     p = job.plan
-    pause_in("setup")  # reliability tests: a signal lands here (a no-op unless SWEEPLAB_FAULT_PAUSE_IN=setup)
+    model_config = resolve_model(p)
     datamodule = p.datamodule
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
-    model_config = p.family.fit_model_to_data(p.model_config, datamodule, p.model_values)
     if job.run is not None and (built := model_params(p, model_config)):
         job.run.log_params(built)  # what `size` and the data made of the group's null keys (engine.plan.job_params)
     if job.run is not None and job.resume_ckpt is None and p.logger.log_dataset:
@@ -93,6 +89,19 @@ def start_fit(job: Job):
     check_task(p.family, task)
     task.mlflow_run_id = job.run_id
     return datamodule, model_config, task
+
+
+def resolve_model(p: JobPlan):
+    """The model config as the job trains it: the data set up (once per plan) and what it decides filled in (the
+    vocabulary, TextBridge's out_dim from the teacher, the decoder's special ids). `resume` checks a checkpoint
+    against this, not against the config's unfilled defaults."""
+    if p.fitted_model_config is None:
+        pause_in("setup")  # reliability tests: a signal lands here (a no-op unless SWEEPLAB_FAULT_PAUSE_IN=setup)
+        p.datamodule.prepare_data()
+        p.datamodule.setup("fit")
+        interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
+        p.fitted_model_config = p.family.fit_model_to_data(p.model_config, p.datamodule, p.model_values)
+    return p.fitted_model_config
 
 
 def finish(job: Job, result: FitResult) -> float | None:
@@ -180,7 +189,11 @@ def hold_run_lock(directory: Path, what: str) -> Iterator[None]:
     the process ends, however it ends; the file is left in place (removing it would race with the next holder)."""
     path = directory / LOCK_NAME
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
+        raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
+                        "another hydra.run.dir") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -197,6 +210,42 @@ def hold_run_lock(directory: Path, what: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def run_lock_is_free(directory: Path) -> bool | None:
+    """Whether no process holds the run lock of `directory` (hold_run_lock): True, the job that trained there is gone
+    (the kernel released its lock, however it ended); False, it still runs; None, this host cannot tell (the folder
+    is not here: another host's run)."""
+    if not directory.is_dir():
+        return None
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True  # the lock is taken before a run is opened: a run without one never trained here
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def close_abandoned_runs(client, runs) -> list[str]:
+    """Mark KILLED those of `runs` still RUNNING whose job is gone: a job killed with -9 (or by the OOM killer, a
+    power cut) cannot close its own run, so whatever continues after it does. A run is gone when its output folder's
+    run lock is free; one whose folder is on another host is left as it is. Returns the closed run ids."""
+    closed = []
+    for run in map(mlflow_store.record_of, runs):
+        folder = run.tags.get(schema.OUTPUT_DIR_TAG)
+        if run.status == "RUNNING" and folder and run_lock_is_free(Path(folder)):
+            client.set_terminated(run.run_id, "KILLED")
+            closed.append(run.run_id)
+    if closed:
+        log.info("closed %d run(s) left RUNNING by a killed process: %s", len(closed), ", ".join(closed))
+    return closed
 
 
 def _holder(fd: int) -> str:
@@ -219,4 +268,4 @@ def job_log_file() -> Path | None:
     return path if path.exists() else None
 
 
-__all__ = ["FitResult", "Job", "final_line", "finish", "hold_run_lock", "record_batch_size", "start_fit"]
+__all__ = ["FitResult", "Job", "close_abandoned_runs", "final_line", "finish", "hold_run_lock", "record_batch_size", "resolve_model", "run_lock_is_free", "start_fit"]

@@ -108,6 +108,7 @@ class JobPlan:
     loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
     stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (engine/stopping.py)
     stop_target: float | None = None  # report.target, where stop.* needs it
+    fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
 
 
 def check_data_path(path: Any) -> None:

@@ -27,7 +27,7 @@ from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.core.schema import WALL_BREAKDOWN_METRIC
 from sweeplab.engine import lightning_fit
-from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock
+from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock, resolve_model
 from sweeplab.engine.plan import JobPlan, job_params, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
@@ -273,8 +273,8 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
             read_checkpoint(best)
     step = int(checkpoint.get("global_step", 0))
     may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
-    may_differ |= {f"model.{key}" for key in p.family.data_keys if p.model_values.get(key) is None}  # the data's
-    resume.check_model(checkpoint, ckpt, p.family.name, p.model_config, p.model_values, may_differ)
+    # the model as this job would build it: the data's values (vocabulary, teacher width) filled in, not the defaults
+    resume.check_model(checkpoint, ckpt, p.family.name, resolve_model(p), may_differ)
     if step > p.trainer.max_steps:
         raise ConfigError("trainer.max_steps", f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")
     point = resume.ResumePoint(ckpt, step, run_id, output_dir, {}, run_folder=output_dir if setting is True else None)

@@ -80,13 +80,15 @@ def run(cfg: DictConfig) -> Path:
     ckpt_path, run_id = container.get("ckpt_path"), container.get("run_id")
     if not ckpt_path and not run_id:
         raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
+    if ckpt_path and run_id:  # which checkpoint, and whose run gets the export's tags, would be a guess
+        raise UserError(f"ckpt_path={ckpt_path} and run_id={run_id} name two checkpoints to export; give one")
     # deferred: the pipeline imports torch and coremltools (seconds); a wrong option fails above without them
     from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint
 
     metrics, uri = None, container.get("tracking_uri")
     if run_id:
         tagged, metrics, uri = checkpoint_from_run(str(run_id), uri)
-        ckpt_path = ckpt_path or tagged
+        ckpt_path = tagged
     result = export_checkpoint(
         ckpt_path,
         options,

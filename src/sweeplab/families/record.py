@@ -148,8 +148,9 @@ class Family:
     # after the data is set up: fill in what the data decides (vocabulary, output size); gets the model keys as the
     # user wrote them, so it can tell "unset" from a value to check
     fit_model_to_data: Target = field(default=_model_fits_any_data, repr=False)
-    # model config fields fit_model_to_data fills when the config leaves them null: `resume` takes a checkpoint's
-    # values of these as the data's, not as a different model
+    # model config fields fit_model_to_data fills when the config leaves them null. Not read any more (a resume
+    # compares a checkpoint with the model as fit_model_to_data completes it: engine.job.resolve_model); kept so
+    # records that set it still load
     data_keys: tuple[str, ...] = ("vocab_size",)
     # --- how runs, the report and the UI show it -----------------------------------------------------------------
     labels: Mapping[str, str] = field(default_factory=dict)  # short labels of its keys: {"loss.alpha": "α"}

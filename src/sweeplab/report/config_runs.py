@@ -133,7 +133,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     parent_run_id = parent.run_id
     client = mlflow_store.client(uri)
     overrides = parent.tags.get(schema.SWEEP_OVERRIDES_TAG)
-    command = naming.sweep_description(overrides.split(" ")) if overrides is not None else None
+    command = naming.sweep_description(naming.recorded_overrides(overrides)) if overrides is not None else None
     client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
     for run in configuration_runs(uri, parent_run_id):
         client.delete_run(run.run_id)

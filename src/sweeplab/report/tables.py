@@ -35,7 +35,7 @@ from sweeplab.core import channels, cli, schema, stability
 from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.core.files import write_text_atomic
+from sweeplab.core.files import check_folder_path, write_text_atomic
 from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
@@ -481,8 +481,8 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
     if tags.get(schema.SWEEP_DIR_TAG):
-        lines.append("continue it with: " + naming.continue_command(tags.get(schema.SWEEP_OVERRIDES_TAG, "").split(),
-                                                                   tags[schema.SWEEP_DIR_TAG]))
+        lines.append("continue it with: " + naming.continue_command(
+            naming.recorded_overrides(tags.get(schema.SWEEP_OVERRIDES_TAG, "")), tags[schema.SWEEP_DIR_TAG]))
     return tuple(lines)
 
 
@@ -542,6 +542,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if args.quality_tolerance is not None and args.quality_tolerance < 0:
         raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
+    if args.out is not None:
+        check_folder_path(args.out, "--out")
 
 
 def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:

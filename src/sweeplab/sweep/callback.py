@@ -161,7 +161,7 @@ class MLflowSweepCallback(Callback):
                 schema.SWEEP_DIR_TAG: str(sweep_dir.resolve()),
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
-                schema.SWEEP_OVERRIDES_TAG: " ".join(overrides)[:5000],
+                schema.SWEEP_OVERRIDES_TAG: naming.overrides_tag(overrides)[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
                 **verdict_option_tags(verdict_options(config)),
             }),
@@ -289,6 +289,9 @@ class MLflowSweepCallback(Callback):
         except Exception as exc:  # the counts are bookkeeping; closing the parent is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
         client.set_terminated(parent, status)
+        if status == "KILLED" and self.continue_command:  # interrupted in a job, between two, or in the report
+            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {self.continue_command}",
+                  file=sys.stderr, flush=True)
 
 
 def end_interrupted_sweep(exc: BaseException) -> None:
@@ -298,10 +301,7 @@ def end_interrupted_sweep(exc: BaseException) -> None:
     if sweep is not None and sweep.parent_run_id is not None:
         with contextlib.suppress(Exception):
             mlflow_store.client(sweep._uri).set_tag(sweep.parent_run_id, "error", str(exc))
-        sweep._close("KILLED")
-        if sweep.continue_command:
-            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {sweep.continue_command}",
-                  file=sys.stderr, flush=True)
+        sweep._close("KILLED")  # says how to continue it
 
 
 def end_failed_sweep(exc: BaseException) -> None:
@@ -375,11 +375,16 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
         parent = mlflow_store.record_of(client.get_run(parent_id))
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = parent.tags.get(schema.SWEEP_OVERRIDES_TAG, "").split()
+    recorded = naming.recorded_overrides(parent.tags.get(schema.SWEEP_OVERRIDES_TAG, ""))
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
     client.update_run(parent_id, status="RUNNING")
+    # the jobs a kill -9 left RUNNING are closed now (KILLED): the interrupted ones resume into their run again
+    from sweeplab.engine.job import close_abandoned_runs  # deferred: the engine imports Lightning (seconds)
+
+    close_abandoned_runs(client, client.search_runs([parent.experiment_id], max_results=10000,
+                                                    filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"))
     client.set_tag(parent_id, "resumed", str(int(parent.tags.get("resumed", "0")) + 1))
     log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
     return parent_id

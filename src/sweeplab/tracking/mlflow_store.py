@@ -155,7 +155,27 @@ def open_existing_store(uri: str):
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
+    check_sqlite_file(uri)
     return client(uri)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(uri: str) -> None:
+    """A sqlite store's path, where it exists, holds an SQLite database (an empty file is one too): one line
+    otherwise, before MLflow's migrations fail on it with a traceback (or the UI server with one per request)."""
+    path = sqlite_path(uri)
+    if path is None or not path.exists():
+        return
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the MLflow store of {uri} ({exc.strerror})") from None
+    if header and header != SQLITE_HEADER:
+        raise UserError(f"{path} is not an SQLite database, so not an MLflow store; point MLFLOW_TRACKING_URI "
+                        "(or --tracking-uri) at one, or move the file away")
 
 
 def get_run(uri: str, run_id: str, what: str = "run_id"):
@@ -163,11 +183,19 @@ def get_run(uri: str, run_id: str, what: str = "run_id"):
     such run."""
     from mlflow.exceptions import MlflowException
 
+    store = client(uri)
     try:
-        return client(uri).get_run(run_id)
+        run = store.get_run(run_id)
+        experiment = store.get_experiment(run.info.experiment_id)
     except MlflowException as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"{what}={run_id}: not found in {uri}: {first_line[:200]}") from None
+    # a deleted run (or one of a deleted experiment) can be read but not written: refused before any work
+    if run.info.lifecycle_stage == "deleted" or experiment.lifecycle_stage == "deleted":
+        gone = "the run" if run.info.lifecycle_stage == "deleted" else f"its experiment {experiment.name!r}"
+        raise UserError(f"{what}={run_id}: {gone} is deleted in {uri}; restore it (`mlflow experiments restore` / "
+                        "`mlflow runs restore`) or pass another")
+    return run
 
 
 @dataclass(frozen=True)

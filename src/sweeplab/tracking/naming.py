@@ -32,6 +32,20 @@ def study_overrides(overrides: Iterable[str]) -> list[str]:
     return sorted(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume")
 
 
+def overrides_tag(overrides: Iterable[str]) -> str:
+    """A sweep's command-line overrides as its run records them (tag `sweep_overrides`): shell-quoted, so an
+    override holding spaces or quotes (`+label='a b c'`) reads back as the very string Hydra was given."""
+    return shlex.join(overrides)
+
+
+def recorded_overrides(tag: str) -> list[str]:
+    """The overrides `overrides_tag` recorded (a tag written before it quoted them: split at spaces)."""
+    try:
+        return shlex.split(tag)
+    except ValueError:  # an unbalanced quote: an older, unquoted record
+        return tag.split()
+
+
 def continue_command(overrides: Iterable[str], sweep_dir: str | os.PathLike) -> str:
     """The command that continues an interrupted sweep in `sweep_dir` under its own parent run."""
     return shlex.join([*TRAIN_COMMAND.split(), "-m", *study_overrides(overrides), f"hydra.sweep.dir={sweep_dir}",
@@ -155,7 +169,7 @@ def run_description() -> str | None:
     overrides = _job_overrides()
     if overrides is None:
         return None
-    return " ".join([TRAIN_COMMAND, *overrides])
+    return shlex.join([*TRAIN_COMMAND.split(), *overrides])
 
 
 def failed_job_name(family: str) -> str:
@@ -179,7 +193,7 @@ def sweep_run_name(sweep_dir: Path) -> str:
 
 def sweep_description(overrides: list[str]) -> str:
     """A sweep's note in the MLflow UI: the command that launches it again."""
-    return " ".join([TRAIN_COMMAND, "-m", *overrides])
+    return shlex.join([*TRAIN_COMMAND.split(), "-m", *overrides])
 
 
 def bench_run_name(out_dir: Path) -> str:

@@ -86,17 +86,14 @@ def may_change(raw_config: Mapping[str, Any]) -> set[str]:
     return keys
 
 
-def check_model(checkpoint: Mapping[str, Any], path: Path, family: str, model_config: Any,
-                model_values: Mapping[str, Any], may_differ: set[str]) -> None:
-    """The checkpoint holds this family's model with this config's hyperparameters (the data decides
-    `vocab_size` unless the config sets it)."""
+def check_model(checkpoint: Mapping[str, Any], path: Path, family: str, model_config: Any, may_differ: set[str]) -> None:
+    """The checkpoint holds this family's model with this config's hyperparameters; `model_config`: the config as
+    the job resolves it (the data's values filled in: engine.job.resolve_model)."""
     hparams = checkpoint.get("hyper_parameters") or {}
     if hparams.get("family") != family:
         raise UserError(f"resume: checkpoint {path} holds a {hparams.get('family')} model; this config trains {family}")
     saved = mlflow_store.flatten(hparams.get("model") or {}, "model.")
     configured = mlflow_store.flatten(dataclasses.asdict(model_config), "model.")
-    if model_values.get("vocab_size") is None:
-        may_differ = may_differ | {"model.vocab_size"}
     differing = sorted(k for k in saved.keys() | configured.keys() if k not in may_differ and saved.get(k) != configured.get(k))
     if differing:
         raise UserError(

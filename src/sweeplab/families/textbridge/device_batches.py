@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from sweeplab.core.errors import ConfigError
-from sweeplab.data.sampling import SWITCHED_DATA_PATH, ResumableShuffleBatchSampler
+from sweeplab.data.sampling import SWITCHED_DATA_PATH, ResumableShuffleBatchSampler, worker_start
 from sweeplab.runtime.devices import to_device
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class ResidentSplit:
             batch_size=_BUILD_BATCH,
             num_workers=num_workers,
             collate_fn=functools.partial(_collate_with_lengths, collate=collate),
+            worker_init_fn=worker_start(),  # its workers end with the job
         )
         from tqdm.auto import tqdm
 

@@ -450,4 +450,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sweeplab.core.interrupts import exit_on_interrupt
+
+    with exit_on_interrupt("prepare"):  # what was being written is removed (atomic writes), the lock released
+        status = main()
+    sys.exit(status)

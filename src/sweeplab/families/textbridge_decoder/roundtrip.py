@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from sweeplab.core.errors import UserError, exit_on_user_error
+from sweeplab.core.files import write_text_atomic
 from sweeplab.families.textbridge_decoder.task import chrf
 
 BATCH = 64
@@ -128,12 +130,42 @@ def _teacher(data: Path, choice: str):
     return Teacher.minilm()
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """What can be told before anything is loaded: one line each."""
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1 (sentences to score), got {args.limit}")
+    if not 0 < args.val_fraction < 1:
+        raise UserError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}")
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir():
+            raise UserError(f"--out {out}: is a folder; name the JSON file to write")
+        if not out.parent.is_dir():
+            raise UserError(f"--out {out}: the folder {out.parent} does not exist; create it first")
+        if not os.access(out.parent, os.W_OK):
+            raise UserError(f"--out {out}: the folder {out.parent} is not writable")
+
+
+def check_data_fits(dm, encoder, decoder, data: Path) -> None:
+    """The data is the one both checkpoints were trained on: its embedding size and its token ids fit them."""
+    if dm.target_dim != decoder.config.embed_dim:
+        raise UserError(f"--data {data}: holds {dm.target_dim}-d teacher embeddings, the decoder reads "
+                        f"{decoder.config.embed_dim}-d ones; pass the data both checkpoints were trained on")
+    for name, model in (("encoder", encoder), ("decoder", decoder)):
+        if dm.vocab_size > model.config.vocab_size:
+            raise UserError(f"--data {data}: its tokenizer has {dm.vocab_size} tokens, the {name}'s vocabulary "
+                            f"{model.config.vocab_size}; pass the data both checkpoints were trained on")
+
+
 def run(args: argparse.Namespace) -> RoundTrip:
     from sweeplab.families.loading import load_model
 
     encoder = load_model(args.encoder, expect_family="textbridge").model
     decoder = load_model(args.decoder, expect_family="textbridge_decoder").model
     dm, indices = _split(Path(args.data), args.split, args.seed, args.val_fraction, args.limit)
+    check_data_fits(dm, encoder, decoder, Path(args.data))
+    if len(indices) == 0:
+        raise UserError(f"--data {args.data}: the {args.split} split holds no sentence")
     samples = [dm.source[int(i)] for i in indices]
     if any(s.input_ids is None for s in samples):
         raise UserError(f"--data {args.data}: the round trip needs token ids (a token-mode JSONL or an EFB1 file, as "
@@ -161,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write metrics and sentences as JSON here")
     args = parser.parse_args(argv)
     try:
+        check_arguments(args)
         result = run(args)
     except Exception as exc:  # a user error is one line; anything else keeps its traceback
         exit_on_user_error(exc)
@@ -171,9 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         rows = [{"original": o, "from_teacher": t, "round_trip": c}
                 for o, t, c in zip(result.originals, result.from_teacher, result.from_cube)]
-        Path(args.out).write_text(json.dumps({"metrics": result.metrics, "sentences": rows}, indent=1), encoding="utf-8")
+        try:  # whole or not at all
+            write_text_atomic(args.out, json.dumps({"metrics": result.metrics, "sentences": rows}, indent=1))
+        except Exception as exc:
+            exit_on_user_error(exc)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sweeplab.core.interrupts import exit_on_interrupt
+
+    with exit_on_interrupt("round trip"):
+        status = main()
+    sys.exit(status)
