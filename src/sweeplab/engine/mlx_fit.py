@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -174,6 +175,7 @@ class _Loop:
         self.p, self.task, self.model, self.datamodule = p, task, model, datamodule
         self.step_fn, self.guard, self.timer, self.best, self.log_metrics = step_fn, guard, timer, best, log_metrics
         self.consecutive_skips = 0
+        self._last_saved_at = time.monotonic()  # checkpoint.every_n_seconds counts from here
         self.first_bad = None  # the first non-finite step, kept on the device until a check reads it
         self.last_values: dict[str, float] = {}  # the last logged value of each metric
         self.loader = None
@@ -211,7 +213,7 @@ class _Loop:
                 self.inject_faults(step)
                 if step % self.p.trainer.val_check_interval == 0 or step >= max_steps:
                     self.validate(step, batch_index)
-                if step % self.p.checkpoint.every_n_steps == 0 or step >= max_steps:
+                if self.last_checkpoint_due(step) or step >= max_steps:
                     self.save_last(step)
                 if step >= max_steps:
                     break
@@ -280,8 +282,17 @@ class _Loop:
             "sweeplab": {"mlflow_run_id": self.task.mlflow_run_id, "backend": "mlx"},
         }
 
+    def last_checkpoint_due(self, step: int) -> bool:
+        """checkpoint.every_n_steps and/or every_n_seconds, as the Lightning loop's LastCheckpoint reads them."""
+        every_steps, every_seconds = self.p.checkpoint.every_n_steps, self.p.checkpoint.every_n_seconds
+        if every_steps is not None and step % every_steps == 0:
+            return True
+        since = time.monotonic() - self._last_saved_at
+        return every_seconds is not None and since >= every_seconds
+
     def save_last(self, step: int) -> None:
         """last.ckpt: what a killed run resumes from (the module docstring says what it holds); untimed."""
+        self._last_saved_at = time.monotonic()
         self.timer.pause()  # the windows closed so far are read first: the checkpoint covers their numbers
         mx.eval(self.step_fn.state)
         optimizer = convert.arrays_to_torch(self.step_fn.optimizer.state)
