@@ -50,7 +50,8 @@ sys.meta_path.insert(0, RecordTorchImport())
         # train: plans the job (torch imported) and refuses backend=mps on this host
         ("sweeplab.train", ["backend=mps", "backend.mps_fallback=true", "logger=none"], "1"),
         ("sweeplab.train", ["backend=mps", "logger=none"], "<unset>"),  # no override: the environment is left alone
-        ("sweeplab.bench", ["--help", "backend.mps_fallback=true"], "1"),  # bench imports torch at its top
+        # bench: composes its rows, then imports torch to plan them (its --help no longer imports torch at all)
+        ("sweeplab.bench", ["backend=mps", "backend.mps_fallback=true"], "1"),
     ],
 )
 def test_the_mps_fallback_switch_is_in_the_environment_when_torch_is_first_imported(tmp_path, app, args, expected):

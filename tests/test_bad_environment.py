@@ -82,7 +82,8 @@ def _state(uri: str, run_id: str) -> dict:
 def test_a_full_disk_under_the_checkpoints_names_the_file_and_the_os_reason(demo_dir, tmp_path, mlflow_uri):
     earlier, before = finished_run(mlflow_uri)
     out = tmp_path / "full"
-    code, err = run_with_mounts([tmpfs(out)], "sweeplab.train", [*smoke_args(demo_dir), f"hydra.run.dir={out}/job"], tmp_path, mlflow_uri)
+    # 300k: the job log and config fit, its checkpoints (weights-only best, then last.ckpt) do not
+    code, err = run_with_mounts([tmpfs(out, size="300k")], "sweeplab.train", [*smoke_args(demo_dir), f"hydra.run.dir={out}/job"], tmp_path, mlflow_uri)
     assert_failed_cleanly(code, err, mlflow_uri, f"{out}/job/checkpoints/", ": No space left on device")
     assert _state(mlflow_uri, earlier) == before
     (job,) = job_runs(mlflow_uri)  # the job's own run: FAILED, with the reason
