@@ -213,7 +213,7 @@ def test_a_configuration_run_lasts_as_long_as_its_jobs_together():
     from types import SimpleNamespace
 
     def job(start, end):
-        return SimpleNamespace(info=SimpleNamespace(start_time=start, end_time=end))
+        return SimpleNamespace(start_ms=start, end_ms=end)
 
     assert config_runs.run_span([job(10_000, 70_000), job(200_000, 230_000), job(5_000, None)]) == (10_000, 100_000)
     assert config_runs.run_span([]) == (None, None)

@@ -145,7 +145,9 @@ def test_no_module_but_the_schema_spells_a_run_record_key():
 
 def test_every_name_of_the_schema_is_documented():
     documented = (SRC.parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
-    missing = sorted(n for n in _record_names() if f"`{n}`" not in documented)
+    # a name template (`summary/wall_breakdown/{part}_s`) is documented with its parts spelled `<part>`
+    missing = sorted(n for n in _record_names()
+                     if f"`{n}`" not in documented and f"`{n.replace('{', '<').replace('}', '>')}`" not in documented)
     assert missing == []
 
 

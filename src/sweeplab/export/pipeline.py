@@ -102,7 +102,7 @@ def _metadata(loaded, options: ExportOptions, run_id: str | None, metrics: Mappi
         "sweeplab.checkpoint": str(loaded.path),
         "sweeplab.global_step": str(loaded.global_step),
         "sweeplab.run_id": run_id or "",
-        "sweeplab.core.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
+        "sweeplab.config": json.dumps(loaded.hparams, sort_keys=True, default=str),
         "sweeplab.alpha": json.dumps(alpha, sort_keys=True),
         "sweeplab.metrics": json.dumps(dict(metrics), sort_keys=True),
     }

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.labels import label
 from sweeplab.families import get_family
@@ -60,7 +61,7 @@ def quality_tolerance(sweep: Sweep, asked: float | None) -> tuple[float | None, 
     """The verdict's quality tolerance and where it came from: the sweep's (or the flag's), else the family's
     declared default, else None (derived from the replicates' spread by the verdict)."""
     if asked is not None:
-        return asked, "report.quality_tolerance"
+        return asked, schema.TOLERANCE_TAG
     family = _family_of(sweep)
     if family is not None and family.quality_tolerance is not None:
         return family.quality_tolerance, f"the {family.name} family's default"
