@@ -51,7 +51,7 @@ from sweeplab.export import isolated, verify
 from sweeplab.export.convert import INPUT_NAMES, dynamic_shapes, example_inputs, trace
 from sweeplab.export.options import TOLERANCE_FP32, ExportOptions
 from sweeplab.export.readiness import FP16_MAX
-from sweeplab.export.report import package_bytes
+from sweeplab.export.report import check_lines, package_bytes
 
 log = logging.getLogger(__name__)
 
@@ -541,21 +541,6 @@ def versions() -> dict[str, str]:
 
 
 # --- the report as Markdown ----------------------------------------------------------------------
-def _check_lines(title: str, check: dict) -> list[str]:
-    if "skipped" in check:
-        return [f"**{title}:** skipped: {check['skipped']}", ""]
-    if "error" in check:
-        return [f"**{title}:** FAILED: {check['error']}", ""]
-    verdict = "passed" if check["passed"] else "FAILED"
-    lines = [f"**{title}:** {verdict}: rel_err {check['rel_err']:.3g} (tolerance {check['tolerance']:.3g}), "
-             f"max_abs_err {check['max_abs_err']:.3g}, NaN/Inf {check['nonfinite']}", ""]
-    if check.get("note"):
-        lines += [f"({check['note']})", ""]
-    lines += ["| case | max_abs_err | rel_err | NaN/Inf |", "|---|---|---|---|"]
-    lines += [f"| {r['case']} | {r['max_abs_err']:.3g} | {r['rel_err']:.3g} | {r['nonfinite']} |" for r in check["cases"]]
-    return [*lines, ""]
-
-
 def markdown(report: dict) -> str:
     src, conv = report["source"], report["conversion"]
     lines = [
@@ -586,12 +571,12 @@ def markdown(report: dict) -> str:
         "",
     ]
     verification = report["verification"]
-    lines += _check_lines("Apple's Core AI runtime (Linux CPU)", verification["runtime"])
+    lines += check_lines("Apple's Core AI runtime (Linux CPU)", verification["runtime"])
     if "cast_graph" in verification:
-        lines += _check_lines("fp16 cast graph in PyTorch", verification["cast_graph"])
+        lines += check_lines("fp16 cast graph in PyTorch", verification["cast_graph"])
     if "fp32_twin" in verification:
-        lines += _check_lines("fp32 twin on Apple's runtime", verification["fp32_twin"])
-    lines += _check_lines("Core AI on the device (Neural Engine preferred, macOS 27)", report["on_device"])
+        lines += check_lines("fp32 twin on Apple's runtime", verification["fp32_twin"])
+    lines += check_lines("Core AI on the device (Neural Engine preferred, macOS 27)", report["on_device"])
     placement = report["placement"]
     lines += ["## Placement", ""]
     lines += ([f"skipped: {placement['skipped']}", ""] if "skipped" in placement else

@@ -93,7 +93,9 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _check_lines(title: str, check: dict) -> list[str]:
+def check_lines(title: str, check: dict) -> list[str]:
+    """A check's verdict line, its note where it has one, and its table of cases, as Markdown (the Core ML report's
+    and the Core AI report's)."""
     if "skipped" in check:
         return [f"**{title}:** skipped: {check['skipped']}", ""]
     if "error" in check:
@@ -103,9 +105,10 @@ def _check_lines(title: str, check: dict) -> list[str]:
         f"**{title}:** {verdict}: rel_err {_fmt(check['rel_err'])} (tolerance {_fmt(check['tolerance'])}), "
         f"max_abs_err {_fmt(check['max_abs_err'])}, NaN/Inf {check['nonfinite']}",
         "",
-        "| case | max_abs_err | rel_err | NaN/Inf |",
-        "|---|---|---|---|",
     ]
+    if check.get("note"):
+        lines += [f"({check['note']})", ""]
+    lines += ["| case | max_abs_err | rel_err | NaN/Inf |", "|---|---|---|---|"]
     lines += [f"| {r['case']} | {_fmt(r['max_abs_err'])} | {_fmt(r['rel_err'])} | {r['nonfinite']} |" for r in check["cases"]]
     return [*lines, ""]
 
@@ -134,7 +137,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {kind[:-1]} | {entry['dtype']} | {shape} |")
     verification = report["verification"]
     lines += ["", "## Verification", "", verification["definition"], ""]
-    lines += _check_lines("Reference evaluator (Linux, numpy)", verification["reference"])
+    lines += check_lines("Reference evaluator (Linux, numpy)", verification["reference"])
     trained = verification["trained_weights"]
     lines += [
         f"**Trained weights in the package:** {'passed' if trained['passed'] else 'FAILED'}: "
@@ -145,7 +148,7 @@ def markdown(report: dict) -> str:
         f"**Non-finite constants:** {verification['nonfinite_constants'] or 'none'}",
         "",
     ]
-    lines += _check_lines("Core ML prediction (macOS)", report["on_device"])
+    lines += check_lines("Core ML prediction (macOS)", report["on_device"])
     placement = report["placement"]
     lines += ["## Placement", ""]
     if "skipped" in placement:
