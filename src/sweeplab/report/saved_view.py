@@ -118,7 +118,7 @@ def _chart(kind: str, section: str, metric: str, **fields: Any) -> dict[str, Any
     return {**card, **fields}
 
 
-SECTION_NAME = "Validation curve, target dashed (bars with intervals: the sweep run's report/report.html)"
+SECTION_NAME = "Curve & target; rest: report.html"  # short: wholly shown at 1280 px (252 px there)
 
 
 def chart_state(final_metric: str, monitored: str, target_text: str = "",
