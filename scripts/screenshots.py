@@ -8,8 +8,8 @@ its address alone (no clicks) in headless Chromium at 1600x1000, a fresh profile
 `make ui` prints (ui-runs.png), its chart view (ui-charts.png), one job's run page (ui-run.png), the compare view of
 the jobs (ui-compare.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
 sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md); the comparison and its charts
-again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png). Needs what `make ui-check`
-needs (`apt-get install chromium chromium-driver`).
+again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png). Needs what
+`make ui-check` needs (`apt-get install chromium chromium-driver`).
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ WHOLE_JS = """
 const [el] = arguments; const r = el.getBoundingClientRect();
 if (r.width === 0 || r.height === 0) return 'not rendered';
 if (r.left < 0 || r.top < 0 || r.right > window.innerWidth + 0.5 || r.bottom > window.innerHeight + 0.5)
-  return `outside the ${window.innerWidth}x${window.innerHeight} viewport (box ${Math.round(r.left)},${Math.round(r.top)}`
-    + ` to ${Math.round(r.right)},${Math.round(r.bottom)})`;
+  return `outside the ${window.innerWidth}x${window.innerHeight} viewport`
+    + ` (box ${Math.round(r.left)},${Math.round(r.top)} to ${Math.round(r.right)},${Math.round(r.bottom)})`;
 const y = r.top + r.height / 2;
 for (const x of [r.left + 2, r.left + r.width / 2, r.right - 2]) {
   const hit = document.elementFromPoint(x, y);
@@ -257,7 +257,8 @@ def check_training_mode(driver, base: str, experiment_id: str, parent_id: str, s
     stored = driver.execute_script("return window.localStorage.getItem('mlflow.workflowType');")
     first = rows[0]
     row_link(driver, first["label"]).click()
-    wait_for(driver, lambda d: f"/runs/{first['run_id']}" in d.current_url, 30, f"{size}: the click on {first['label']!r}")
+    wait_for(driver, lambda d: f"/runs/{first['run_id']}" in d.current_url, 30,
+             f"{size}: the click on {first['label']!r}")
     clicked = genai_navigation(driver, first["label"], f"{size}: {first['label']!r} clicked")
     parents = [a for a in driver.find_elements("css selector", f"a[href*='/runs/{parent_id}']") if a.is_displayed()]
     parent_clicked: list[str] | None = None

@@ -8,8 +8,8 @@ medians over its replicates with their 95 % interval bounds (`samples_per_sec`, 
 `speedup_to_target...`, `quality_delta...`), `jobs`, `reached_target` and `target`; its swept keys as params (the
 jobs' param names, so the compare view lines them up with the jobs); tags `config`, `quality`, `verdict` (fastest |
 tied for fastest | undecided: quality unclear | left out | undetermined | no verdict), `target` (`val/cos ≥ 0.5364`),
-`sweeplab.verdict_order` (the saved view's sort), `baseline`, `job_run_ids` (its jobs, which stay under the sweep run: the report,
-the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
+`sweeplab.verdict_order` (the saved view's sort), `baseline`, `job_run_ids` (its jobs, which stay under the sweep
+run: the report, the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
 target not reached in most replicates, an interval with no bound on a side) is not logged: its cell stays empty.
 
 Writing them again (a report re-run) deletes the sweep's previous configuration runs first: one run per

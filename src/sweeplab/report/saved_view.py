@@ -132,7 +132,8 @@ def chart_state(final_metric: str, monitored: str, target_text: str = "",
     section = _uuid("section:comparison")
     curve = f"{CURVE_PREFIX}{monitored}"
     charts = [_chart("LINE", section, curve,
-                     displayName=f"{monitored} (median over replicates) against training time (s), target {target_text}",
+                     displayName=f"{monitored} (median over replicates) against training time (s), "
+                                 f"target {target_text}",
                      selectedMetricKeys=[curve, CURVE_TARGET],
                      xAxisKey="metric", selectedXAxisMetricKey=CURVE_TIME, useGlobalXaxisKey=False,
                      lineSmoothness=0, scaleType="linear", xAxisScaleType="linear", yAxisKey="metric",
