@@ -80,7 +80,7 @@ def test_the_view_hides_what_a_study_does_not_need_and_narrows_what_mlflow_will_
     assert state["columnWidths"][saved_view.CREATED_COLUMN] <= 40
     # the four columns that must be on a laptop's first screen, with the label, fit 1280 px beside MLflow's panels
     first = [saved_view.RUN_NAME_COLUMN, saved_view.CREATED_COLUMN, *columns[:3]]
-    assert sum(state["columnWidths"][c] for c in first) <= 560
+    assert sum(state["columnWidths"][c] for c in first) <= 640  # 698 px of table there, the checkbox column too
 
 
 def test_the_view_sorts_by_verdict_group_then_label_never_by_a_figure():

@@ -169,7 +169,9 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     columns += [column("params", key) for key in swept_keys]
     columns += [column("metrics", m) for name in compared_metrics(final_metric) for m in with_bounds(name)]
     widths = {column("tags", name): 150 for name in text_columns}
-    widths.update({column("tags", first): 140, column("tags", VERDICT_TAG): 120, column("tags", TARGET_TAG): 125,
+    # wide enough for an interval in e-notation (`0.63 (0.00–7.13e+119)`, a smoke sweep's) and `undecided: quality
+    # unclear`; with the label and Created they take 602 of the 698 px a 1280 px window leaves beside MLflow's panels
+    widths.update({column("tags", first): 165, column("tags", VERDICT_TAG): 160, column("tags", TARGET_TAG): 125,
                    column("tags", "stability"): 200, column("tags", "quality"): 90})
     widths.update({column("params", key): 80 for key in swept_keys})
     return {
