@@ -7,8 +7,9 @@ Without --tracking-uri it runs the default study (`python -m sweeplab.train -m s
 its address alone (no clicks) in headless Chromium at 1600x1000, a fresh profile (a first visit): the comparison
 `make ui` prints (ui-runs.png), its chart view (ui-charts.png), one job's run page (ui-run.png), the compare view of
 the jobs (ui-compare.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
-sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md). Needs what `make ui-check`
-needs (`apt-get install chromium chromium-driver`).
+sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md); the comparison and its charts
+again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png). Needs what
+`make ui-check` needs (`apt-get install chromium chromium-driver`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ui_check import (  # noqa: E402
     CHROMEDRIVER,
     CHROMIUM,
     ROOT,
+    VIEWPORT,
     CheckFailed,
     browser,
     check_browser,
@@ -79,21 +81,31 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
     }
 
 
+LAPTOP = (1280, 800)
+LAPTOP_VIEWS = {"ui-runs.png": "ui-runs-1280.png", "ui-charts.png": "ui-charts-1280.png"}
+
+
 def shoot(uri: str, out: Path, wait_s: float) -> None:
     parent_id = mlflow_store.latest_sweep(uri)
     if parent_id is None:
         raise CheckFailed(f"no sweep in {uri}")
     port = free_port()
     server = start_ui(uri, port)
-    driver = browser(CHROMIUM, CHROMEDRIVER)
+    addresses = views(uri, f"http://127.0.0.1:{port}", parent_id)
+    shots = [(VIEWPORT, addresses), (LAPTOP, {LAPTOP_VIEWS[name]: addresses[name] for name in LAPTOP_VIEWS})]
     try:
-        for name, url in views(uri, f"http://127.0.0.1:{port}", parent_id).items():
-            driver.get(url)
-            time.sleep(wait_s)  # the page's own requests and charts settle
-            driver.save_screenshot(str(out / name))
-            print(f"{out / name}: {url}", flush=True)
+        for viewport, pages in shots:
+            with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
+                driver = browser(CHROMIUM, CHROMEDRIVER, viewport, profile)
+                try:
+                    for name, url in pages.items():
+                        driver.get(url)
+                        time.sleep(wait_s)  # the page's own requests and charts settle
+                        driver.save_screenshot(str(out / name))
+                        print(f"{out / name}: {url}", flush=True)
+                finally:
+                    driver.quit()
     finally:
-        driver.quit()
         stop_ui(server)
 
 

@@ -1,14 +1,27 @@
-"""`make ui-check`: the address `make ui` prints, opened in headless Chromium at 1600x1000, shows the comparison.
+"""`make ui-check`: the address `make ui` prints, opened in headless Chromium at 1280x800 and 1600x1000, answers.
 
     .venv/bin/python scripts/ui_check.py [--tracking-uri URI] [--chromium PATH] [--chromedriver PATH]
 
 Without --tracking-uri it runs a smoke sweep of the default study (4 configurations x 2 replicates, debug=smoke)
 into a temporary store; with it, it checks that store's latest sweep. It serves the store with `mlflow ui` on a free
-local port, takes the address exactly as `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and checks in
-the rendered page that every configuration's row shows its name, its samples/s and its final validation metric
-inside the 1600x1000 viewport, unscrolled and uncovered. Then the sweep's `report.html`, opened from disk and in
-MLflow's artifact view of the sweep run, must show its verdict (`#verdict`) and its table (`#configurations`)
-without scrolling. Any failure: one `error:` line, exit status 1.
+local port, takes the address exactly as `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at
+each size in a fresh profile (MLflow's Assistant panel and shared-view banner in their first-visit state: open):
+
+- the table: every configuration's label, its speedup to target `median (low–high)` and its verdict, and the target,
+  wholly on screen without scrolling (inside the viewport, uncovered, not cut), the rows in the view's order (verdict
+  group, then label: a tie is not shown as a ranking);
+- the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curve with its target
+  line, a legend naming every configuration's curve and target, the section's pointer to report.html wholly shown;
+- the training mode: the sweep run and a configuration run opened at the addresses sweeplab prints
+  (`?workflowType=machine_learning`) show no GenAI navigation (Judges, Sessions, Evaluation runs, ...). A click on a
+  run in MLflow's table, and from there on its parent (the sweep run), is measured and reported, not asserted:
+  MLflow 3.17 reads the mode from the address, else from the browser's stored `mlflow.workflowType`; opening an
+  address with the mode does not store it, and its own run links drop it, so on a fresh profile those clicks land
+  in GenAI mode whatever sweeplab writes (the `mlflow.experimentKind` tag is not read by this UI).
+
+Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
+its verdict (`#verdict`) and its table (`#configurations`) without scrolling. Any failure: one `error:` line, exit
+status 1.
 
 Needs Debian's Chromium and its driver (`apt-get install chromium chromium-driver`), driven through Selenium
 (W3C WebDriver: the driver comes with the browser, so their versions match); installs nothing itself.
@@ -29,7 +42,16 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWPORT = (1600, 1000)
+VIEWPORTS = ((1280, 800), (1600, 1000))
+VIEWPORT = VIEWPORTS[-1]  # the report's checks and the screenshots
+# the flags headless Chromium needs on a closed network (no background connections, no first-run pages)
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+         "--hide-scrollbars", "--allow-file-access-from-files")
+# MLflow 3.17's navigation in its GenAI mode (none of these is in its training mode's)
+GENAI_NAV = ("Judges", "Sessions", "Evaluation runs", "Observability", "Prompts & versions")
+# a figure's cell: what a configuration's row must show wholly (tags of its configuration run)
+ROW_TAGS = ("speedup to target", "verdict", "target")
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 APT_LINE = "apt-get install chromium chromium-driver"
 # a cell counts as seen when the point at its centre belongs to it: inside the viewport, not scrolled away, not
@@ -41,6 +63,38 @@ const x = r.left + Math.min(r.width / 2, 20), y = r.top + r.height / 2;
 if (x < 0 || y < 0 || x >= window.innerWidth || y >= window.innerHeight) return false;
 const hit = document.elementFromPoint(x, y);
 return hit !== null && (el === hit || el.contains(hit));
+"""
+
+
+# an element counts as wholly on screen when its box lies inside the viewport, the points across its middle belong to
+# it (nothing covers it), and neither it nor what it holds is cut (text clipped by its box): "" or why not
+WHOLE_JS = """
+const [el] = arguments; const r = el.getBoundingClientRect();
+if (r.width === 0 || r.height === 0) return 'not rendered';
+if (r.left < 0 || r.top < 0 || r.right > window.innerWidth + 0.5 || r.bottom > window.innerHeight + 0.5)
+  return `outside the ${window.innerWidth}x${window.innerHeight} viewport`
+    + ` (box ${Math.round(r.left)},${Math.round(r.top)} to ${Math.round(r.right)},${Math.round(r.bottom)})`;
+const y = r.top + r.height / 2;
+for (const x of [r.left + 2, r.left + r.width / 2, r.right - 2]) {
+  const hit = document.elementFromPoint(x, y);
+  if (hit === null || !(el === hit || el.contains(hit) || hit.contains(el)))
+    return `covered at ${Math.round(x)},${Math.round(y)} by ${hit ? hit.tagName + '.' + hit.className : 'nothing'}`;
+}
+for (const e of [el, ...el.querySelectorAll('*')]) {
+  if (getComputedStyle(e).overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1)
+    return `cut: ${e.scrollWidth} px of text in ${e.clientWidth} px`;
+}
+return '';
+"""
+# visible elements whose own text is one of the given labels
+LABELS_SHOWN_JS = """
+const [names] = arguments; const found = new Set();
+for (const el of document.querySelectorAll('a, span, div, button, li, p')) {
+  if (el.children.length) continue;
+  const t = el.textContent.trim(); const r = el.getBoundingClientRect();
+  if (names.includes(t) && r.width > 0 && r.height > 0) found.add(t);
+}
+return [...found];
 """
 
 
@@ -88,20 +142,20 @@ def check_browser(chromium: str, chromedriver: str) -> None:
         raise CheckFailed("selenium is not installed: `make install` (sweeplab's dev extras) installs it") from None
 
 
-def browser(chromium: str, chromedriver: str):
-    """Headless Chromium in a fresh profile (a first visit) with a 1600x1000 viewport."""
+def browser(chromium: str, chromedriver: str, viewport: tuple[int, int] = VIEWPORT, profile: str | None = None):
+    """Headless Chromium in a fresh profile (a first visit: MLflow's panels as a newcomer sees them) with the given
+    viewport. profile: the user-data-dir to use (a new temporary one when None; the caller removes it)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-                 "--no-first-run", "--disable-background-networking", "--allow-file-access-from-files",
-                 f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}"):
+    profile = profile or tempfile.mkdtemp(prefix="sweeplab-chromium-")
+    for flag in (*FLAGS, f"--user-data-dir={profile}", f"--window-size={viewport[0]},{viewport[1]}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(chromedriver), options=options)
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": VIEWPORT[0], "height": VIEWPORT[1], "deviceScaleFactor": 1, "mobile": False})
+                           {"width": viewport[0], "height": viewport[1], "deviceScaleFactor": 1, "mobile": False})
     return driver
 
 
@@ -130,51 +184,137 @@ def smoke_sweep(workdir: Path) -> str:
 
 
 def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
-    """What each configuration's row must show: its name, samples/s and final validation metric, as the
-    configuration run holds them."""
-    from sweeplab.report import config_runs
+    """What each configuration's row must show, in the view's order: its label (the run's name) and its speedup to
+    target, verdict and target, as its configuration run holds them."""
+    from sweeplab.report import config_runs, saved_view
 
-    rows = []
-    for run in config_runs.configuration_runs(uri, parent_id):
-        metric = run.tags.get("objective", "")
-        names = config_runs.figure_tag_names(metric)
-        rows.append({"name": run.name, "samples/s": run.tags.get(names[0], ""),
-                     f"final {metric}": run.tags.get(names[1], "")})
-    return rows
+    runs = sorted(config_runs.configuration_runs(uri, parent_id), key=lambda r: r.tags.get(saved_view.ORDER_TAG, ""))
+    return [{"label": run.name, "run_id": run.run_id, **{tag: run.tags.get(tag, "") for tag in ROW_TAGS}}
+            for run in runs]
 
 
-def check_runs_table(driver, url: str, rows: list[dict[str, str]]) -> None:
-    """Every configuration's name, samples/s and validation metric seen in the table, unscrolled."""
+def whole(driver, element) -> str:
+    return driver.execute_script(WHOLE_JS, element)
+
+
+def row_link(driver, label: str):
+    for link in driver.find_elements("css selector", ".ag-row a"):
+        if link.text.strip() == label:
+            return link
+    return None
+
+
+def check_runs_table(driver, url: str, rows: list[dict[str, str]], size: str) -> None:
+    """Every configuration's label, speedup to target, verdict and target wholly on screen, unscrolled, in order."""
     if not rows:
         raise CheckFailed("the sweep has no configuration runs: nothing to compare")
     driver.get(url)
-
-    def row_of(d, name):
-        for link in d.find_elements("css selector", ".ag-row a"):
-            if link.text.strip() == name:
-                return link
-        return None
-
-    wait_for(driver, lambda d: all(row_of(d, r["name"]) is not None for r in rows), 90, "the configurations' rows")
+    wait_for(driver, lambda d: all(row_link(d, r["label"]) is not None for r in rows), 90,
+             f"{size}: the configurations' rows")
+    time.sleep(1.0)  # column widths and order are applied after the rows arrive
+    order = []
     for row in rows:
-        link = row_of(driver, row["name"])
-        if not driver.execute_script(SEEN_JS, link):
-            raise CheckFailed(f"configuration {row['name']!r}: its name is outside the 1600x1000 viewport")
+        label = row["label"]
+        link = row_link(driver, label)
+        if why := whole(driver, link):
+            raise CheckFailed(f"{size}: configuration {label!r}: its label is not wholly on screen: {why}")
         index = driver.execute_script("return arguments[0].closest('.ag-row').getAttribute('row-index');", link)
-        for column, expected in row.items():
-            if column == "name":
-                continue
+        order.append((int(index), label))
+        for tag in ROW_TAGS:
+            expected = row[tag]
             if not expected:
-                raise CheckFailed(f"configuration {row['name']!r}: its run has no {column!r} tag")
+                raise CheckFailed(f"configuration {label!r}: its run has no {tag!r} tag")
             cells = driver.find_elements(
-                "css selector", f".ag-center-cols-container .ag-row[row-index='{index}'] [col-id='tags.`{column}`']")
+                "css selector", f".ag-center-cols-container .ag-row[row-index='{index}'] [col-id='tags.`{tag}`']")
             if not cells or cells[0].text.strip() != expected:
                 shown = cells[0].text.strip() if cells else "no such cell"
-                raise CheckFailed(f"configuration {row['name']!r}: {column} should read {expected!r}, the page "
+                raise CheckFailed(f"{size}: configuration {label!r}: {tag} should read {expected!r}, the page "
                                   f"shows {shown!r} ({url})")
-            if not driver.execute_script(SEEN_JS, cells[0]):
-                raise CheckFailed(f"configuration {row['name']!r}: its {column} is outside the 1600x1000 viewport")
-        print(f"ok: {row['name']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "name"), flush=True)
+            if why := whole(driver, cells[0]):
+                raise CheckFailed(f"{size}: configuration {label!r}: its {tag} {expected!r} is not wholly on "
+                                  f"screen: {why}")
+        print(f"ok: {size}: {label}: " + ", ".join(f"{t} {row[t]}" for t in ROW_TAGS), flush=True)
+    shown = [label for _, label in sorted(order)]
+    if shown != [r["label"] for r in rows]:
+        raise CheckFailed(f"{size}: the rows read {shown}, not the view's order (verdict group, then label): "
+                          f"{[r['label'] for r in rows]}")
+
+
+def genai_navigation(driver, run_name: str, what: str) -> list[str]:
+    """The GenAI navigation labels shown on a run page (once the page shows the run's name)."""
+    wait_for(driver, lambda d: run_name in d.find_element("css selector", "body").text, 60, f"{what}: the run page")
+    time.sleep(1.0)
+    return sorted(driver.execute_script(LABELS_SHOWN_JS, list(GENAI_NAV)))
+
+
+def check_training_mode(driver, base: str, experiment_id: str, parent_id: str, sweep_name: str,
+                        rows: list[dict[str, str]], size: str) -> None:
+    """Run pages at sweeplab's addresses show no GenAI navigation (asserted); a click in MLflow's own table on a
+    configuration run, then on its parent run (the sweep), is measured and reported (MLflow's links, not
+    sweeplab's). Starts on the table of check_runs_table."""
+    from sweeplab.tracking import mlflow_store
+
+    stored = driver.execute_script("return window.localStorage.getItem('mlflow.workflowType');")
+    first = rows[0]
+    row_link(driver, first["label"]).click()
+    wait_for(driver, lambda d: f"/runs/{first['run_id']}" in d.current_url, 30,
+             f"{size}: the click on {first['label']!r}")
+    clicked = genai_navigation(driver, first["label"], f"{size}: {first['label']!r} clicked")
+    parents = [a for a in driver.find_elements("css selector", f"a[href*='/runs/{parent_id}']") if a.is_displayed()]
+    parent_clicked: list[str] | None = None
+    if parents:
+        parents[0].click()
+        wait_for(driver, lambda d: d.current_url.rstrip("/").split("?")[0].endswith(f"/runs/{parent_id}"), 30,
+                 f"{size}: the click on the parent run")
+        parent_clicked = genai_navigation(driver, sweep_name, f"{size}: the sweep run clicked")
+    mode = lambda labels: f"GenAI mode (shows {', '.join(labels)})" if labels else "training mode"  # noqa: E731
+    print(f"note: {size}: MLflow's own links, fresh profile (stored mlflow.workflowType: {stored}): a click on "
+          f"configuration {first['label']!r} in the table lands in {mode(clicked)}; from there, a click on its "
+          "parent run lands in " + (mode(parent_clicked) if parent_clicked is not None else "(no parent link shown)")
+          + ": MLflow's, not sweeplab's to change", flush=True)
+    for run_id, name, what in ((first["run_id"], first["label"], f"configuration run {first['label']!r}"),
+                               (parent_id, sweep_name, "the sweep run")):
+        url = mlflow_store.run_url(base, experiment_id, run_id)
+        driver.get(url)
+        if labels := genai_navigation(driver, name, f"{size}: {what}"):
+            raise CheckFailed(f"{size}: {what} at sweeplab's address {url} opens in MLflow's GenAI mode (shows "
+                              f"{', '.join(labels)})")
+        print(f"ok: {size}: {what} at sweeplab's address opens in the training mode (no GenAI navigation)", flush=True)
+
+
+def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, size: str) -> None:
+    """The chart view: no bar (MLflow 3.17 draws none with its interval), the curve with its target line, a legend
+    naming every configuration's curve and target, uncut, and the section's pointer to report.html wholly shown."""
+    from sweeplab.report import saved_view
+
+    driver.get(url)
+    curve, target = f"{saved_view.CURVE_PREFIX}{monitored}", saved_view.CURVE_TARGET
+    wanted = [f"{r['label']} ({key})" for r in rows for key in (curve, target)]
+    wait_for(driver, lambda d: driver.execute_script(LABELS_SHOWN_JS, wanted) and
+             d.find_elements("css selector", ".js-plotly-plot .scatterlayer .trace"), 90, f"{size}: the curve")
+    time.sleep(2.0)  # MLflow adds generated charts once the runs' metrics are in
+    bars = driver.execute_script("return document.querySelectorAll('.trace.bars g.point, .barlayer .point').length;")
+    if bars:
+        raise CheckFailed(f"{size}: the chart view shows {bars} bars, without their intervals ({url})")
+    shown = set(driver.execute_script(LABELS_SHOWN_JS, wanted))
+    if missing := [w for w in wanted if w not in shown]:
+        raise CheckFailed(f"{size}: the curve's legend lacks {missing} ({url})")
+    for label in wanted:
+        element = driver.find_element("xpath", f"//*[normalize-space(text())={json_literal(label)}]")
+        if driver.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth + 1;", element):
+            raise CheckFailed(f"{size}: the curve's legend cuts {label!r} ({url})")
+    sections = driver.find_elements("xpath", f"//*[normalize-space(text())={json_literal(saved_view.SECTION_NAME)}]")
+    if not sections:
+        raise CheckFailed(f"{size}: the chart view has no section {saved_view.SECTION_NAME!r} ({url})")
+    if why := whole(driver, sections[0]):
+        raise CheckFailed(f"{size}: the chart section's title {saved_view.SECTION_NAME!r} is not wholly shown: {why}")
+    print(f"ok: {size}: the chart view: the curve and its target line, {len(wanted)} legend entries, no bar, "
+          f"section {saved_view.SECTION_NAME!r}", flush=True)
+
+
+def json_literal(text: str) -> str:
+    """An XPath string literal for text (which holds no double quote)."""
+    return f'"{text}"'
 
 
 def check_report(driver, where: str, frame_css: str | None = None) -> None:
@@ -211,27 +351,43 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     parent_id = mlflow_store.latest_sweep(uri)
     if parent_id is None:
         raise CheckFailed(f"no sweep in {uri}")
-    parent = mlflow_store.client(uri).get_run(parent_id)
+    parent = mlflow_store.read_run(uri, parent_id, "sweep")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     url = ui_links.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
+    charts = ui_links.sweep_url(uri, base, parent_id, mode="CHART")
     print(f"make ui's address: {url}", flush=True)
     rows = configuration_rows(uri, parent_id)
+    monitored = mlflow_store.read_run(uri, rows[0]["run_id"]).tags.get("objective", "") if rows else ""
     server = start_ui(uri, port)
-    driver = browser(chromium, chromedriver)
     try:
-        check_runs_table(driver, url, rows)
-        report = Path(parent.data.tags.get("sweep_dir", "")) / "report.html"
-        if not report.is_file():
-            raise CheckFailed(f"{report} not found: the sweep's report does not write report.html")
-        driver.get(report.as_uri())
-        check_report(driver, f"report.html from disk ({report})")
-        driver.get(f"{base}/#/experiments/{parent.info.experiment_id}/runs/{parent_id}/artifacts/report/report.html"
-                   f"?{mlflow_store.UI_WORKFLOW_QUERY}")
-        check_report(driver, "report.html in MLflow's artifact view", "iframe")
+        for width, height in VIEWPORTS:
+            size = f"{width}x{height}"
+            with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
+                driver = browser(chromium, chromedriver, (width, height), profile)
+                try:
+                    check_runs_table(driver, url, rows, size)
+                    check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
+                    check_charts(driver, charts, rows, monitored, size)
+                    if (width, height) == VIEWPORT:
+                        check_reports(driver, base, parent)
+                finally:
+                    driver.quit()
     finally:
-        driver.quit()
         stop_ui(server)
+
+
+def check_reports(driver, base: str, parent) -> None:
+    from sweeplab.tracking import mlflow_store
+
+    report = Path(parent.tags.get("sweep_dir", "")) / "report.html"
+    if not report.is_file():
+        raise CheckFailed(f"{report} not found: the sweep's report does not write report.html")
+    driver.get(report.as_uri())
+    check_report(driver, f"report.html from disk ({report})")
+    driver.get(f"{base}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}/artifacts/report/report.html"
+               f"?{mlflow_store.UI_WORKFLOW_QUERY}")
+    check_report(driver, "report.html in MLflow's artifact view", "iframe")
 
 
 def main(argv: list[str] | None = None) -> int:

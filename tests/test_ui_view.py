@@ -43,21 +43,84 @@ def test_views_are_written_only_under_the_pinned_mlflow():
     assert not saved_view.view_supported("3.18.0") and not saved_view.view_supported("3.1.7")
 
 
-def test_the_comparison_state_selects_the_figures_sorts_by_the_verdict_and_charts_them():
-    state = saved_view.comparison_state(["data.batch_size", "loss.alpha"], ["samples/s", "final val/cos"],
-                                     "final_val_cos", "val/cos", "tags.x = 'y'")
+def _state(**kwargs):
+    texts = ["speedup to target", "time to target (s)", "final val/cos", "samples/s"]
+    metric_keys = ["speedup_to_target", "speedup_to_target_low", "samples_per_sec", "target", "curve/val/cos",
+                   "curve/train_seconds", "curve/target", "jobs"]
+    return saved_view.comparison_state(["data.batch_size", "loss.alpha"], texts, "final_val_cos", "val/cos",
+                                       "tags.x = 'y'", "val/cos ≥ 0.5364", metric_keys, **kwargs)
+
+
+def test_the_views_first_columns_are_label_speedup_interval_verdict_and_target_then_the_figures():
+    state = _state()
     assert state["searchFilter"] == "tags.x = 'y'"
-    assert state["orderByKey"] == "metrics.`speedup_to_target`" and state["orderByAsc"] is False
     columns = state["selectedColumns"]
-    assert columns[:4] == ["params.`data.batch_size`", "params.`loss.alpha`", "tags.`samples/s`", "tags.`final val/cos`"]
-    assert "metrics.`final_val_cos_low`" in columns and "tags.`verdict`" in columns
-    charts = state["compareRunCharts"]
-    line = charts[0]
-    assert line["type"] == "LINE" and line["metricKey"] == "curve/val/cos"
-    assert line["xAxisKey"] == "metric" and line["selectedXAxisMetricKey"] == "curve/train_seconds"
-    assert [c["metricKey"] for c in charts[1:]] == ["samples_per_sec", "time_to_target_s", "final_val_cos",
-                                                   "speedup_to_target"]
-    assert {c["metricSectionId"] for c in charts} == {s["uuid"] for s in state["compareRunSections"]}
+    # the run's name (the short label) is the table's own first column; then the answer, in the order
+    assert state["columnOrder"][0] == saved_view.RUN_NAME_COLUMN
+    assert columns[:6] == ["tags.`speedup to target`", "tags.`verdict`", "tags.`target`", "tags.`time to target (s)`",
+                           "tags.`final val/cos`", "tags.`samples/s`"]
+    assert state["columnOrder"][2:8] == columns[:6]
+    # the numbers stay real metrics (they sort as numbers), after the text, each with its bounds
+    metric_columns = [c for c in columns if c.startswith("metrics.")]
+    assert metric_columns[:3] == ["metrics.`speedup_to_target`", "metrics.`speedup_to_target_low`",
+                                  "metrics.`speedup_to_target_high`"]
+    assert columns.index(metric_columns[0]) > columns.index("tags.`samples/s`")
+    assert "params.`data.batch_size`" in columns
+
+
+def test_the_view_hides_what_a_study_does_not_need_and_narrows_what_mlflow_will_not_hide():
+    state = _state()
+    columns = state["selectedColumns"]
+    # selectedColumns is the list of shown hideable columns: MLflow's User, Source, Version, Models, Dataset and
+    # Description columns and every other tag, param or metric stay hidden
+    assert not [c for c in columns if c.startswith("attributes.")]
+    assert "tags.`sweeplab.verdict_order`" not in columns and "metrics.`jobs`" not in columns
+    # Created and Duration cannot be hidden in MLflow 3.17: Created is narrowed to its status icon, Duration last
+    assert state["columnOrder"][1] == saved_view.CREATED_COLUMN and state["columnOrder"][-1] == "duration"
+    assert state["columnWidths"][saved_view.CREATED_COLUMN] <= 40
+    # the four columns that must be on a laptop's first screen, with the label, fit 1280 px beside MLflow's panels
+    first = [saved_view.RUN_NAME_COLUMN, saved_view.CREATED_COLUMN, *columns[:3]]
+    assert sum(state["columnWidths"][c] for c in first) <= 640  # 698 px of table there, the checkbox column too
+
+
+def test_the_view_sorts_by_verdict_group_then_label_never_by_a_figure():
+    state = _state()
+    assert state["orderByKey"] == "tags.`sweeplab.verdict_order`" and state["orderByAsc"] is True
+    from sweeplab.study.verdict import Verdict
+
+    tie = Verdict("tie", ("a", "b"), {}, ("d",), "", ("tie",))
+    assert config_runs.verdict_standing("a", tie) == (1, "tied for fastest")
+    assert config_runs.verdict_standing("c", tie) == (2, "left out")
+    assert config_runs.verdict_standing("d", tie) == (3, "undetermined")
+    one = Verdict("fastest", ("a",), {}, (), "", ("fastest",))
+    assert config_runs.verdict_standing("a", one) == (1, "fastest")
+    undecided = Verdict("undecided", (), {"b": None}, (), "", ("undecided",))
+    assert config_runs.verdict_standing("b", undecided) == (1, "undecided: quality unclear")
+    assert config_runs.verdict_standing("a", undecided) == (2, "left out")
+    assert config_runs.verdict_standing("a", Verdict("no verdict", (), {}, (), "", ("x",))) == (3, "no verdict")
+
+
+def test_the_views_name_holds_the_target():
+    assert saved_view.view_name("2026-11-27/10-00-00", "val/cos ≥ 0.5364") == \
+        "sweep 2026-11-27/10-00-00: time to val/cos ≥ 0.5364"
+
+
+def test_the_chart_view_opens_on_the_curve_with_its_target_and_no_bar_without_an_interval():
+    state = _state()
+    shown = [c for c in state["compareRunCharts"] if not c["deleted"]]
+    assert len(shown) == 1
+    curve = shown[0]
+    assert curve["type"] == "LINE" and curve["selectedMetricKeys"] == ["curve/val/cos", "curve/target"]
+    assert curve["xAxisKey"] == "metric" and curve["selectedXAxisMetricKey"] == "curve/train_seconds"
+    # MLflow 3.17 adds a chart (bars of medians) for every logged metric no card names: each has a deleted card
+    hidden = {c["metricKey"] for c in state["compareRunCharts"] if c["deleted"]}
+    assert hidden == {"speedup_to_target", "speedup_to_target_low", "samples_per_sec", "target",
+                      "curve/train_seconds", "curve/target", "jobs"}
+    assert all(not c["isGenerated"] for c in state["compareRunCharts"])
+    (section,) = state["compareRunSections"]
+    assert {c["metricSectionId"] for c in state["compareRunCharts"]} == {section["uuid"]}
+    assert "report.html" in section["name"] and section["columns"] == 1
+    assert state["runListHidden"] is True  # chart mode only: the curve gets the page's width, its legend names runs
 
 
 def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs(mlflow_uri):
@@ -70,9 +133,9 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     client = MlflowClient(mlflow_uri)
     experiment_id = client.get_run(parent).info.experiment_id
     name, state = saved_view.read_view(client, experiment_id, saved_view.view_id(parent))
-    assert name.endswith(": comparison")
+    assert name.endswith(": time to val/cos ≥ 0.8")
     assert parent in state["searchFilter"] and "configuration" in state["searchFilter"]
-    assert state["selectedColumns"][:2] == ["params.`data.batch_size`", "params.`loss.alpha`"]
+    assert state["selectedColumns"][:3] == ["tags.`speedup to target`", "tags.`verdict`", "tags.`target`"]
     url = ui_links.latest_sweep_url(mlflow_uri, "http://ui")
     assert url == f"http://ui/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweeplab-{parent}"
     assert "searchFilter" not in url  # the UI ignores a view whose address carries its own search
@@ -80,9 +143,13 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
                 if r.tags["config"] == "data.batch_size=64 loss.alpha=0.7")
     assert fast.tags["samples/s"].count("(") == 1 and "–" in fast.tags["samples/s"]
     assert "stability" not in fast.tags  # synthetic jobs record no stability figures (test below)
+    runs = config_runs.configuration_runs(mlflow_uri, parent)
+    assert {r.tags["target"] for r in runs} == {"val/cos ≥ 0.8"} and all(r.tags["verdict"] for r in runs)
+    assert all(r.tags["sweeplab.verdict_order"].endswith(" " + r.name) for r in runs)
     curve = client.get_metric_history(fast.run_id, "curve/val/cos")
     times = client.get_metric_history(fast.run_id, "curve/train_seconds")
     assert len(curve) == len(times) > 1 and {m.step for m in curve} == {m.step for m in times}
+    assert {m.value for m in client.get_metric_history(fast.run_id, "curve/target")} == {0.8}
     # a view deleted (or a sweep reported before views existed) is written again by make ui
     client.delete_experiment_tag(experiment_id, saved_view.VIEW_TAG_PREFIX + saved_view.view_id(parent))
     assert ui_links.latest_sweep_url(mlflow_uri, "http://ui") == url

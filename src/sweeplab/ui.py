@@ -6,7 +6,7 @@ The address: --host/--port, else $SWEEPLAB_UI_URL (e.g. http://127.0.0.1:5001), 
 too, so the link each job prints opens here; else 127.0.0.1:5000.
 
 The printed URL opens the sweep's comparison: for a replicated sweep the saved view of its configuration runs (one
-row per configuration with its figures and intervals, fastest to the target first: sweeplab.report.saved_view, under
+row per configuration with its figures and intervals, by verdict group, then label: sweeplab.report.saved_view, under
 the MLflow sweeplab pins; a filter-and-sort address under another), for a sweep without replicates its jobs, in
 MLflow's "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
 tracking URI the UI is the tracking server's own: only the URL is printed.

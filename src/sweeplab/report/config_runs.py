@@ -7,8 +7,9 @@ medians over its replicates with their 95 % interval bounds (`samples_per_sec`, 
 `final_<metric>...`), the comparisons with the baseline with their simultaneous bounds (`speedup...`,
 `speedup_to_target...`, `quality_delta...`), `jobs`, `reached_target` and `target`; its swept keys as params (the
 jobs' param names, so the compare view lines them up with the jobs); tags `config`, `quality`, `verdict` (fastest |
-tied for fastest, on those only), `baseline`, `job_run_ids` (its jobs, which stay under the sweep run: the report,
-the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
+tied for fastest | undecided: quality unclear | left out | undetermined | no verdict), `target` (`val/cos ≥ 0.5364`),
+`sweeplab.verdict_order` (the saved view's sort), `baseline`, `job_run_ids` (its jobs, which stay under the sweep
+run: the report, the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
 target not reached in most replicates, an interval with no bound on a side) is not logged: its cell stays empty.
 
 Writing them again (a report re-run) deletes the sweep's previous configuration runs first: one run per
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from sweeplab.core import schema, stability
 from sweeplab.report import saved_view
 from sweeplab.study.sweep import JobRecord, Sweep
-from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, estimate_text
+from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, Verdict, estimate_text
 from sweeplab.tracking import mlflow_store, naming
 from sweeplab.tracking.mlflow_store import RunRecord
 
@@ -165,13 +166,18 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     client = mlflow_store.client(uri)
     parent = mlflow_store.read_run(uri, parent_run_id)
     monitored = runs[0].tags.get(schema.OBJECTIVE_TAG, "")
+    final = f"final_{metric_key(monitored)}"
     texts = [name for name in figure_tag_names(monitored) if name in runs[0].tags]
+    texts.sort(key=lambda name: -figure_tag_names(monitored).index(name))  # speedup to target first: the answer
+    target = runs[0].tags.get(saved_view.TARGET_TAG) or _target_text(
+        monitored, runs[0].tags.get(schema.OBJECTIVE_MODE_TAG, "max"), runs[0].metrics.get("target", math.nan))
     state = saved_view.comparison_state(
-        list(naming.config_values(runs[0].tags.get(schema.CONFIG_TAG, ""))), texts, f"final_{metric_key(monitored)}", monitored,
+        list(naming.config_values(runs[0].tags.get(schema.CONFIG_TAG, ""))), texts, final, monitored,
         f"tags.mlflow.parentRunId = '{parent_run_id}' and "
         f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
+        target, sorted({key for run in runs for key in run.metrics}),
     )
-    name = f"sweep {parent.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8]}: comparison"
+    name = saved_view.view_name(parent.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8], target)
     return saved_view.write_comparison_view(client, parent.experiment_id, parent_run_id, name, state)
 
 
@@ -179,8 +185,7 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
                               job_runs: list[JobRecord], jobs: list[Job]) -> str:
     from mlflow.entities import Metric
 
-    verdict = summary.verdict
-    standing = ("fastest" if verdict.kind == "fastest" else "tied for fastest") if config.config in verdict.fastest else ""
+    group, standing = verdict_standing(config.config, summary.verdict)
     ids = ",".join(j.run_id for j in job_runs)
     tags = {
         "mlflow.parentRunId": parent.run_id,
@@ -196,8 +201,9 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
                    "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "
                    f"simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
     }
-    if standing:
-        tags["verdict"] = standing
+    tags[saved_view.VERDICT_TAG] = standing
+    tags[saved_view.TARGET_TAG] = _target_text(summary.metric_name, summary.mode, summary.target)
+    tags[saved_view.ORDER_TAG] = f"{group} {name}"  # the view's sort: verdict group, then label
     tags.update(figure_tags(config, summary))
     if text := stability_text(job_runs):
         tags[STABILITY_TAG] = text
@@ -211,11 +217,31 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
     curve_value = saved_view.CURVE_PREFIX + summary.metric_name
     for step, seconds, value in median_curve(jobs):
-        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
+        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step),
+                    Metric(saved_view.CURVE_TARGET, summary.target, now, step)]
     for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
         client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
     client.set_terminated(run.info.run_id, "FINISHED", end_time=end_ms)
     return run.info.run_id
+
+
+def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:
+    """(group, words) of a configuration in the sweep's verdict, for its run's `verdict` tag and the view's sort:
+    1 the fastest, tied for fastest (not ranked) or the undecided leader; 2 left out (the sweep run's description
+    says why); 3 undetermined or no verdict."""
+    if config in verdict.fastest:
+        return 1, "fastest" if verdict.kind == "fastest" else "tied for fastest"
+    if verdict.kind == "undecided" and config in verdict.speedup_to_target:
+        return 1, "undecided: quality unclear"
+    if verdict.kind == "no verdict":
+        return 3, "no verdict"
+    if config in verdict.undetermined:
+        return 3, "undetermined"
+    return 2, "left out"
+
+
+def _target_text(metric: str, mode: str, target: float) -> str:
+    return f"{metric} {'≥' if mode == 'max' else '≤'} {target:.4g}"
 
 
 def run_span(job_runs: Sequence[JobRecord]) -> tuple[int | None, int | None]:

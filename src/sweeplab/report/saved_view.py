@@ -12,11 +12,13 @@ This format is the UI's own, not a documented API: sweeplab writes it only under
 checked by tests/test_ui_view.py and by `make ui-check` against that version's UI). Under another MLflow,
 `view_supported()` is False and `make ui` prints a filter-and-sort address instead (sweeplab.ui).
 
-The view of a replicated sweep: its configuration runs (sweeplab.report.config_runs), fastest to the target
-first; columns: the swept keys, samples/s, the final validation metric, time to target and speedup to target, each
-as `median (low–high)`, then the verdict, the stability of the speed and the quality; charts: one bar per
-configuration for each of those figures, and the validation metric against training time (the configuration's
-median curve, `curve/<metric>` against `curve/train_seconds`).
+The view of a replicated sweep (named by its target): its configuration runs (sweeplab.report.config_runs),
+sorted by verdict group, then by label (a tie is never shown as a ranking); columns, so that they fit a laptop's
+first screen beside MLflow's Assistant panel: the configuration's short label (the run's name), speedup to target
+as `median (low–high)`, the verdict, the target, then time to target, the final metric and samples/s, the
+stability of the speed and the quality, the swept keys and the figures' metrics with their bounds. Charts: the
+validation metric's median curve against training time with the target as a line, alone (no bar without its
+interval: MLflow 3.17's bar charts draw none), pointing to report.html for the rest.
 """
 
 from __future__ import annotations
@@ -40,10 +42,22 @@ DEFLATE_PREFIX = "deflate;"
 # the validation curve of a configuration run: the median over its replicates at shared training times
 CURVE_PREFIX = "curve/"
 CURVE_TIME = f"{CURVE_PREFIX}train_seconds"
+CURVE_TARGET = f"{CURVE_PREFIX}target"  # the target at each point of the curve: the chart's target line
 # the figures of a configuration run shown as columns and charts, each with `_low` and `_high` bounds
 SPEED, TIME_TO_TARGET, SPEEDUP_TO_TARGET = "samples_per_sec", "time_to_target_s", "speedup_to_target"
-TAG_COLUMNS = ("verdict", "stability", "quality")
-RUN_NAME_COLUMN, CREATED_COLUMN = "attributes.`Run Name`", "runDateAndNestInfo"  # the table's own columns
+# tags of a configuration run (sweeplab.report.config_runs): its verdict in words, the target it was timed to, the
+# key the view sorts by (verdict group, then label: a tie is never shown as a ranking), its stability and quality
+VERDICT_TAG, TARGET_TAG, ORDER_TAG = "verdict", "target", "sweeplab.verdict_order"
+AFTER_FIGURES = ("stability", "quality")
+# the table's own columns: the run's name (the configuration's short label) and its creation time, both pinned
+# left by the UI. Created cannot be hidden by a view (3.17's table hides only its User, Source, Version, Models,
+# Dataset and Description columns, params, metrics and tags), so the view narrows it to its status icon; Duration
+# (not hideable either) goes last.
+RUN_NAME_COLUMN, CREATED_COLUMN, DURATION_COLUMN = "attributes.`Run Name`", "runDateAndNestInfo", "duration"
+CREATED_WIDTH = 32
+# the chart section's layout (3.17 reads `columns` and `cardHeight` of a section): one chart, as wide as the page,
+# tall enough for its legend (a run and the target per configuration)
+CHART_COLUMNS, CHART_HEIGHT = 1, 520
 
 
 def view_supported(version: str | None = None) -> bool:
@@ -90,7 +104,7 @@ def with_bounds(name: str) -> list[str]:
 
 def compared_metrics(final_metric: str) -> list[str]:
     """The configuration run's figures on screen, in order (the bar charts and the metric columns)."""
-    return [SPEED, TIME_TO_TARGET, final_metric, SPEEDUP_TO_TARGET]
+    return [SPEEDUP_TO_TARGET, TIME_TO_TARGET, final_metric, SPEED]
 
 
 def _uuid(seed: str) -> str:
@@ -104,49 +118,73 @@ def _chart(kind: str, section: str, metric: str, **fields: Any) -> dict[str, Any
     return {**card, **fields}
 
 
-def chart_state(final_metric: str, monitored: str) -> dict[str, Any]:
-    """The chart view: one section with a bar per configuration for each compared figure and its bounds, and the
-    monitored metric's median curve against training time; MLflow's own sections (every other metric) follow,
-    collapsed. Section names sort the comparison first."""
+SECTION_NAME = "Curve & target; rest: report.html"  # short: wholly shown at 1280 px (252 px there)
+
+
+def chart_state(final_metric: str, monitored: str, target_text: str = "",
+                metric_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """The chart view: the monitored metric's median curve against training time with the target as a dashed line
+    (`curve/target`), alone, wide (the runs list hidden: the legend names the runs), in a section whose name points
+    to the sweep's report.html for the rest. MLflow 3.17 draws bars without error bars, and titles a chart of
+    several series by their keys (`a_low vs a vs a_high`, its displayName ignored), so figures with intervals stay
+    in report.html and the runs table. MLflow also adds a chart for every metric the runs log that no chart names
+    (bars of medians without intervals): each of `metric_keys` gets a deleted card, so none is added."""
     section = _uuid("section:comparison")
-    charts = [_chart("LINE", section, f"{CURVE_PREFIX}{monitored}",
-                     displayName=f"{monitored} (median over replicates) against training time (s)",
+    curve = f"{CURVE_PREFIX}{monitored}"
+    charts = [_chart("LINE", section, curve,
+                     displayName=f"{monitored} (median over replicates) against training time (s), "
+                                 f"target {target_text}",
+                     selectedMetricKeys=[curve, CURVE_TARGET],
                      xAxisKey="metric", selectedXAxisMetricKey=CURVE_TIME, useGlobalXaxisKey=False,
                      lineSmoothness=0, scaleType="linear", xAxisScaleType="linear", yAxisKey="metric",
                      yAxisExpressions=[], range={}, ignoreOutliers=False, useGlobalLineSmoothing=False,
                      displayPoints=True)]
-    charts += [_chart("BAR", section, name) for name in compared_metrics(final_metric)]
-    sections = [{"uuid": section, "name": "Comparison", "display": True, "isReordered": True,
-                 "deleted": False, "isGenerated": False}]
+    charts += [{"uuid": _uuid(f"chart:hidden:{key}"), "type": "BAR", "runsCountToCompare": 100,
+                "metricSectionId": section, "deleted": True, "isGenerated": False, "metricKey": key,
+                "displayName": key, "selectedMetricKeys": [key]}
+               for key in sorted(set(metric_keys) - {curve})]
+    sections = [{"uuid": section, "name": SECTION_NAME, "display": True, "isReordered": True,
+                 "deleted": False, "isGenerated": False, "columns": CHART_COLUMNS, "cardHeight": CHART_HEIGHT}]
     return {"compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True,
-            "hideEmptyCharts": True}
+            "hideEmptyCharts": True, "runListHidden": True}
+
+
+def view_name(sweep_name: str, target_text: str) -> str:
+    """The view's name in the UI's view menu: the sweep and the target its figures are timed to."""
+    return f"sweep {sweep_name}: time to {target_text}"
 
 
 def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], final_metric: str,
-                     monitored: str, search_filter: str) -> dict[str, Any]:
-    """The page state of a sweep's comparison: the search facets (its configuration runs, fastest to the target
-    first) and the table's and charts' settings. Columns: the swept keys, then `text_columns` (tags holding each
-    figure as `median (low–high)`), the verdict, stability and quality tags, the figures' metrics with their bounds;
-    the creation time last."""
-    columns = [column("params", key) for key in swept_keys]
-    columns += [column("tags", name) for name in [*text_columns, *TAG_COLUMNS]]
+                     monitored: str, search_filter: str, target_text: str = "",
+                     metric_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """The page state of a sweep's comparison: the search facets (its configuration runs, by verdict group, then by
+    label: never a ranking the verdict does not make) and the table's and charts' settings. Columns, after the run's
+    name (the configuration's short label): `text_columns[0]` (speedup to target as `median (low–high)`), the
+    verdict, the target, the other text columns (time to target, final metric, samples/s), stability and quality,
+    the swept keys, then the figures' metrics with their bounds (numbers that sort); MLflow's Created narrowed,
+    Duration last, every other column hidden."""
+    first, *rest = text_columns
+    tags = [first, VERDICT_TAG, TARGET_TAG, *rest, *AFTER_FIGURES]
+    columns = [column("tags", name) for name in tags]
+    columns += [column("params", key) for key in swept_keys]
     columns += [column("metrics", m) for name in compared_metrics(final_metric) for m in with_bounds(name)]
-    # narrow enough that the swept keys and three figures fit beside MLflow's Assistant panel at 1600 px
-    widths = {c: 70 for c in columns[: len(swept_keys)]}
-    widths.update({column("tags", name): 165 if name.startswith("final ") else 150 for name in text_columns})
-    widths.update({column("tags", "verdict"): 130, column("tags", "stability"): 220, column("tags", "quality"): 90})
+    widths = {column("tags", name): 150 for name in text_columns}
+    # wide enough for an interval in e-notation (`0.63 (0.00–7.13e+119)`, a smoke sweep's) and `undecided: quality
+    # unclear`; with the label and Created they take 602 of the 698 px a 1280 px window leaves beside MLflow's panels
+    widths.update({column("tags", first): 165, column("tags", VERDICT_TAG): 160, column("tags", TARGET_TAG): 125,
+                   column("tags", "stability"): 200, column("tags", "quality"): 90})
+    widths.update({column("params", key): 80 for key in swept_keys})
     return {
         "searchFilter": search_filter,
-        "orderByKey": column("metrics", SPEEDUP_TO_TARGET),
-        "orderByAsc": False,
+        "orderByKey": column("tags", ORDER_TAG),
+        "orderByAsc": True,
         "lifecycleFilter": "Active",
         "modelVersionFilter": "All Runs",
         "datasetsFilter": [],
         "selectedColumns": columns,
-        "columnOrder": [RUN_NAME_COLUMN, *columns, CREATED_COLUMN],
-        "columnWidths": {RUN_NAME_COLUMN: 130, **widths},
-        "runListHidden": False,
-        **chart_state(final_metric, monitored),
+        "columnOrder": [RUN_NAME_COLUMN, CREATED_COLUMN, *columns, DURATION_COLUMN],
+        "columnWidths": {RUN_NAME_COLUMN: 120, CREATED_COLUMN: CREATED_WIDTH, **widths},
+        **chart_state(final_metric, monitored, target_text, metric_keys),
     }
 
 

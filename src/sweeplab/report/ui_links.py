@@ -14,10 +14,11 @@ def latest_sweep_url(uri: str, base: str) -> str | None:
 
 
 def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
-    """Where a sweep's comparison is in the UI. A replicated sweep: its saved comparison view (sweeplab.tracking.
-    ui_view: its configuration runs, fastest to the target first, the figures as columns and charts; written when its
-    report was, and here again for a sweep reported before views existed), or, under an MLflow whose UI sweeplab has
-    not checked, a filter on its configuration runs and a sort. Without replicates: its jobs, best first.
+    """Where a sweep's comparison is in the UI. A replicated sweep: its saved comparison view (sweeplab.report.
+    saved_view: its configuration runs by verdict group, then label, the figures as columns, the curve as its chart;
+    written when its report was, and here again for a sweep reported before views existed), or, under an MLflow whose
+    UI sweeplab has not checked, a filter on its configuration runs and a sort. Without replicates: its jobs, best
+    first.
     mode: TABLE, or CHART for the view's charts."""
     client = mlflow_store.client(uri)
     parent = mlflow_store.read_run(uri, parent_id, "sweep")
