@@ -213,8 +213,10 @@ def torch_curve(model, loss_fn, batches, cfg: OptimConfig, before_step=None) -> 
     return losses, clipped
 
 
-def mlx_curve(port, loss_fn, batches, cfg: OptimConfig, before_step=None, compiled=False) -> list[float]:
-    step_fn = CompiledStep(port, loss_fn, build_mlx_optimizer(cfg, STEPS), cfg.grad_clip, compile=compiled)
+def mlx_curve(port, loss_fn, batches, cfg: OptimConfig, before_step=None, compiled=False,
+              compute_dtype=None) -> list[float]:
+    extra = {} if compute_dtype is None else {"compute_dtype": compute_dtype}
+    step_fn = CompiledStep(port, loss_fn, build_mlx_optimizer(cfg, STEPS), cfg.grad_clip, compile=compiled, **extra)
     losses = []
     for step in range(STEPS):
         if before_step:
@@ -419,15 +421,7 @@ def torch_bf16_loss(loss_fn):
 
 
 def mlx_bf16_curve(port, loss_fn, batches, cfg: OptimConfig, before_step=None) -> list[float]:
-    step_fn = CompiledStep(port, loss_fn, build_mlx_optimizer(cfg, STEPS), cfg.grad_clip, compile=False,
-                           compute_dtype=mx.bfloat16)
-    losses = []
-    for step in range(STEPS):
-        if before_step:
-            before_step(step)
-        loss, *_ = step_fn(batches[step % len(batches)])
-        mx.eval(loss, port.parameters())
-        losses.append(loss.item())
+    losses = mlx_curve(port, loss_fn, batches, cfg, before_step, compute_dtype=mx.bfloat16)
     assert all(a.dtype == mx.float32 for _, a in mlx.utils.tree_flatten(port.parameters())), "weights stay float32"
     return losses
 

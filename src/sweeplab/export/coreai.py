@@ -51,7 +51,7 @@ from sweeplab.export import isolated, verify
 from sweeplab.export.convert import INPUT_NAMES, dynamic_shapes, example_inputs, trace
 from sweeplab.export.options import TOLERANCE_FP32, ExportOptions
 from sweeplab.export.readiness import FP16_MAX
-from sweeplab.export.report import check_lines, package_bytes
+from sweeplab.export.report import check_lines, package_bytes, source_line
 
 log = logging.getLogger(__name__)
 
@@ -546,8 +546,7 @@ def markdown(report: dict) -> str:
     lines = [
         f"# Core AI export: {Path(report['package']).name} ({report['status']})",
         "",
-        f"- model: {src['family']} from `{src['checkpoint']}` (step {src['global_step']})"
-        + (f", MLflow run {src['run_id']}" if src.get("run_id") else ""),
+        source_line(src),
         f"- variant: {report['variant']}, minimum OS {conv['minimum_os']}, converted in {conv['mode']} mode from a "
         f"torch.export program decomposed with {conv['decompositions']}",
         f"- functions: {', '.join(f'{name} (S={n})' for n, name in conv['functions'].items())}",

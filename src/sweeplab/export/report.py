@@ -113,13 +113,18 @@ def check_lines(title: str, check: dict) -> list[str]:
     return [*lines, ""]
 
 
+def source_line(src: dict) -> str:
+    """The report's line naming the model and the checkpoint it came from (the Core ML and Core AI reports')."""
+    return (f"- model: {src['family']} from `{src['checkpoint']}` (step {src['global_step']})"
+            + (f", MLflow run {src['run_id']}" if src.get("run_id") else ""))
+
+
 def markdown(report: dict) -> str:
     src, conv, weights = report["source"], report["conversion"], report["weights"]
     lines = [
         f"# Core ML export: {Path(report['package']).name} ({report['status']})",
         "",
-        f"- model: {src['family']} from `{src['checkpoint']}` (step {src['global_step']})"
-        + (f", MLflow run {src['run_id']}" if src.get("run_id") else ""),
+        source_line(src),
         f"- variant: {report['variant']}, minimum target {conv['deployment_target']}, "
         f"traced with {conv['tracer']}" + (f" ({conv['fallback_reason']})" if conv.get("fallback_reason") else ""),
         f"- time: trace {conv['trace_s']:.2f} s, convert {conv['convert_s']:.2f} s, compress {conv['compress_s']:.2f} s, "
