@@ -1,12 +1,17 @@
-"""What a study spent on training: per sweep, its jobs, the sum of their timed training seconds, the training
-samples they trained, and the verdict's first line (issue 37's comparison of a stopped and an unstopped study).
+"""What a study spent, per sweep: its jobs, the sum of their timed training seconds and of their wall breakdown
+(`summary/wall_breakdown/*`), the training samples, the verdict's lines, and on a GPU sweep where each configuration
+ran (issues 36 and 37: a stopped against an unstopped study; one GPU against several).
 
-    python scripts/study_cost.py SWEEP_DIR [SWEEP_DIR ...]      (MLFLOW_TRACKING_URI names the store)
+    python scripts/study_cost.py [--target T] [--wall SECONDS ...] SWEEP_DIR [SWEEP_DIR ...]
+
+MLFLOW_TRACKING_URI names the store. --target re-reads every sweep at that target (the verdict's, for studies run
+without one); --wall gives each sweep's process wall time (in the order of the folders) for the steps' share.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+from collections import defaultdict
 from pathlib import Path
 
 from sweeplab.core import channels, schema
@@ -15,24 +20,44 @@ from sweeplab.study.record import VerdictOptions
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
 
+PARTS = ("setup", "warmup", "steps", "validation", "checkpoints", "mlflow", "teardown")
 
-def main(dirs: list[str]) -> None:
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=float, default=None)
+    parser.add_argument("--wall", type=float, nargs="*", default=[])
+    parser.add_argument("dirs", nargs="+")
+    args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()
-    print("| sweep | jobs | stopped | training s (sum of jobs) | samples trained | verdict |")
-    print("|---|---|---|---|---|---|")
-    for folder in dirs:
+    print("| sweep | jobs | stopped | training s (sum of jobs) | samples trained | wall s | "
+          + " | ".join(PARTS) + " | steps ÷ wall |")
+    print("|---|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
+    for i, folder in enumerate(args.dirs):
         parent = (Path(folder) / channels.PARENT_RUN_FILE).read_text().strip()
         sweep = read_sweep(uri, parent)
-        target, tolerance = sweep.parent.tags.get(schema.TARGET_TAG), sweep.parent.tags.get(schema.TOLERANCE_TAG, "0")
-        found = sweep_report(uri, parent, None, options=VerdictOptions(float(target) if target else None,
-                                                                       float(tolerance)))
+        target = args.target if args.target is not None else sweep.parent.tags.get(schema.TARGET_TAG)
+        tolerance = sweep.parent.tags.get(schema.TOLERANCE_TAG)
+        found = sweep_report(uri, parent, None, options=VerdictOptions(
+            float(target) if target else None, float(tolerance) if tolerance not in (None, "", "None", "null") else None))
         seconds = sum(j.metrics.get("summary/timed_seconds", 0.0) for j in sweep.jobs)
         samples = sum((j.stop_step or j.max_steps or 0) * (j.samples_per_step or 0) for j in sweep.jobs)
         stopped = sum(1 for j in sweep.jobs if j.stop_reason)
-        print(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | {found.verdict.lines[0]} |")
-        for line in found.verdict.lines[1:]:
-            print(f"|   | | | | | {line} |")
+        parts = {p: sum(j.metrics.get(schema.WALL_BREAKDOWN_METRIC.format(part=p), 0.0) for j in sweep.jobs)
+                 for p in PARTS}
+        wall = args.wall[i] if i < len(args.wall) else None
+        share = f"{parts['steps'] / wall:.0%}" if wall else ""
+        print(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
+              f"{wall if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
+        for line in found.verdict.lines:
+            print(f"    {line}")
+        gpus: dict[str, set[str]] = defaultdict(set)
+        for job in sweep.jobs:
+            if job.tags.get(schema.GPU_TAG) is not None:
+                gpus[job.config or job.name].add(job.tags[schema.GPU_TAG])
+        for config, used in gpus.items():
+            print(f"    GPUs of {config}: {', '.join(sorted(used))}" + ("  <- one GPU in every round" if len(used) == 1 else ""))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
