@@ -8,15 +8,15 @@ import http.client
 import json
 import re
 import shutil
+import socket
 import subprocess
-import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 import mlflow.server
 import pytest
+import tomllib
 
 from sweeplab import ui
 from sweeplab.tracking import ui_server
@@ -60,8 +60,6 @@ def served(tmp_path_factory, _empty_mlflow_db):
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -72,7 +70,7 @@ def fetch(served: Served, path: str, headers: dict[str, str] | None = None) -> t
     try:
         connection.request("GET", path, headers=headers or {})
         response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
         connection.close()
 
@@ -80,21 +78,21 @@ def fetch(served: Served, path: str, headers: dict[str, str] | None = None) -> t
 def test_the_index_holds_the_script_once_before_the_uis_bundle(served):
     status, headers, page = fetch(served, "/")
     original = (BUILD / "index.html").read_bytes()
-    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert status == 200 and headers["content-type"].startswith("text/html")
     assert page.count(ui_server.SCRIPT) == 1
     assert page.index(ui_server.SCRIPT) < MAIN_JS.search(page).start()
     assert page.replace(ui_server.SCRIPT, b"") == original  # nothing else changed
-    assert int(headers["Content-Length"]) == len(page)
+    assert int(headers["content-length"]) == len(page)
 
 
 def test_assets_health_and_the_api_pass_untouched(served):
     bundle = MAIN_JS.search((BUILD / "index.html").read_bytes()).group(1).decode()
     status, headers, body = fetch(served, f"/static-files/{bundle}")
     assert status == 200 and body == (BUILD / bundle).read_bytes()
-    assert int(headers["Content-Length"]) == len(body)
+    assert int(headers["content-length"]) == len(body)
     assert fetch(served, "/health")[::2] == (200, b"OK")
     status, headers, body = fetch(served, "/api/2.0/mlflow/experiments/search?max_results=5")
-    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert status == 200 and headers["content-type"].startswith("application/json")
     assert [e["name"] for e in json.loads(body)["experiments"]] == ["Default"]
     status, _, body = fetch(served, "/static-files/index.html")  # the same page at another path: MLflow's, as it is
     assert ui_server.SCRIPT not in body
@@ -102,10 +100,10 @@ def test_assets_health_and_the_api_pass_untouched(served):
 
 def test_a_browsers_cached_index_is_revalidated_to_the_page_with_the_script(served):
     _, headers, _ = fetch(served, "/")
-    etag = headers["ETag"]
+    etag = headers["etag"]
     assert ui_server.ETAG_SUFFIX.decode() in etag
     status, again, body = fetch(served, "/", {"If-None-Match": etag})
-    assert (status, again["ETag"], body) == (304, etag, b"")
+    assert (status, again["etag"], body) == (304, etag, b"")
     # a copy cached from a plain `mlflow server` at this address (its ETag, its date) or asked for in part
     for stale in ({"If-None-Match": etag.replace(ui_server.ETAG_SUFFIX.decode(), "")},
                   {"If-Modified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"}, {"Range": "bytes=0-99"}):
@@ -197,3 +195,18 @@ async def call(app, method: str, path: str) -> list[dict]:
 
     await app({"type": "http", "method": method, "path": path, "headers": []}, receive, send)
     return sent
+
+
+def test_an_install_without_the_entry_point_serves_mlflows_app_and_says_so(monkeypatch, tmp_path, capsys):
+    started = []
+    monkeypatch.setattr(ui, "app_installed", lambda: False)
+    monkeypatch.setattr(ui.subprocess, "Popen", lambda command, **kwargs: started.append(command) or "server")
+    monkeypatch.setattr(ui, "wait_until_answering", lambda server, base: True)
+    monkeypatch.setattr(ui, "serve_until_stopped", lambda server: 0)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert ui.main(["--port", "5999"]) == 0
+    assert "--app-name" not in started[0]
+    assert "not installed" in capsys.readouterr().out.splitlines()[-1]
+    monkeypatch.setattr(ui, "app_installed", lambda: True)
+    ui.start_server("sqlite:///mlflow.db", "127.0.0.1", 5999)
+    assert started[1][-2:] == ["--app-name", "sweeplab"]

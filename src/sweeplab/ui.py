@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no sweep in {uri} yet (`make sweep` makes one); experiments: {base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}", flush=True)
     if server is None:
         return 0
+    if not app_installed():
+        print(f"(sweeplab's MLflow app {APP_NAME!r} is not installed in {sys.prefix}: MLflow's own links open in its "
+              "GenAI mode until `make install` registers it)", flush=True)
     return serve_until_stopped(server)
 
 
@@ -88,9 +91,6 @@ def start_server(uri: str, host: str, port: int, output: int | None = None) -> s
                "--workers", str(server_workers())]
     if app_installed():
         command += ["--app-name", APP_NAME]
-    else:
-        print(f"(sweeplab's MLflow app {APP_NAME!r} is not installed in {sys.prefix}, so MLflow's own links open in "
-              "its GenAI mode: `make install` registers it)", flush=True)
     return subprocess.Popen(command, env=env, stdout=output, stderr=output, start_new_session=True)
 
 
