@@ -3,24 +3,25 @@
     .venv/bin/python scripts/ui_check.py [--tracking-uri URI] [--chromium PATH] [--chromedriver PATH]
 
 Without --tracking-uri it runs a smoke sweep of the default study (4 configurations x 2 replicates, debug=smoke)
-into a temporary store; with it, it checks that store's latest sweep. It serves the store with `mlflow ui` on a free
-local port, takes the address exactly as `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at
-each size in a fresh profile (MLflow's Assistant panel and shared-view banner in their first-visit state: open):
+into a temporary store; with it, it checks that store's latest sweep. It serves the store as `make ui` does
+(sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) on a free local port, takes the address exactly as
+`make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at each size in a fresh profile (MLflow's
+Assistant panel and shared-view banner in their first-visit state: open):
 
 - the table: every configuration's label, its speedup to target `median (low–high)` and its verdict, and the target,
   wholly on screen without scrolling (inside the viewport, uncovered, not cut), the rows in the view's order (verdict
   group, then label: a tie is not shown as a ranking);
+- the training mode: a click on a configuration run in MLflow's table, and from there on its parent run (the sweep),
+  MLflow's own links, which drop `workflowType`, and the same two runs at the addresses sweeplab prints
+  (`?workflowType=machine_learning`), show no GenAI navigation (Judges, Sessions, Evaluation runs, ...): the
+  server's index page stores the training mode as the browser's choice when it holds none
+  (sweeplab.tracking.ui_server);
 - the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curve with its target
-  line, a legend naming every configuration's curve and target, the section's pointer to report.html wholly shown;
-- the training mode: the sweep run and a configuration run opened at the addresses sweeplab prints
-  (`?workflowType=machine_learning`) show no GenAI navigation (Judges, Sessions, Evaluation runs, ...). A click on a
-  run in MLflow's table, and from there on its parent (the sweep run), is measured and reported, not asserted:
-  MLflow 3.17 reads the mode from the address, else from the browser's stored `mlflow.workflowType`; opening an
-  address with the mode does not store it, and its own run links drop it, so on a fresh profile those clicks land
-  in GenAI mode whatever sweeplab writes (the `mlflow.experimentKind` tag is not read by this UI).
+  line, a legend naming every configuration's curve and target, the section's pointer to report.html wholly shown.
 
 Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
-its verdict (`#verdict`) and its table (`#configurations`) without scrolling. Any failure: one `error:` line, exit
+its verdict (`#verdict`) and its table (`#configurations`) without scrolling, and a browser that chose GenAI (stored
+`"genai"`) keeps it: the same click in the table lands in the GenAI mode. Any failure: one `error:` line, exit
 status 1.
 
 Needs Debian's Chromium and its driver (`apt-get install chromium chromium-driver`), driven through Selenium
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -109,12 +109,14 @@ def free_port() -> int:
 
 
 def start_ui(uri: str, port: int) -> subprocess.Popen:
-    """`mlflow ui` for the store on 127.0.0.1:port, once it answers."""
-    mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
-    server = subprocess.Popen(
-        [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its workers stop with it
-    )
+    """The server `make ui` runs (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) for the store on
+    127.0.0.1:port, once it answers."""
+    from sweeplab import ui
+
+    if not ui.app_installed():
+        raise CheckFailed(f"sweeplab's MLflow app {ui.APP_NAME!r} is not installed in {sys.prefix} (entry point group "
+                          "mlflow.app): `make install` registers it")
+    server = ui.start_server(uri, "127.0.0.1", port, output=subprocess.DEVNULL)  # its own group: workers stop with it
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -124,7 +126,7 @@ def start_ui(uri: str, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     stop_ui(server)
-    raise CheckFailed(f"`mlflow ui` did not answer on port {port} within 120 s")
+    raise CheckFailed(f"`mlflow server` did not answer on port {port} within 120 s")
 
 
 def stop_ui(server: subprocess.Popen) -> None:
@@ -247,31 +249,40 @@ def genai_navigation(driver, run_name: str, what: str) -> list[str]:
     return sorted(driver.execute_script(LABELS_SHOWN_JS, list(GENAI_NAV)))
 
 
-def check_training_mode(driver, base: str, experiment_id: str, parent_id: str, sweep_name: str,
-                        rows: list[dict[str, str]], size: str) -> None:
-    """Run pages at sweeplab's addresses show no GenAI navigation (asserted); a click in MLflow's own table on a
-    configuration run, then on its parent run (the sweep), is measured and reported (MLflow's links, not
-    sweeplab's). Starts on the table of check_runs_table."""
-    from sweeplab.tracking import mlflow_store
-
-    stored = driver.execute_script("return window.localStorage.getItem('mlflow.workflowType');")
-    first = rows[0]
+def click_through(driver, parent_id: str, sweep_name: str, first: dict[str, str],
+                  size: str) -> tuple[list[str], list[str]]:
+    """From the runs table, a click on the configuration run's link, then on its parent run's (the sweep): the GenAI
+    navigation each page shows (MLflow's own links, which carry no `workflowType`)."""
     row_link(driver, first["label"]).click()
     wait_for(driver, lambda d: f"/runs/{first['run_id']}" in d.current_url, 30,
              f"{size}: the click on {first['label']!r}")
     clicked = genai_navigation(driver, first["label"], f"{size}: {first['label']!r} clicked")
-    parents = [a for a in driver.find_elements("css selector", f"a[href*='/runs/{parent_id}']") if a.is_displayed()]
-    parent_clicked: list[str] | None = None
-    if parents:
-        parents[0].click()
-        wait_for(driver, lambda d: d.current_url.rstrip("/").split("?")[0].endswith(f"/runs/{parent_id}"), 30,
-                 f"{size}: the click on the parent run")
-        parent_clicked = genai_navigation(driver, sweep_name, f"{size}: the sweep run clicked")
-    mode = lambda labels: f"GenAI mode (shows {', '.join(labels)})" if labels else "training mode"  # noqa: E731
-    print(f"note: {size}: MLflow's own links, fresh profile (stored mlflow.workflowType: {stored}): a click on "
-          f"configuration {first['label']!r} in the table lands in {mode(clicked)}; from there, a click on its "
-          "parent run lands in " + (mode(parent_clicked) if parent_clicked is not None else "(no parent link shown)")
-          + ": MLflow's, not sweeplab's to change", flush=True)
+    parents = wait_for(driver, lambda d: [a for a in d.find_elements("css selector", f"a[href*='/runs/{parent_id}']")
+                                          if a.is_displayed()], 30, f"{size}: the link to the parent run")
+    parents[0].click()
+    wait_for(driver, lambda d: d.current_url.rstrip("/").split("?")[0].endswith(f"/runs/{parent_id}"), 30,
+             f"{size}: the click on the parent run")
+    return clicked, genai_navigation(driver, sweep_name, f"{size}: the sweep run clicked")
+
+
+def check_training_mode(driver, base: str, experiment_id: str, parent_id: str, sweep_name: str,
+                        rows: list[dict[str, str]], size: str) -> None:
+    """In a fresh profile, MLflow's own links (a configuration run in the table, then its parent, the sweep run) and
+    sweeplab's addresses of both land in the training mode: no GenAI navigation. Starts on the table of
+    check_runs_table."""
+    from sweeplab.tracking import mlflow_store, ui_server
+
+    stored = driver.execute_script(f"return window.localStorage.getItem('{ui_server.STORAGE_KEY}');")
+    first = rows[0]
+    clicked, parent_clicked = click_through(driver, parent_id, sweep_name, first, size)
+    for labels, what in ((clicked, f"a click on configuration {first['label']!r} in MLflow's table"),
+                         (parent_clicked, "from there, a click on its parent run (the sweep)")):
+        if labels:
+            raise CheckFailed(f"{size}: {what} lands in MLflow's GenAI mode (shows {', '.join(labels)}; stored "
+                              f"{ui_server.STORAGE_KEY}: {stored})")
+    print(f"ok: {size}: MLflow's own links, fresh profile (stored {ui_server.STORAGE_KEY}: {stored}): a click on "
+          f"configuration {first['label']!r} in the table, then on its parent run, land in the training mode",
+          flush=True)
     for run_id, name, what in ((first["run_id"], first["label"], f"configuration run {first['label']!r}"),
                                (parent_id, sweep_name, "the sweep run")):
         url = mlflow_store.run_url(base, experiment_id, run_id)
@@ -280,6 +291,26 @@ def check_training_mode(driver, base: str, experiment_id: str, parent_id: str, s
             raise CheckFailed(f"{size}: {what} at sweeplab's address {url} opens in MLflow's GenAI mode (shows "
                               f"{', '.join(labels)})")
         print(f"ok: {size}: {what} at sweeplab's address opens in the training mode (no GenAI navigation)", flush=True)
+
+
+def check_genai_choice_kept(driver, url: str, parent_id: str, sweep_name: str, rows: list[dict[str, str]],
+                            size: str) -> None:
+    """A browser whose user chose GenAI (the sidebar's switch: stored `"genai"`) keeps it: the same click from the
+    table lands in the GenAI mode (which also shows that the check above can see that mode)."""
+    from sweeplab.tracking import ui_server
+
+    genai = '"genai"'
+    driver.execute_script(f"window.localStorage.setItem('{ui_server.STORAGE_KEY}', '{genai}');")
+    driver.get(url)
+    driver.refresh()  # a new page load: the UI reads the stored mode when it starts, and the address changed its hash
+    wait_for(driver, lambda d: row_link(d, rows[0]["label"]) is not None, 90, f"{size}: the table, GenAI chosen")
+    clicked, _ = click_through(driver, parent_id, sweep_name, rows[0], size)
+    stored = driver.execute_script(f"return window.localStorage.getItem('{ui_server.STORAGE_KEY}');")
+    if not clicked or stored != genai:
+        raise CheckFailed(f"{size}: a browser that chose GenAI does not keep it: a click in the table shows "
+                          f"{clicked or 'no GenAI navigation'}, stored {ui_server.STORAGE_KEY}: {stored}")
+    print(f"ok: {size}: a browser that chose GenAI keeps it (a click in the table shows {', '.join(clicked)})",
+          flush=True)
 
 
 def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, size: str) -> None:
@@ -371,6 +402,7 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
                     check_charts(driver, charts, rows, monitored, size)
                     if (width, height) == VIEWPORT:
                         check_reports(driver, base, parent)
+                        check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)
                 finally:
                     driver.quit()
     finally:

@@ -15,11 +15,17 @@ The server is started first and the address printed only once it answers `GET /h
 meanwhile: on a busy 2-core machine that took over a minute), so the address works the moment it appears. Its size
 fits the machine: one worker per two cores (1 to 4), and none of MLflow's job runner and consumers (GenAI jobs:
 judges, prompt optimisation; nothing sweeplab uses) unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION says otherwise.
+
+The server is `mlflow server --app-name sweeplab` (MLflow's server plugin, sweeplab.tracking.ui_server): MLflow's own
+app, whose index page makes the training mode the browser's default, stored as if the user had set the sidebar's
+switch to "Model training", only where the browser holds no choice (a user who picked GenAI keeps it). So MLflow's
+own links, which drop the address's `workflowType` (a run in the table, a run's parent), open training pages too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -33,6 +39,7 @@ from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.report.ui_links import latest_sweep_url
 from sweeplab.tracking import mlflow_store
 
+APP_NAME = "sweeplab"  # pyproject.toml's entry point in group "mlflow.app": sweeplab.tracking.ui_server:create_app
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m sweeplab.ui", description=__doc__.split("\n\n")[0])
@@ -62,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no sweep in {uri} yet (`make sweep` makes one); experiments: {base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}", flush=True)
     if server is None:
         return 0
+    if not app_installed():
+        print(f"(sweeplab's MLflow app {APP_NAME!r} is not installed in {sys.prefix}: MLflow's own links open in its "
+              "GenAI mode until `make install` registers it)", flush=True)
     return serve_until_stopped(server)
 
 
@@ -71,13 +81,22 @@ def server_workers(cores: int | None = None) -> int:
     return max(1, min(4, cores // 2))
 
 
-def start_server(uri: str, host: str, port: int) -> subprocess.Popen:
-    """`mlflow server` for the local store, sized for this machine, in its own process group (stopped as one)."""
+def start_server(uri: str, host: str, port: int, output: int | None = None) -> subprocess.Popen:
+    """`mlflow server --app-name sweeplab` (sweeplab.tracking.ui_server: the training mode as the browser's default)
+    for the local store, sized for this machine, in its own process group (stopped as one). output: where the
+    server's log goes (this terminal when None; e.g. subprocess.DEVNULL)."""
     mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     command = [mlflow, "server", "--backend-store-uri", uri, "--host", host, "--port", str(port),
                "--workers", str(server_workers())]
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    if app_installed():
+        command += ["--app-name", APP_NAME]
+    return subprocess.Popen(command, env=env, stdout=output, stderr=output, start_new_session=True)
+
+
+def app_installed() -> bool:
+    """Whether the installed sweeplab declares its MLflow app (an install older than the entry point does not)."""
+    return bool(importlib.metadata.entry_points(group="mlflow.app", name=APP_NAME))
 
 
 def wait_until_answering(server: subprocess.Popen, base: str, timeout_s: float = 600.0,
