@@ -2,7 +2,7 @@
 (`summary/wall_breakdown/*`), the training samples, the verdict's lines, and on a GPU sweep where each configuration
 ran (issues 36 and 37: a stopped against an unstopped study; one GPU against several).
 
-    python scripts/study_cost.py [--target T] [--wall SECONDS ...] SWEEP_DIR [SWEEP_DIR ...]
+    python scripts/study_cost.py [--target T] [--wall S1,S2,...] SWEEP_DIR [SWEEP_DIR ...]
 
 MLFLOW_TRACKING_URI names the store. --target re-reads every sweep at that target (the verdict's, for studies run
 without one); --wall gives each sweep's process wall time (in the order of the folders) for the steps' share.
@@ -26,7 +26,8 @@ PARTS = ("setup", "warmup", "steps", "validation", "checkpoints", "mlflow", "tea
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=float, default=None)
-    parser.add_argument("--wall", type=float, nargs="*", default=[])
+    parser.add_argument("--wall", type=lambda v: [float(x) for x in v.split(",")], default=[],
+                        help="each sweep's process wall time in seconds, comma-separated, in the folders' order")
     parser.add_argument("dirs", nargs="+")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()

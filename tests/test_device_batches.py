@@ -101,11 +101,15 @@ def test_bad_pad_to_is_named(demo_dir):
         plan(smoke_config(demo_dir, "data.pad_multiple=0"))
 
 
-@pytest.mark.parametrize("cuda_graph, expected", [(False, "bucket"), (True, "max")])
-def test_pad_to_auto_buckets_and_is_recorded_resolved(demo_dir, cuda_graph, expected):
-    from sweeplab.families.textbridge.device_batches import resolve_pad_to
+@pytest.mark.parametrize("cuda_graph, backend, expected", [(False, "cpu", "bucket"), (True, "cpu", "max"),
+                                                            (False, "cuda", "max"), (False, "mps", "bucket")])
+def test_pad_to_auto_buckets_and_is_recorded_resolved(demo_dir, cuda_graph, backend, expected):
+    from sweeplab.families.textbridge.device_batches import resolve_data, resolve_pad_to
 
-    assert resolve_pad_to("auto", cuda_graph) == expected and resolve_pad_to("batch", cuda_graph) == "batch"
+    assert resolve_pad_to("auto", cuda_graph, backend) == expected
+    assert resolve_pad_to("batch", cuda_graph, backend) == "batch"
+    config = {"cuda_graph": cuda_graph, "backend": {"name": backend}}
+    assert resolve_data({"pad_to": "auto"}, config)["pad_to"] == expected
     p = plan(smoke_config(demo_dir))  # the config's default is auto; the CPU has no CUDA graphs
     assert p.datamodule.pad_to == p.container["data"]["pad_to"] == "bucket"
 

@@ -38,19 +38,24 @@ _BUILD_BATCH = 1024  # samples read and collated per step of the one-off build p
 _PROGRESS_MIN = 10_000  # build passes over fewer samples show no progress bar
 
 
-def resolve_pad_to(pad_to: str, cuda_graph: bool) -> str:
-    """`data.pad_to=auto`: `max` under cuda_graph (a captured graph holds one shape), else `bucket`, on every backend.
+def resolve_pad_to(pad_to: str, cuda_graph: bool, backend: str = "cpu") -> str:
+    """`data.pad_to=auto`: `max` on CUDA (and under cuda_graph, whose captured graph holds one shape), else `bucket`.
 
     Every new batch shape costs a one-off price the first time a process meets it (cuDNN autotuning on CUDA, a Metal
     graph on MPS, oneDNN primitives on the CPU: ~12 ms a shape for TextBridge small, 20 % of a step). With
     per-batch widths the first job of a sweep meets most shapes inside its timed steps and later jobs do not, so a
     job's speed depended on its place in the sweep. Buckets bound the shapes, and the timer's shape warm-up pays for
     each one before timing. On the CPU too: the extra padding (< `pad_multiple` tokens a row) costs every job alike.
+    On CUDA one width is cheaper still: with cuDNN's autotuning on, the first job of each batch size in a process
+    spent 5-6 s tuning its bucket widths (the default study on an H200: 10.2 s for that job against 5.6 s with
+    `max`; every GPU lane of a multi-GPU study pays it again), while a step of a model this size waits on the host,
+    not on the padded FLOPs (9.0-11.7 ms a step bucketed, 7.5-10.4 ms at `max`; the same validation cosines:
+    padding is masked). docs/study-cost.md.
     """
     if pad_to not in PAD_TO_SETTINGS:
         raise ConfigError("data.pad_to", f"{pad_to!r} is not one of {', '.join(PAD_TO_SETTINGS)}")
     if pad_to == "auto":
-        return "max" if cuda_graph else "bucket"
+        return "max" if cuda_graph or backend == "cuda" else "bucket"
     return pad_to
 
 
@@ -239,10 +244,12 @@ class DeviceBatches:
 
 def resolve_data(data: dict, config: dict) -> dict:
     """The `data` group as the job records and builds it (`Family.resolve_data`): `pad_to=auto` resolved for this
-    job's `cuda_graph`, so the run's params say which padding it trained with."""
+    job's backend and `cuda_graph`, so the run's params say which padding it trained with."""
     if "pad_to" not in data:
         return dict(data)
-    return {**data, "pad_to": resolve_pad_to(data["pad_to"], bool(config.get("cuda_graph", False)))}
+    backend = config.get("backend") or {}
+    name = backend.get("name", "cpu") if hasattr(backend, "get") else str(backend)
+    return {**data, "pad_to": resolve_pad_to(data["pad_to"], bool(config.get("cuda_graph", False)), name)}
 
 
 __all__ = ["DeviceBatches", "Padding", "ResidentSplit", "PAD_TO_MODES", "PAD_TO_SETTINGS", "resolve_data", "resolve_pad_to"]
