@@ -216,5 +216,13 @@ def test_inductor_regions_match_the_eager_model_and_do_not_grow_with_depth():
         for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert graphs == {2: 2, 3: 2}
+
+    # validation: eager (the default) and compiled (the blocks' evaluation variant) give the eager model's loss
+    eager = _validate(_lm_task(), ids)
+    for compile_validation in (False, True):
+        fresh_compiler()
+        task = _lm_task()
+        task.configure_training("default", compile_scope="regions", compile_validation=compile_validation)
+        torch.testing.assert_close(_validate(task, ids), eager, rtol=1e-5, atol=1e-5)
     fresh_compiler()
 
