@@ -225,8 +225,8 @@ class GPT(nn.Module):
     def compile_regions(self) -> list[tuple[nn.Module, str]]:
         """What `compile_scope=regions` compiles, as (module, method) pairs: every block's forward (the blocks share
         their code and guards, so one compiled block serves all n_layer of them) and `head_loss`, the LM head with
-        its cross-entropy (run eagerly, lm_loss=full's fp32 softmax over B·T x V materialised logits costs a
-        quarter of a GPT-2-small step on an H100). The embeddings and the final LayerNorm run eagerly."""
+        its cross-entropy (eager, lm_loss=full's fp32 softmax over B·T x V materialised logits would cost a quarter
+        of a GPT-2-small step on an H100). The embeddings and the final LayerNorm run eagerly."""
         return [*((block, "forward") for block in self.blocks), (self, "head_loss")]
 
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

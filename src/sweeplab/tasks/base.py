@@ -54,7 +54,6 @@ def _own_hparams(model: nn.Module, loss: Any, optim: OptimConfig) -> dict[str, A
     return {name: asdict(config) for name, config in configs.items() if is_dataclass(config) and not isinstance(config, type)}
 
 
-
 COMPILE_SCOPES = ("whole", "regions")  # compile_scope: what torch.compile compiles (configure_training)
 
 
