@@ -95,6 +95,8 @@ def test_a_typo_or_wrong_type_inside_a_yaml_file_is_named(group, key, value, mat
         ("trainer.precision=fp8", "trainer.precision: 'fp8' is not one of"),
         ("compile=reduce-overhead", "reduce-overhead uses CUDA graphs"),
         ("compile=turbo", "compile: 'turbo' is not one of"),
+        ("compile_scope=layers", "compile_scope: 'layers' is not one of whole, regions"),
+        ("compile_validation=sometimes", "compile_validation: expected true or false"),
     ],
 )
 def test_bad_values_fail_before_training(override, match):

@@ -78,6 +78,13 @@ def test_compiled_loss_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, mon
     _assert_same_curve(_curve(demo_dir, monkeypatch, "compile=default"), eager_curve, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # Inductor compiles C++ on the CPU: ~1 min on 2 cores
+def test_compiled_regions_keep_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    curve = _curve(demo_dir, monkeypatch, "compile=default", "compile_scope=regions")
+    _assert_same_curve(curve, eager_curve, rtol=1e-4, atol=1e-5)
+
+
 def test_the_guard_and_the_clipping_share_one_gradient_norm_per_step(demo_dir, tmp_path, monkeypatch):
     """The non-finite guard's norm is the clipping's: one pass over the gradients per step, and the curve of
     Lightning's own clip_grad_norm_ (guard off), up to the order the per-tensor norms are summed in (the model's

@@ -137,6 +137,7 @@ class RawLoop:
         from sweeplab.engine.plan import plan
         from sweeplab.families import check_task
         from sweeplab.runtime import backends
+        from sweeplab.tasks.base import compile_regions
         from sweeplab.tasks.optim import build_optimizer, build_scheduler
         from sweeplab.tasks.step_graph import MultiStepGraph, StepGraph, autocast_dtype, capturable_update
 
@@ -166,7 +167,11 @@ class RawLoop:
 
         if p.compile_mode != "off":
             fresh_compiler()  # as each sweeplab job does: no shapes remembered from earlier rows
-            loss_fn = torch.compile(loss_fn, mode=None if p.compile_mode == "default" else p.compile_mode)
+            mode = None if p.compile_mode == "default" else p.compile_mode
+            if p.compile_scope == "regions":  # the model's regions, compiled in place; the loss function stays eager
+                compile_regions(self.model, mode)
+            else:
+                loss_fn = torch.compile(loss_fn, mode=mode)
         self.loss_fn = loss_fn
         self.steps_per_batch = p.steps_per_batch  # optimizer steps per batch (the datamodule groups k batches' rows)
         capturable = capturable_update(p.cuda_graph, p.steps_per_batch, self.device)
@@ -463,6 +468,7 @@ SWITCHES = {
     "model.gradient_checkpointing": lambda v: "grad checkpointing" if v else "",
     "data.num_workers": lambda v: f"{v} workers" if v else "",
     "data.on_device": lambda v: "batches on device" if v else "",
+    "compile_scope": lambda v: "regional compile" if v == "regions" else "",
     "cuda_graph": lambda v: "CUDA graph" if v else "",
     "steps_per_batch": lambda v: f"{v} steps per batch" if v and v > 1 else "",
     "model.lm_loss": lambda v: f"{v} LM loss" if v not in ("full", None) else "",

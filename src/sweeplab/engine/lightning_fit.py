@@ -73,7 +73,7 @@ def fit(job: Job) -> FitResult:
     if p.compile_mode != "off":
         fresh_compiler()
         compile_counts = _compile_cache_counts()  # the process's counters: this job's are the difference
-    task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch)
+    task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch, p.compile_scope, p.compile_validation)
 
     checkpoints = job.output_dir / "checkpoints"
     best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode,

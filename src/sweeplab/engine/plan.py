@@ -109,6 +109,8 @@ class JobPlan:
     stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (engine/stopping.py)
     stop_target: float | None = None  # report.target, where stop.* needs it
     fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
+    compile_scope: str = "whole"  # whole | regions (tasks/base.py: configure_training)
+    compile_validation: bool = False  # validation compiled too, else eager
 
 
 def check_data_path(path: Any) -> None:
@@ -140,6 +142,22 @@ def _model_choice() -> str | None:
         return str(HydraConfig.get().runtime.choices.get("model"))
     except Exception:  # not under Hydra (bench, profile, tests composing by hand)
         return None
+
+
+def _compile_switches(container: dict, family: Any, compile_mode: str) -> tuple[str, bool]:
+    """compile_scope and compile_validation, checked; regions need a model that declares them (its class, when the
+    record names one: a record without `model` is checked when its task is built)."""
+    from sweeplab.tasks.base import COMPILE_SCOPES, check_compile_regions
+
+    scope = container.get("compile_scope", "whole")
+    if scope not in COMPILE_SCOPES:
+        raise ConfigError("compile_scope", f"{scope!r} is not one of {', '.join(COMPILE_SCOPES)}")
+    validation = container.get("compile_validation", False)
+    if not isinstance(validation, bool):
+        raise ConfigError("compile_validation", f"expected true or false, got {validation!r}")
+    if scope == "regions" and compile_mode != "off" and family.model is not None:
+        check_compile_regions(family.target("model"), family.name)
+    return scope, validation
 
 
 def plan(cfg: DictConfig) -> JobPlan:
@@ -178,6 +196,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
         raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
     compile_mode = str(container.get("compile", "off"))
+    compile_scope, compile_validation = _compile_switches(container, family, compile_mode)
     cuda_graph = container.get("cuda_graph", False)
     if not isinstance(cuda_graph, bool):
         raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
@@ -212,6 +231,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     p = JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
         timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config, stop, stop_target,
+        compile_scope=compile_scope, compile_validation=compile_validation,
     )
     if backend == "mlx":
         rules.check_mlx(p)

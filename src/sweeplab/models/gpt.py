@@ -207,16 +207,27 @@ class GPT(nn.Module):
         return self.lm_head(self.hidden(input_ids, attention_mask))
 
     def loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy (labels of -100 ignored), computed as `config.lm_loss` says:
-        full: the (B, T, V) logits, then cross-entropy in fp32; chunked: `chunked_cross_entropy`, the head and the
-        loss a chunk of tokens at a time, gradients computed on the way, so no (B·T, V) tensor exists; liger:
-        Liger-Kernel's fused linear cross-entropy (Triton, CUDA), the same algorithm in fused kernels."""
+        """Mean next-token cross-entropy (labels of -100 ignored): the final hidden states, then `head_loss`."""
+        return self.head_loss(self.hidden(input_ids), labels)
+
+    def head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) final hidden states, (B, T) labels -> the mean cross-entropy of the tied LM head's logits,
+        computed as `config.lm_loss` says: full: the (B, T, V) logits, then cross-entropy in fp32; chunked:
+        `chunked_cross_entropy`, the head and the loss a chunk of tokens at a time, gradients computed on the way, so
+        no (B·T, V) tensor exists; liger: Liger-Kernel's fused linear cross-entropy (Triton, CUDA), the same
+        algorithm in fused kernels."""
         if self.config.lm_loss == "full":
-            return cross_entropy(self(input_ids), labels)
-        hidden = self.hidden(input_ids)
+            return cross_entropy(self.lm_head(hidden), labels)
         if self.config.lm_loss == "chunked":
             return chunked_cross_entropy(hidden, self.lm_head.weight, labels, self.config.loss_chunks)
         return liger_cross_entropy(hidden, self.lm_head.weight, labels)
+
+    def compile_regions(self) -> list[tuple[nn.Module, str]]:
+        """What `compile_scope=regions` compiles, as (module, method) pairs: every block's forward (the blocks share
+        their code and guards, so one compiled block serves all n_layer of them) and `head_loss`, the LM head with
+        its cross-entropy (eager, lm_loss=full's fp32 softmax over B·T x V materialised logits would cost a quarter
+        of a GPT-2-small step on an H100). The embeddings and the final LayerNorm run eagerly."""
+        return [*((block, "forward") for block in self.blocks), (self, "head_loss")]
 
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) token ids -> (B, T, d) final hidden states (after ln_f), what the LM head scores."""

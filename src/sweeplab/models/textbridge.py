@@ -181,6 +181,13 @@ class TextBridgeEncoder(nn.Module):
         pooled = x.new_zeros(len(lengths), x.shape[1]).index_add_(0, segment, x)
         return self.project(pooled / lengths.unsqueeze(1).clamp_min(1).to(x.dtype))  # empty samples: 0
 
+    def compile_regions(self) -> list[tuple[nn.Module, str]]:
+        """What `compile_scope=regions` compiles, as (module, method) pairs: the forward of every block that trains.
+        Blocks of one dilation share their code and guards (one compiled block serves them all; each dilation is
+        its own compilation). Frozen blocks run eagerly: they need no backward and run once per sample (the task's
+        frozen-trunk cache) or without gradients. The embedding, pooling and head are a few small kernels."""
+        return [(block, "forward") for block in self.blocks[self.first_trainable_block:]]
+
     # --- what trains -------------------------------------------------------------------------
     def apply_freeze(self, mode: str) -> None:
         frozen = frozen_parts(self, mode)

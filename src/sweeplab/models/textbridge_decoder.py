@@ -124,6 +124,12 @@ class TextBridgeDecoder(nn.Module):
         """(B, E) embeddings, (B, T) decoder inputs ([BOS, t1 ..]) -> (B, T, V) next-token logits."""
         return self.head(self.hidden(embedding, input_ids, attention_mask))
 
+    def compile_regions(self) -> list[tuple[nn.Module, str]]:
+        """What `compile_scope=regions` compiles, as (module, method) pairs: the GPT-2 blocks' forward (one compiled
+        block serves them all: same code, same guards). The head and its loss stay eager: the family's task scores
+        only the labelled positions on a CPU, a batch-dependent shape that would recompile."""
+        return [(block, "forward") for block in self.gpt.blocks]
+
     @torch.no_grad()
     def generate(self, embedding: torch.Tensor, max_tokens: int | None = None) -> list[list[int]]:
         """Greedy decoding: each embedding's token ids, up to (not including) EOS, at most `max_tokens` (max_len)."""

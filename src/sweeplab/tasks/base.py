@@ -4,9 +4,17 @@ samples, tokens and FLOPs).
 
 A task only says how to compute its training loss (`training_loss`: model forward + loss, plus metrics to log);
 `configure_training` decides how that runs:
-- compile: the whole `training_loss` goes through torch.compile, not the model alone, so the loss fuses with the
-  model's last layers (paGating: the fp32 softmax over 16k x 50k logits would otherwise run eagerly on
-  materialised fp32 logits, a quarter of the step on an H100);
+- compile, compile_scope=whole: the whole `training_loss` goes through torch.compile, not the model alone, so the
+  loss fuses with the model's last layers (paGating: the fp32 softmax over 16k x 50k logits would otherwise run
+  eagerly on materialised fp32 logits, a quarter of the step on an H100);
+- compile, compile_scope=regions: only the regions the model declares (`compile_regions()`: its repeated block, and
+  paGating's LM head with its loss, for the reason above) are compiled, in place; the rest runs eagerly. The
+  blocks share their code and guards, so one compilation serves every layer: the cold compile no longer grows
+  with the depth (PyTorch's recipe "Reducing torch.compile cold start compilation time with regional
+  compilation");
+- compile_validation=false (the default): validation runs eagerly, compiling nothing of its own: a study validates
+  a few batches, and compiling the evaluation graph cost a whole extra compilation per shape (12-22 s on an H100
+  for paGating-small, docs/study-cost.md), more than the eager batches it would speed up;
 - cuda_graph: manual optimization; forward, backward and clipping replay as one CUDA graph (tasks/step_graph.py),
   then the optimizer and LR schedule step as usual;
 - steps_per_batch=k > 1: each training batch holds k steps' batches and the task runs k whole optimizer steps on it
@@ -17,6 +25,8 @@ A task only says how to compute its training loss (`training_loss`: model forwar
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -25,6 +35,7 @@ import torch
 from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
+from sweeplab.core.errors import ConfigError
 from sweeplab.runtime.lightning_private import count_optimizer_steps
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import (
@@ -42,6 +53,43 @@ def _own_hparams(model: nn.Module, loss: Any, optim: OptimConfig) -> dict[str, A
     configs = {"model": getattr(model, "config", None), "loss": loss, "optim": optim}
     return {name: asdict(config) for name, config in configs.items() if is_dataclass(config) and not isinstance(config, type)}
 
+
+COMPILE_SCOPES = ("whole", "regions")  # compile_scope: what torch.compile compiles (configure_training)
+
+
+def check_compile_regions(model: Any, family: str) -> None:
+    """compile_scope=regions needs a model (class or instance) that declares its regions: one line naming the
+    family and the fix otherwise."""
+    if not callable(getattr(model, "compile_regions", None)):
+        name = model.__name__ if isinstance(model, type) else type(model).__name__
+        raise ConfigError("compile_scope", f"regions: family {family}'s model {name} declares no compile_regions() "
+                                           "(the (module, method) pairs to compile); use compile_scope=whole")
+
+
+def compile_regions(model: nn.Module, mode: str | None) -> int:
+    """Compile, in place, every region `model.compile_regions()` declares: a module's forward with
+    `Module.compile` (its state_dict keys stay as they are), another method with torch.compile of the class's
+    method, bound to the module and set on the instance. Returns the number of regions. Calling it again
+    compiles afresh, never a compiled method twice."""
+    regions = model.compile_regions()
+    for module, method in regions:
+        if method == "forward":
+            module.compile(mode=mode)
+        else:
+            setattr(module, method, torch.compile(getattr(type(module), method).__get__(module), mode=mode))
+    return len(regions)
+
+
+def run_eagerly(fn: Callable) -> Callable:
+    """`fn` with every compiled function or module it reaches run as plain eager code (torch.compiler's
+    `force_eager` stance): nothing compiles, and nothing compiled runs, inside it."""
+
+    @functools.wraps(fn)
+    def eager(*args, **kwargs):
+        with torch.compiler.set_stance("force_eager"):
+            return fn(*args, **kwargs)
+
+    return eager
 
 
 def train_metric_names(metrics: dict) -> dict:
@@ -86,11 +134,24 @@ class SweepTask(L.LightningModule):
         (no logging, no Lightning calls), so it can be compiled and captured."""
         raise NotImplementedError
 
-    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False, steps_per_batch: int = 1) -> None:
+    def configure_training(self, compile_mode: str = "off", cuda_graph: bool = False, steps_per_batch: int = 1,
+                           compile_scope: str = "whole", compile_validation: bool = False) -> None:
+        """How training runs (the module docstring): compile_mode off | default | reduce-overhead | max-autotune;
+        compile_scope whole | regions; compile_validation: validation compiled too (whole: the model's forward as
+        one graph; regions: the regions' evaluation variants), else run eagerly."""
+        if compile_scope not in COMPILE_SCOPES:
+            raise ConfigError("compile_scope", f"{compile_scope!r} is not one of {', '.join(COMPILE_SCOPES)}")
         if compile_mode != "off":
             mode = None if compile_mode == "default" else compile_mode
-            self.loss_fn = torch.compile(self.training_loss, mode=mode)
-            self.forward_fn = torch.compile(self.model.forward, mode=mode)
+            if compile_scope == "regions":
+                check_compile_regions(self.model, self.family)
+                compile_regions(self.model, mode)
+            else:
+                self.loss_fn = torch.compile(self.training_loss, mode=mode)
+                if compile_validation:
+                    self.forward_fn = torch.compile(self.model.forward, mode=mode)
+            if not compile_validation:  # the whole step: a task's validation may call the model directly too
+                self.validation_step = run_eagerly(type(self).validation_step.__get__(self))
         self.cuda_graph = cuda_graph
         self.steps_per_batch = steps_per_batch
         self.automatic_optimization = not cuda_graph and steps_per_batch == 1
