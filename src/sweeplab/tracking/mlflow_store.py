@@ -402,21 +402,6 @@ def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
         client.log_batch(run_id, params=items[i : i + 100])
 
 
-ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
-ASYNC_BUFFER_S = "1"  # whole seconds (MLflow reads an int)
-
-
-def quick_async_shutdown() -> None:
-    """Let MLflow's asynchronous writer stop the moment it is asked (unless the user set its buffering).
-
-    Ending a run shuts MLflow's writer thread down and joins it; unbuffered, that thread sits in a `queue.get` with a
-    1 s timeout and sees the stop only when it returns, so every run's end waited up to a second on an empty queue
-    (cProfile of a 6-job smoke sweep: `set_terminated` 4.8 s, all of it that join). With a buffering window the thread
-    waits on the stop event instead (MLflow's `MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`: it then also merges the
-    writes of each window into one batch), so the join returns as soon as the queue is drained."""
-    os.environ.setdefault(ASYNC_BUFFER_ENV, ASYNC_BUFFER_S)
-
-
 class JobRun:
     """One MLflow run for one training job; use as a context manager."""
 
@@ -431,7 +416,6 @@ class JobRun:
         run_id: str | None = None,
     ):
         self.uri = uri
-        quick_async_shutdown()  # before MLflow's writer thread starts: it reads the setting at each turn of its loop
         self.client = client(uri)
         self._monitor = None
         self._monitor_timer = None
