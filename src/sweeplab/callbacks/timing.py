@@ -351,8 +351,8 @@ class StepTimer:
                 metrics["train/mfu"] = win["flops"] / elapsed / self._peak
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
             # Straight to the loggers, once, at the window's step. Through pl_module.log the value stayed in
-            # Lightning's results and was written again at the next `log_every_n_steps` step. MLflow writes
-            # asynchronously (logger.async_logging): no step waits for it.
+            # Lightning's results and was written again at the next `log_every_n_steps` step. The run logger holds
+            # it until the next pause (tracking/run_logger.py): no timed step waits for the store.
             self._fit.log_metrics(metrics, step)
 
     def step_time_so_far(self) -> float | None:
