@@ -7,6 +7,8 @@ board holds the shortest time to target posted so far), validation every 2 % of 
 With stopping, a job of another configuration than the baseline stops at the first validation past k times the
 round's leader time without having reached the target (right-censored); a configuration stopped that way in
 `--for-good` rounds gets no further rounds (all three have the same final quality here, so none may be better).
+Each study has its own seed and draws the same numbers in every arm, so the arms are paired: the last column counts
+the studies whose intervals stopped covering with stopping, of those whose coverage changed either way.
 
     python scripts/stop_simulation.py [--studies 2000] [--k 2.0 2.5 3.0] [--sigma 0.1 0.3]
 """
@@ -42,7 +44,8 @@ def _job(config: str, r: int, samples_to_target: float, rng: random.Random, stop
     VALIDATE_EVERY samples, until its last step or `stop_at`."""
     end = stop_at if stop_at is not None else MAX_SAMPLES
     points = [(s, min(0.95, TARGET * s / samples_to_target)) for s in _grid(end)]
-    final = points[-1][1] + (rng.gauss(0.0, 0.001) if stop_at is None else 0.0)
+    noise = rng.gauss(0.0, 0.001)  # drawn either way: a stop leaves the study's later draws as they were (paired arms)
+    final = points[-1][1] + (noise if stop_at is None else 0.0)
     return verdict.Job(config, r, r, 1.0, final, points, censored_samples=stop_at)
 
 
@@ -102,13 +105,17 @@ def main() -> None:
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.1, 0.3])
     args = parser.parse_args()
     print("| sigma | stop.behind | equal config stopped for good | any equal job stopped | false 'faster' | "
-          "all intervals cover | slow called slower | training samples |")
-    print("|---|---|---|---|---|---|---|---|")
+          "all intervals cover | slow called slower | training samples | coverage lost of changed (paired) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for sigma in args.sigma:
-        baseline_spent = None
+        baseline_spent, paired = None, None
         for k in [None, *args.k]:
-            rng = random.Random(1234)
-            outcomes = [study(rng, sigma, k) for _ in range(args.studies)]
+            # study i draws the same times to target in every arm (its own seed, the same draws whether or not a
+            # job stops), so the arms are paired: a difference between them is what stopping changed
+            outcomes = [study(random.Random(1234 + i), sigma, k) for i in range(args.studies)]
+            paired = paired or outcomes
+            flips = sum(o.covered != p.covered for o, p in zip(outcomes, paired))
+            worse = sum(p.covered and not o.covered for o, p in zip(outcomes, paired))
 
             def share(attr: str, outcomes: list[Outcome] = outcomes) -> float:
                 return sum(getattr(o, attr) for o in outcomes) / len(outcomes)
@@ -117,7 +124,8 @@ def main() -> None:
             baseline_spent = baseline_spent or spent
             print(f"| {sigma} | {'off' if k is None else k} | {share('stopped_equal'):.1%} | "
                   f"{share('any_equal_job_stopped'):.1%} | {share('false_faster'):.1%} | {share('covered'):.1%} | "
-                  f"{share('slow_called_slower'):.1%} | {spent / baseline_spent:.0%} |", flush=True)
+                  f"{share('slow_called_slower'):.1%} | {spent / baseline_spent:.0%} | {worse} of {flips} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
