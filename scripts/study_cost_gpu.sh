@@ -1,0 +1,77 @@
+#!/bin/bash
+# Issue 36/37's study-cost measurements on a GPU host, one part per call (each fits a 10-minute device call):
+#
+#   bash scripts/study_cost_gpu.sh textbridge   # the default study on one GPU, then on every visible GPU (joblib_gpus)
+#   bash scripts/study_cost_gpu.sh stopping     # unstopped and stopped default study, order A B B A, one GPU
+#   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
+#   DRY=1 bash scripts/study_cost_gpu.sh PART   # print the commands only
+#   BACKEND=cpu EXTRA="debug=smoke replicates=2" bash scripts/study_cost_gpu.sh stopping   # the plumbing, on a CPU
+#
+# Each study runs in its own sweep folder under $WORK (default /tmp/study-cost) with one MLflow store; its process
+# wall time goes to $WORK/walls.txt, and scripts/study_cost.py prints the wall breakdown, the steps' share, the
+# verdict and each configuration's GPUs. Logs go to $OUT when set (the device tool's output folder), else $WORK.
+set -u
+PART=${1:?textbridge | stopping | pagating}
+WORK=${WORK:-/tmp/study-cost}
+LOGS=${OUT:-$WORK}
+mkdir -p "$WORK" "$LOGS"
+export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$WORK/mlflow.db}
+
+BACKEND=${BACKEND:-cuda}
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+run() {  # name, time limit (s), overrides... (backend=cuda becomes backend=$BACKEND; $EXTRA is appended)
+  local name=$1 limit=$2
+  shift 2
+  set -- "${@/#backend=cuda/backend=$BACKEND}" "${EXTRA_ARGS[@]}"
+  if [ -n "${DRY:-}" ]; then
+    echo "python -m sweeplab.train -m hydra.sweep.dir=$WORK/$name $*"
+    return
+  fi
+  local t0 t1
+  t0=$(date +%s.%N)
+  timeout "$limit" python -m sweeplab.train -m "hydra.sweep.dir=$WORK/$name" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  t1=$(date +%s.%N)
+  echo "$name rc=$rc wall=$(python -c "print(round($t1 - $t0, 1))")" | tee -a "$WORK/walls.txt"
+}
+wall() { grep "^$1 " "$WORK/walls.txt" | tail -1 | sed "s/.*wall=//"; }
+report() {  # [--target T] names...
+  [ -n "${DRY:-}" ] && return
+  local args=() walls=() dirs=()
+  if [ "$1" = "--target" ]; then args=(--target "$2"); shift 2; fi
+  for name in "$@"; do walls+=("$(wall "$name")"); dirs+=("$WORK/$name"); done
+  python scripts/study_cost.py "${args[@]}" --wall "$(IFS=,; echo "${walls[*]}")" "${dirs[@]}"
+}
+
+case $PART in
+textbridge)
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run tb_one_gpu 240 sweep=default backend=cuda
+  run tb_all_gpus 240 sweep=default backend=cuda hydra/launcher=joblib_gpus
+  report tb_one_gpu tb_all_gpus
+  ;;
+stopping)  # A B B A: neither side gets the freshly started machine alone
+  STOP=(report.target=0.53 stop.at_target=true stop.behind=2)
+  export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+  run unstopped_1 150 sweep=default backend=cuda report.target=0.53
+  run stopped_1 150 sweep=default backend=cuda "${STOP[@]}"
+  run stopped_2 150 sweep=default backend=cuda "${STOP[@]}"
+  run unstopped_2 150 sweep=default backend=cuda report.target=0.53
+  report --target 0.53 unstopped_1 stopped_1 stopped_2 unstopped_2
+  ;;
+pagating)
+  PG=(model=pagating_lm model.size=small sweep=pagating_batch data.batch_size=8,16 backend=cuda
+      trainer.precision=bf16-mixed compile=default optim.implementation=fused replicates=3 trainer.max_steps=300
+      trainer.val_check_interval=100 trainer.limit_val_batches=4)
+  if [ -z "${DRY:-}" ]; then  # the LM data cache (tokenizer, token memmap) is data preparation, not the study's
+    timeout 180 python -m sweeplab.train model=pagating_lm model.size=small "backend=$BACKEND" trainer.max_steps=2 \
+      trainer.val_check_interval=2 trainer.limit_val_batches=1 logger.experiment_name=study-cost-data \
+      "hydra.run.dir=$WORK/data_warmup" > "$LOGS/data_warmup.log" 2>&1 || echo "data warm-up failed: $LOGS/data_warmup.log"
+  fi
+  run pg_study 420 "${PG[@]}"
+  report pg_study
+  ;;
+*)
+  echo "unknown part $PART: textbridge | stopping | pagating" >&2
+  exit 2
+  ;;
+esac
