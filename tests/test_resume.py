@@ -214,6 +214,26 @@ def test_resume_without_an_interrupted_run_or_with_a_bad_checkpoint_fails_clearl
         assert all(r.info.status != "RUNNING" for r in client.search_runs([exp.experiment_id]))
 
 
+@pytest.mark.slow  # three jobs in child processes (23 s); beside its sibling above
+def test_resuming_from_a_weights_only_best_checkpoint_names_the_file_and_the_fix(demo_dir, mlflow_uri, tmp_path):
+    """checkpoint.best=weights (the default) writes best files without the optimizer state: resume=<that file> is one
+    line naming it and what to pass instead (it was Lightning's KeyError traceback), and the run it came from stays
+    as it was."""
+    common = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64"]
+    done = _train([*common, f"hydra.run.dir={tmp_path / 'job'}"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    best = next((tmp_path / "job" / "checkpoints").glob("best-step*.ckpt"))
+    refused = _train([*common, f"resume={best}", "trainer.max_steps=40", f"hydra.run.dir={tmp_path / 'again'}"])
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"checkpoint {best} holds the model's weights only" in refused.stderr
+    assert "last.ckpt" in refused.stderr and "Traceback" not in refused.stderr
+    _, runs = _runs(mlflow_uri, "sweeplab")
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    # the job's folder (what the message says to pass) resumes
+    extended = _train([*common, f"resume={tmp_path / 'job'}", "trainer.max_steps=40", f"hydra.run.dir={tmp_path / 'again'}"])
+    assert extended.returncode == 0, extended.stderr[-2000:]
+
+
 class _LossModel(BoringModel):
     def training_step(self, batch, batch_idx):
         out = super().training_step(batch, batch_idx)

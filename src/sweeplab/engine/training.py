@@ -268,6 +268,7 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
         run_id, output_dir = None, own_output_dir
     checkpoint = read_checkpoint(ckpt)  # a missing, truncated, damaged or foreign file; non-finite weights
     resume.check_backend(checkpoint, ckpt, p.backend)
+    resume.check_training_state(checkpoint, ckpt)
     for best in best_files(checkpoint):  # the best checkpoint it brings along is checked the same way
         if best.resolve() != ckpt.resolve():
             read_checkpoint(best)

@@ -111,6 +111,16 @@ def check_backend(checkpoint: Mapping[str, Any], path: Path, backend: str) -> No
                         "resume it with the backend that wrote it")
 
 
+def check_training_state(checkpoint: Mapping[str, Any], path: Path) -> None:
+    """The checkpoint holds the optimizer's state, which resuming restores: a best checkpoint written with
+    `checkpoint.best=weights` (the default) holds the weights only, and Lightning's restore failed on it with a
+    traceback."""
+    if "optimizer_states" not in checkpoint:
+        raise UserError(f"resume: checkpoint {path} holds the model's weights only (a best checkpoint, "
+                        "checkpoint.best=weights), not the optimizer state training continues from; resume from "
+                        "the job's folder or its checkpoints/last.ckpt")
+
+
 def find_run(uri: str, run_id: str) -> mlflow_store.RunRecord | None:
     """The run with this id in this store, or None (another store's run, or deleted)."""
     from mlflow.exceptions import MlflowException
