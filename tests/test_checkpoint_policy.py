@@ -129,6 +129,7 @@ def test_a_job_killed_while_a_background_write_is_in_flight_resumes_from_the_las
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert steps == list(range(30))  # every step once
     assert read_checkpoint(checkpoints / "last.ckpt")["global_step"] == 30
+    assert not list(checkpoints.glob(".*.tmp"))  # the killed write's leftover went when the resumed job started
 
 
 def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, tmp_path):

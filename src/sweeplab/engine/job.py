@@ -28,7 +28,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.core import interrupts, schema
+from sweeplab.core import files, interrupts, schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.schema import BATCH_SIZE_USED_TAG
 from sweeplab.engine.plan import JobPlan, model_params
@@ -160,6 +160,14 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
     base = mlflow_store.ui_base(run.uri)
     where = mlflow_store.run_url(base, run.experiment_id, run.run_id) if base else f"run {run.run_id} (`make ui` shows it)"
     return f"done: {run.run_name}: {', '.join(parts)}{saved}; {where}"
+
+
+def clear_unfinished_writes(folder: Path) -> None:
+    """The temp files of checkpoint writes a killed job left unfinished (never read, never renamed into place) go
+    before this job writes any: a resumed job's folder holds only whole checkpoints."""
+    removed = files.remove_unfinished_writes(folder)
+    if removed:
+        log.info("removed %d unfinished checkpoint write(s) a stopped job left in %s", len(removed), folder)
 
 
 def record_batch_size(job: Job, loader) -> None:

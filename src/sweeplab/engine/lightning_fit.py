@@ -23,7 +23,7 @@ from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.core.schema import COMPILE_CACHE_METRIC
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.engine import stopping, tuning
-from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
+from sweeplab.engine.job import FitResult, Job, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
 from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
@@ -76,6 +76,7 @@ def fit(job: Job) -> FitResult:
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch, p.compile_scope, p.compile_validation)
 
     checkpoints = job.output_dir / "checkpoints"
+    clear_unfinished_writes(checkpoints)
     best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode,
                           optimizer_state=p.checkpoint.best == "full")
     timer = ThroughputTimer(**p.timing)

@@ -46,7 +46,7 @@ from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core import interrupts
 from sweeplab.core.files import atomic_write
 from sweeplab.data.sampling import check_resumable
-from sweeplab.engine.job import FitResult, Job, record_batch_size, start_fit
+from sweeplab.engine.job import FitResult, Job, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
@@ -131,6 +131,7 @@ def fit(job: Job) -> FitResult:
         warm_up_shapes=_shape_warm_up(datamodule, step_fn, p.trainer.max_steps),
         accumulate=p.trainer.accumulate_grad_batches,
     ))
+    clear_unfinished_writes(job.output_dir / "checkpoints")
     best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
     loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
     loop.before_save = [each.wait_for_writes for each in loggers if hasattr(each, "wait_for_writes")]
