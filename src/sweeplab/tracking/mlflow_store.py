@@ -134,6 +134,12 @@ def client(uri: str):
     try:
         if uri in _opened_stores or sqlite_path(uri) is None:
             return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
+        # MLflow's sqlite store module and its imports (1.3 s of the 1.4 s an existing store took to open here) load
+        # before the lock, which then holds for the schema check alone (0.04 s): the lanes of a multi-GPU study
+        # opening one store no longer import one after the other. (On the 2-core machine four processes take as
+        # long either way, their imports being CPU-bound; the lanes' hosts have 16-64 cores. Not measured there.)
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
         with store_lock(uri):
             client = MlflowClient(tracking_uri=uri)  # opens (and caches) the store: a new file gets its schema here
     except UserError:
