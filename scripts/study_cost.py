@@ -15,8 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from sweeplab.core import channels, schema
-from sweeplab.report.tables import sweep_report
-from sweeplab.study.record import VerdictOptions
+from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
 
@@ -39,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
         sweep = read_sweep(uri, parent)
         target = args.target if args.target is not None else sweep.parent.tags.get(schema.TARGET_TAG)
         tolerance = sweep.parent.tags.get(schema.TOLERANCE_TAG)
-        found = sweep_report(uri, parent, None, options=VerdictOptions(
+        # the verdict of the sweep already read (sweep_report would read it again and write its verdict back)
+        found = sweep_verdict(sweep, VerdictOptions(
             float(target) if target else None, float(tolerance) if tolerance not in (None, "", "None", "null") else None))
         seconds = sum(j.metrics.get("summary/timed_seconds", 0.0) for j in sweep.jobs)
         samples = sum((j.stop_step or j.max_steps or 0) * (j.samples_per_step or 0) for j in sweep.jobs)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         share = f"{parts['steps'] / wall:.0%}" if wall else ""
         print(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
               f"{wall if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
-        for line in found.verdict.lines:
+        for line in found.lines:
             print(f"    {line}")
         gpus: dict[str, set[str]] = defaultdict(set)
         for job in sweep.jobs:

@@ -87,6 +87,30 @@ def _record_job(number, overrides, log_dir, seconds):
     return number
 
 
+def _run_lanes(tmp_path, jobs, seconds, starts=(0.0, 0.0)) -> dict[int, dict]:
+    """The lanes of `jobs` as forked processes (one per start delay, 2 slots, 1 GPU each), every job recorded by
+    _record_job sleeping `seconds[number]`; the records by job number."""
+    taken, logs = tmp_path / "taken", tmp_path / "logs"
+    taken.mkdir()
+    logs.mkdir()
+    context = multiprocessing.get_context("fork")
+    args = (jobs, str(taken), 1, 2, _record_job, (str(logs), seconds))
+    lanes = [context.Process(target=_late_lane, args=(delay, *args)) for delay in starts]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join(timeout=120)
+        assert lane.exitcode == 0
+    return {job["number"]: job for job in (json.loads(p.read_text()) for p in logs.glob("*.json"))}
+
+
+def _gpus_of_configurations(ran: dict[int, dict]) -> dict[int, set[str]]:
+    gpus_of: dict[int, set[str]] = {}
+    for job in ran.values():
+        gpus_of.setdefault(job["config_round"][0], set()).add(job["gpu"])
+    return gpus_of
+
+
 def test_lanes_start_the_next_round_without_waiting_for_the_rounds_slowest_job(monkeypatch, tmp_path):
     """Two pretend GPUs, two configurations, three rounds; round 0's job of configuration 0 is slow. The other lane
     goes on with its next rounds' jobs meanwhile (Hydra's per-round launch waited for the slow one first)."""
@@ -94,19 +118,9 @@ def test_lanes_start_the_next_round_without_waiting_for_the_rounds_slowest_job(m
     monkeypatch.setenv(channels.GPU_LOCK_DIR_ENV, str(tmp_path / "locks"))
     jobs = _launch_list(2, rounds=3, slots=2)
     slow = next(n for n, o, _ in jobs if _config_and_round(o) == (0, 0))
-    taken, logs = tmp_path / "taken", tmp_path / "logs"
-    taken.mkdir()
-    logs.mkdir()
-    context = multiprocessing.get_context("fork")
-    lanes = [context.Process(target=run_lane, args=(jobs, str(taken), 1, 2, _record_job, (str(logs), {slow: 3.0})))
-             for _ in range(2)]
-    for lane in lanes:
-        lane.start()
-    for lane in lanes:
-        lane.join(timeout=120)
-        assert lane.exitcode == 0
-    ran = {json.loads(p.read_text())["number"]: json.loads(p.read_text()) for p in logs.glob("*.json")}
+    ran = _run_lanes(tmp_path, jobs, {slow: 3.0})
     assert sorted(ran) == [n for n, _, _ in jobs]  # every job once
+    taken = tmp_path / "taken"
     assert sorted(p.name for p in taken.iterdir() if p.name.isdigit()) == sorted(str(n) for n, _, _ in jobs)
     other_lane = [job for n, job in ran.items() if n != slow and job["start"] < ran[slow]["end"]]
     assert len(other_lane) == len(jobs) - 1  # everything else ran while the slow job did: no round barrier
@@ -146,23 +160,9 @@ def test_the_first_worker_up_does_not_take_the_jobs_of_a_lane_still_starting(mon
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv(channels.GPU_LOCK_DIR_ENV, str(tmp_path / "locks"))
     jobs = _launch_list(2, rounds=3, slots=2)
-    taken, logs = tmp_path / "taken", tmp_path / "logs"
-    taken.mkdir()
-    logs.mkdir()
-    context = multiprocessing.get_context("fork")
-    args = (jobs, str(taken), 1, 2, _record_job, (str(logs), {n: 1.0 for n, _, _ in jobs}))
-    lanes = [context.Process(target=_late_lane, args=(delay, *args)) for delay in (0.0, 2.0)]
-    for lane in lanes:
-        lane.start()
-    for lane in lanes:
-        lane.join(timeout=120)
-        assert lane.exitcode == 0
-    ran = [json.loads(p.read_text()) for p in logs.glob("*.json")]
+    ran = _run_lanes(tmp_path, jobs, {n: 1.0 for n, _, _ in jobs}, starts=(0.0, 2.0))
     assert len(ran) == len(jobs)
-    gpus_of = {}
-    for job in ran:
-        gpus_of.setdefault(job["config_round"][0], set()).add(job["gpu"])
-    assert gpus_of == {0: {"0", "1"}, 1: {"0", "1"}}
+    assert _gpus_of_configurations(ran) == {0: {"0", "1"}, 1: {"0", "1"}}
 
 
 @pytest.mark.slow  # ~1 min: 8 smoke jobs in two joblib workers
@@ -198,20 +198,7 @@ def test_lanes_on_gpus_past_the_first_still_rotate(monkeypatch, tmp_path):
     for fd in held:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     jobs = _launch_list(2, rounds=2, slots=2)
-    taken, logs = tmp_path / "taken", tmp_path / "logs"
-    taken.mkdir()
-    logs.mkdir()
-    context = multiprocessing.get_context("fork")
-    args = (jobs, str(taken), 1, 2, _record_job, (str(logs), {n: 1.0 for n, _, _ in jobs}))
-    lanes = [context.Process(target=run_lane, args=args) for _ in range(2)]
-    for lane in lanes:
-        lane.start()
-    for lane in lanes:
-        lane.join(timeout=120)
-        assert lane.exitcode == 0
+    ran = _run_lanes(tmp_path, jobs, {n: 1.0 for n, _, _ in jobs})
     for fd in held:
         os.close(fd)
-    gpus_of = {}
-    for job in (json.loads(p.read_text()) for p in logs.glob("*.json")):
-        gpus_of.setdefault(job["config_round"][0], set()).add(job["gpu"])
-    assert gpus_of == {0: {"2", "3"}, 1: {"2", "3"}}
+    assert _gpus_of_configurations(ran) == {0: {"2", "3"}, 1: {"2", "3"}}

@@ -23,7 +23,7 @@ def test_a_killed_write_leaves_a_temp_file_that_the_next_start_removes_and_the_w
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     (leftover,) = tmp_path.glob(".last.ckpt.*.tmp")
     assert leftover.read_bytes() == b"half" and target.read_bytes() == b"whole"
-    (tmp_path / ".write-probe-x").write_bytes(b"")  # another kind of file: not a write's leftover, kept
+    (tmp_path / ".hidden").write_bytes(b"")  # another kind of file: not a write's leftover, kept
     assert remove_unfinished_writes(tmp_path) == [leftover]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".write-probe-x", "last.ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "last.ckpt"]
     assert remove_unfinished_writes(tmp_path / "absent") == []

@@ -40,12 +40,9 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
 def remove_unfinished_writes(folder: Path) -> list[Path]:
     """Delete what killed `atomic_write`s left in `folder` (their `.<name>.*.tmp` files: never read, never renamed
     into place); the removed paths. Call it only where no write into `folder` can be under way (a job's start)."""
-    removed = []
-    for stale in sorted(Path(folder).glob(".*.tmp")) if Path(folder).is_dir() else []:
-        if stale.name.startswith(".write-probe-"):
-            continue
+    removed = sorted(Path(folder).glob(".*.tmp")) if Path(folder).is_dir() else []  # atomic_write's temp names
+    for stale in removed:
         stale.unlink(missing_ok=True)
-        removed.append(stale)
     return removed
 
 

@@ -247,9 +247,8 @@ def resolve_data(data: dict, config: dict) -> dict:
     job's backend and `cuda_graph`, so the run's params say which padding it trained with."""
     if "pad_to" not in data:
         return dict(data)
-    backend = config.get("backend") or {}
-    name = backend.get("name", "cpu") if hasattr(backend, "get") else str(backend)
-    return {**data, "pad_to": resolve_pad_to(data["pad_to"], bool(config.get("cuda_graph", False)), name)}
+    backend = (config.get("backend") or {}).get("name", "cpu")
+    return {**data, "pad_to": resolve_pad_to(data["pad_to"], bool(config.get("cuda_graph", False)), backend)}
 
 
 __all__ = ["DeviceBatches", "Padding", "ResidentSplit", "PAD_TO_MODES", "PAD_TO_SETTINGS", "resolve_data", "resolve_pad_to"]
