@@ -87,6 +87,49 @@ def test_coremltools_int64_note_is_dropped_and_its_other_warnings_stay(caplog):
     assert [r.getMessage() for r in caplog.records] == ["something else from coremltools"]
 
 
+def test_the_import_notes_of_torchao_and_torch_are_dropped_and_other_warnings_stay(caplog):
+    """`make data`'s teacher imports torchao: on a CPU wheel its CUDA libraries fail to load, and torch notes that
+    its enums need no pytree registration; neither is the user's to act on."""
+    import enum
+    import logging
+
+    import torch.utils._pytree as pytree
+
+    from sweeplab.core.console import quiet_libraries
+
+    quiet_libraries()
+
+    class Kind(enum.Enum):  # what torchao registers: an Enum with an __eq__ of its own
+        A = 1
+
+        def __eq__(self, other):
+            return self is other
+
+        __hash__ = enum.Enum.__hash__
+
+    class Kept(logging.Handler):  # torch's loggers do not propagate to caplog's: listen on the logger itself
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    kept = Kept()
+    torch_logger = logging.getLogger("torch.utils._pytree")
+    torch_logger.addHandler(kept)
+    try:
+        with caplog.at_level(logging.WARNING):
+            pytree.register_constant(Kind)  # torch's own warning, from its own logger
+            torch_logger.warning("something else from torch")
+            logging.getLogger("torchao").warning("Failed to load /x/_C_cutlass_90a.abi3.so: Could not load it")
+            logging.getLogger("torchao").warning("something else from torchao")
+    finally:
+        torch_logger.removeHandler(kept)
+    assert kept.lines == ["something else from torch"]
+    assert [r.getMessage() for r in caplog.records if r.name == "torchao"] == ["something else from torchao"]
+
+
 def test_progress_into_a_file_is_plain_lines_at_every_tenth(tmp_path):
     """Not tqdm's carriage-return refreshes, which a log file or a pipe keeps as one endless line."""
     from sweeplab.core.console import progress

@@ -31,6 +31,10 @@ _DROPPED_LOG_LINES = {
     # coremltools 9.0, once per conversion (twice per export): the traced program's int64 token ids become the
     # package's int32 inputs, which sweeplab declares as such (export/convert.py): nothing for the user to do
     "coremltools": ("int64 dtype input ",),
+    # torchao (the Core AI and speed extras), imported by the teacher's transformers in `make data`: on a CPU wheel
+    # its CUDA kernels' libraries do not load, and torch notes its enums are natively supported now
+    "torchao": ("Failed to load ",),
+    "torch.utils._pytree": ("%s is an Enum subclass and is now natively supported",),
 }
 # warning message regexes: what the user can do nothing about
 _IGNORED_WARNINGS = (

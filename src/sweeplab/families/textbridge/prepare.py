@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeplab.core import cli
+from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import is_user_error, user_message
 from sweeplab.core.files import atomic_write, current_umask
 from sweeplab.data.corpus import CORPORA, corpus_record, corpus_sentences
@@ -384,6 +385,7 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()  # torchao's and torch's import notes (sweeplab.core.console)
     parser = cli.ArgumentParser(prog="python -m sweeplab.families.textbridge.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data/textbridge_demo", help="output directory (default: %(default)s)")
     parser.add_argument("--n-sentences", type=int, default=None, help="use the first N corpus sentences (default: all)")
