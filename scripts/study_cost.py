@@ -1,5 +1,6 @@
 """What a study spent, per sweep: its jobs, the sum of their timed training seconds and of their wall breakdown
-(`summary/wall_breakdown/*`), the training samples, the verdict's lines, and on a GPU sweep where each configuration
+(`summary/wall_breakdown/*`), the training samples, the verdict's lines, their set-up's segments
+(`summary/setup_split/*`: the sum over jobs and the largest in one job), and on a GPU sweep where each configuration
 ran (issues 36 and 37: a stopped against an unstopped study; one GPU against several).
 
     python scripts/study_cost.py [--target T] [--wall S1,S2,...] SWEEP_DIR [SWEEP_DIR ...]
@@ -14,7 +15,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from sweeplab.core import channels, schema
+from sweeplab.core import channels, schema, wall
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
@@ -52,12 +53,26 @@ def main(argv: list[str] | None = None) -> None:
               f"{wall if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
         for line in found.lines:
             print(f"    {line}")
+        if split := _setup_split(sweep.jobs):
+            print("    set-up split, s (sum over jobs / max over jobs): "
+                  + ", ".join(f"{label} {total:.1f} / {most:.1f}" for label, (total, most) in split.items()))
         gpus: dict[str, set[str]] = defaultdict(set)
         for job in sweep.jobs:
             if job.tags.get(schema.GPU_TAG) is not None:
                 gpus[job.config or job.name].add(job.tags[schema.GPU_TAG])
         for config, used in gpus.items():
             print(f"    GPUs of {config}: {', '.join(sorted(used))}" + ("  <- one GPU in every round" if len(used) == 1 else ""))
+
+
+def _setup_split(jobs) -> dict[str, tuple[float, float]]:
+    """{segment: (its sum over the jobs, its largest value in one job)} of `summary/setup_split/*` (sweeplab.core.wall),
+    for the segments some job recorded."""
+    split = {}
+    for label in wall.SETUP_SEGMENTS:
+        values = [j.metrics[name] for j in jobs if (name := schema.SETUP_SPLIT_METRIC.format(segment=label)) in j.metrics]
+        if values:
+            split[label] = (sum(values), max(values))
+    return split
 
 
 if __name__ == "__main__":

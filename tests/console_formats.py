@@ -36,6 +36,8 @@ MESSAGES = {
         rf"(?:; sweep started {_DURATION} ago, about {_DURATION} left)?\)",
     ],
     "sweeplab.engine.job": [_DONE],
+    # the job's set-up in segments, at its first training batch (sweeplab.core.wall)
+    "sweeplab.core.wall": [r"set-up [\d.]+ s: \w+ [\d.]+(?:, \w+ [\d.]+)*(?: \(MLflow [\d.]+ s besides\))?"],
     "sweeplab.bench": [r"row .+: .*", r".+ (?:raw loop|sweeplab) \d+: [\d.e+]+ samples/s",
                        r".+: (?:burn-in|pair \d+/\d+): .+ \(\d+ s into the row\)"],
     # a run shorter than its learning-rate warm-up (the bench's rows are, on purpose): said once per process

@@ -5,6 +5,7 @@ the jobs of a study share the compiler's caches."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from omegaconf import open_dict
 
 from conftest import smoke_config
 from sweeplab.callbacks import faults
-from sweeplab.core.schema import COMPILE_CACHE_METRIC, WALL_BREAKDOWN_METRIC
-from sweeplab.core.wall import PARTS
+from sweeplab.core import wall
+from sweeplab.core.schema import COMPILE_CACHE_METRIC, SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.core.wall import PARTS, SETUP_SEGMENTS
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO, check_integrity, read_checkpoint
 
 
@@ -149,6 +151,58 @@ def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, 
     assert parts["steps"] > 0 and parts["setup"] > 0 and parts["validation"] > 0 and parts["checkpoints"] > 0, parts
     # the parts are charged up to the record; ending the run after it is the only time outside them
     assert abs(sum(parts.values()) - wall_s) <= 0.05 * wall_s, (parts, wall_s)
+    # the set-up in segments, one per mark and the rest to the first batch, adding up to the set-up part
+    split = {label: run.data.metrics[SETUP_SPLIT_METRIC.format(segment=label)] for label in SETUP_SEGMENTS}
+    assert all(seconds >= 0 for seconds in split.values()), split
+    assert abs(sum(split.values()) - parts["setup"]) <= max(1e-6 * parts["setup"], 1e-3), (split, parts["setup"])
+
+
+def _frozen_time(monkeypatch) -> list[float]:
+    """The clock's time is the returned list's one value: moved by hand, so durations are exact."""
+    now = [100.0]
+    monkeypatch.setattr(wall.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_the_setup_split_adds_up_to_the_setup_part_without_the_mlflow_writes_in_it(monkeypatch, caplog):
+    from console_formats import MESSAGES
+
+    now = _frozen_time(monkeypatch)
+    clock = wall.WallClock(started=90.0)  # the process started 10 s before the job: interpreter and imports
+    clock.mark("process_start")
+    now[0] += 1.0
+    clock.mark("plan")
+    now[0] += 2.0
+    with clock.within("mlflow"):  # an MLflow write in the set-up: in the mlflow part, in no segment
+        now[0] += 5.0
+        clock.mark("inside_mlflow")  # not the set-up part: ignored
+    now[0] += 3.0
+    clock.mark("data")
+    now[0] += 4.0
+    with caplog.at_level("INFO", logger="sweeplab.core.wall"):
+        clock.end_setup("warmup")
+    now[0] += 7.0
+    clock.mark("after_setup")  # ignored: the set-up is over
+    split = clock.setup_split()
+    assert split == {"process_start": 10.0, "plan": 1.0, "data": 5.0, "fit_start": 4.0}
+    totals = clock.totals()
+    assert totals["setup"] == sum(split.values()) == 20.0
+    assert (totals["mlflow"], totals["warmup"]) == (5.0, 7.0)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "sweeplab.core.wall"]
+    assert line == "set-up 20.0 s: process_start 10.0, plan 1.0, data 5.0, fit_start 4.0 (MLflow 5.0 s besides)"
+    assert any(re.fullmatch(f, line) for f in MESSAGES["sweeplab.core.wall"])  # a line the console tests accept
+
+
+def test_a_later_jobs_setup_starts_at_the_job_and_wall_mark_marks_its_clock(monkeypatch):
+    now = _frozen_time(monkeypatch)
+    clock = wall.start_job()  # not counted from the process's start (tests): process_start is 0
+    now[0] += 2.5
+    wall.mark("plan")
+    now[0] += 0.5
+    assert clock.setup_split() == {"process_start": 0.0, "plan": 2.5, "fit_start": 0.5}
+    clock.switch("teardown")  # a job that never trained a batch: the rest of its set-up still has a name
+    now[0] += 1.0
+    assert clock.setup_split() == {"process_start": 0.0, "plan": 2.5, "fit_start": 0.5}
 
 
 @pytest.mark.slow  # one cold compilation of the smoke model (~1 min on the 2-core machine)

@@ -16,7 +16,11 @@ class WallBreakdown(L.Callback):
         return "warmup" if trainer.global_step < self.warmup_steps else "steps"
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        wall.clock().switch(self._training_part(trainer))
+        clock = wall.clock()
+        if clock.part == "setup":  # the first batch: the set-up ends here, its split goes to the job's log
+            clock.end_setup(self._training_part(trainer))
+        else:
+            clock.switch(self._training_part(trainer))
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:  # the sanity check belongs to the set-up

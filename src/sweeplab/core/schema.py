@@ -63,6 +63,8 @@ OBJECTIVE = "objective"            # the job's return value (metric)
 # --- where a job's wall time went (metrics, step 0; sweeplab.core.wall.PARTS names the parts) ---
 WALL_BREAKDOWN_METRIC = "summary/wall_breakdown/{part}_s"  # setup, warmup, steps, validation, checkpoints, mlflow,
                                                             # teardown: disjoint, summing to the job's wall time
+SETUP_SPLIT_METRIC = "summary/setup_split/{segment}_s"  # the setup part in segments (sweeplab.core.wall.SETUP_SEGMENTS),
+                                                        # summing to it; MLflow's writes during the set-up in none
 
 # --- what a compiled job's compilation found in torch inductor's caches (metrics; compile != off) ---
 COMPILE_CACHE_METRIC = "summary/compile_cache/{counter}"  # fxgraph_cache_hit/_miss, autograd_cache_hit/_miss

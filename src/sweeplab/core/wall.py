@@ -13,16 +13,29 @@ The parts (docs/metrics.md, `summary/wall_breakdown/<part>_s`):
   writer, including the final join);
 - mlflow: MLflow writes on the training thread (opening the run, metric batches, the summary, tags, artifacts);
 - teardown: from the end of training to the record (summary, export, the job log), less the MLflow writes in it.
+
+The set-up is split further (`summary/setup_split/<segment>_s`, and one log line when the first training batch
+starts): `mark(label)` at a point of the set-up closes the segment that ends there, named by the label; the
+segment from the last mark to the set-up's end is `fit_start`. Segments count the set-up part's own time, so the
+MLflow writes inside the set-up are in none of them, and they add up to the set-up part.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator
 
 PARTS = ("setup", "warmup", "steps", "validation", "checkpoints", "mlflow", "teardown")
+# the set-up's segments in the order a job passes them (docs/study-cost.md says what each holds); the last, from the
+# last mark to the first training batch, has no mark
+SETUP_SEGMENTS = ("process_start", "plan", "resume_check", "run_tags", "run_open", "data", "task", "trainer",
+                  "fit_start")
+LAST_SEGMENT = SETUP_SEGMENTS[-1]
+
+log = logging.getLogger(__name__)
 
 
 def _process_age_s() -> float:
@@ -41,6 +54,7 @@ class WallClock:
         self.seconds_in = dict.fromkeys(PARTS, 0.0)
         self.part = "setup"
         self._since = time.perf_counter() if started is None else started
+        self._setup_marks: list[tuple[str, float]] = []  # (label, the setup part's seconds when it was marked)
 
     def switch(self, part: str) -> str:
         """Charge the time since the last switch to the current part and make `part` current; returns the part that
@@ -64,6 +78,43 @@ class WallClock:
         self.switch(self.part)
         return dict(self.seconds_in)
 
+    def mark(self, label: str) -> None:
+        """The set-up reached the point `label` names: the set-up time since the previous mark (or the clock's start)
+        is the segment `label`. Ignored outside the set-up part (an MLflow write inside it, a later stage)."""
+        if self.part != "setup":
+            return
+        self.switch("setup")
+        self._setup_marks.append((label, self.seconds_in["setup"]))
+
+    def setup_split(self) -> dict[str, float]:
+        """The setup part's seconds in segments, in the order marked (a label marked twice: the sum of both); the
+        remainder after the last mark is LAST_SEGMENT. They add up to the setup part's seconds so far."""
+        total = self.totals()["setup"]
+        split: dict[str, float] = {}
+        before = 0.0
+        for label, at in self._setup_marks:
+            split[label] = split.get(label, 0.0) + (at - before)
+            before = at
+        split[LAST_SEGMENT] = split.get(LAST_SEGMENT, 0.0) + total - sum(split.values())
+        return split
+
+    def end_setup(self, part: str) -> None:
+        """The first training batch starts: make `part` current and log the set-up's split in one line."""
+        was_setup = self.part == "setup"
+        self.switch(part)
+        if was_setup:
+            log.info("%s", self.setup_line())
+
+    def setup_line(self) -> str:
+        """`set-up 43.5 s: process_start 12.1, ..., fit_start 9.6 (MLflow 2.1 s besides)`: segments under 0.05 s
+        left out (the run's metrics hold them all); MLflow's writes during the set-up are in no segment."""
+        split = self.setup_split()
+        shown = [label for label, seconds in split.items() if seconds >= 0.05] or [max(split, key=split.get)]
+        shown = ", ".join(f"{label} {split[label]:.1f}" for label in shown)
+        besides = self.seconds_in["mlflow"]
+        return (f"set-up {sum(split.values()):.1f} s: {shown}"
+                + (f" (MLflow {besides:.1f} s besides)" if besides >= 0.05 else ""))
+
 
 _current: WallClock | None = None
 _jobs_started = 0
@@ -84,6 +135,7 @@ def start_job() -> WallClock:
     started = time.perf_counter() - (_process_age_s() if _jobs_started == 0 and _from_process_start else 0.0)
     _jobs_started += 1
     _current = WallClock(started)
+    _current.mark("process_start")  # the interpreter and the imports (a later job of the process: nothing)
     return _current
 
 
@@ -93,6 +145,11 @@ def clock() -> WallClock:
     if _current is None:
         _current = WallClock()
     return _current
+
+
+def mark(label: str) -> None:
+    """WallClock.mark on the current job's clock: the set-up reached the point `label` names."""
+    clock().mark(label)
 
 
 def charged_to(part: str):

@@ -28,7 +28,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.core import files, interrupts, schema
+from sweeplab.core import files, interrupts, schema, wall
 from sweeplab.core.errors import UserError
 from sweeplab.core.schema import BATCH_SIZE_USED_TAG
 from sweeplab.engine.plan import JobPlan, model_params
@@ -76,6 +76,7 @@ def start_fit(job: Job):
     """Whatever earlier jobs of the process left is released; the data is set up, the model config fitted to it, the
     training data recorded, and the family's task built. Returns (datamodule, model config, task)."""
     release_earlier_jobs()  # whatever ran before this job in the process leaves no garbage or cached memory behind
+    wall.mark("run_open")
     p = job.plan
     model_config = resolve_model(p)
     datamodule = p.datamodule
@@ -88,6 +89,7 @@ def start_fit(job: Job):
     task = p.family.make_task(model_config, p.loss_config, p.container.get("loss") or {}, p.optim)
     check_task(p.family, task)
     task.mlflow_run_id = job.run_id
+    wall.mark("task")
     return datamodule, model_config, task
 
 
@@ -101,6 +103,7 @@ def resolve_model(p: JobPlan):
         p.datamodule.setup("fit")
         interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
         p.fitted_model_config = p.family.fit_model_to_data(p.model_config, p.datamodule, p.model_values)
+        wall.mark("data")
     return p.fitted_model_config
 
 

@@ -18,7 +18,7 @@ from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.callbacks.wall import WallBreakdown
-from sweeplab.core import channels, interrupts
+from sweeplab.core import channels, interrupts, wall
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.core.schema import COMPILE_CACHE_METRIC
 from sweeplab.data.sampling import ResumableDataCheck
@@ -100,6 +100,7 @@ def fit(job: Job) -> FitResult:
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
         job.run.set_tag("tuned.batch_size", str(tuned))
+    wall.mark("trainer")
     with interrupts.at_safe_points():  # a signal is recorded; StopAtSafePoint acts on it
         try:
             trainer.fit(task, datamodule=datamodule, ckpt_path=str(job.resume_ckpt) if job.resume_ckpt else None)

@@ -43,7 +43,7 @@ import torch
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
-from sweeplab.core import interrupts
+from sweeplab.core import interrupts, wall
 from sweeplab.core.files import atomic_write
 from sweeplab.data.sampling import check_resumable
 from sweeplab.engine.job import FitResult, Job, clear_unfinished_writes, record_batch_size, start_fit
@@ -143,8 +143,11 @@ def fit(job: Job) -> FitResult:
         loader.load_state_dict(resumed["mlx"]["data"])
         best.load_state_dict(resumed.get("callbacks", {}).get(best.state_key) or {})
         start = int(resumed["global_step"])
+    wall.mark("trainer")  # the MLX model, its optimizer, compiled step, timer and loader: the loop's own set-up
+    wall.clock().end_setup("steps")  # the MLX loop's breakdown: its warm-up and validations count as steps
     with interrupts.at_safe_points():  # a signal is recorded; the loop checks it every step and validation
         step = loop.run(loader, start)
+    wall.clock().switch("teardown")
     timer.end(step)
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)

@@ -25,7 +25,7 @@ from sweeplab.callbacks.checkpoints import best_files
 from sweeplab.core import channels, host_arch, interrupts, schema, wall
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
-from sweeplab.core.schema import WALL_BREAKDOWN_METRIC
+from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock, resolve_model
 from sweeplab.engine.plan import JobPlan, job_params, plan
@@ -128,7 +128,9 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     share_compile_cache(sweep_dir)
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
+    wall.mark("plan")
     target = _resume_target(p, cfg, uri, output_dir, tracked)  # every check done; nothing touched yet
+    wall.mark("resume_check")
     job = Job(p, target.output_dir if target is not None else output_dir,
               resume_ckpt=target.checkpoint if target is not None else None,
               sweep_dir=Path(sweep_dir) if sweep_dir is not None else None)
@@ -181,12 +183,14 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
     p = job.plan
+    tags = run_tags(p, sweep_dir)  # the device's name (on CUDA: its initialisation) and the git commit, before MLflow's
+    wall.mark("run_tags")
     with wall.clock().within("mlflow"):
         job.run = mlflow_store.JobRun(
             uri,
             p.logger.experiment_name,
             naming.run_name(p, cfg),
-            tags=run_tags(p, sweep_dir),
+            tags=tags,
             params=job_params(p),
             parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
             run_id=target.run_id if target is not None else None,
@@ -214,12 +218,16 @@ def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig,
 
 
 def _record_wall_breakdown(job: Job) -> None:
-    """The job's wall time so far in parts (sweeplab.core.wall), on its run: the last thing it writes before the run
-    ends (what comes after, ending the run and the process, is not in it)."""
+    """The job's wall time so far in parts (sweeplab.core.wall), and its set-up in segments, on its run: the last thing
+    it writes before the run ends (what comes after, ending the run and the process, is not in it)."""
     with contextlib.suppress(Exception):  # a breakdown is worth a warning at most, never a job that trained
         job.logger.wait_for_writes()
-    totals = wall.clock().totals()
-    job.run.log_metrics({WALL_BREAKDOWN_METRIC.format(part=part): seconds for part, seconds in totals.items()}, step=0)
+    clock = wall.clock()
+    split = clock.setup_split()
+    totals = clock.totals()
+    job.run.log_metrics({**{WALL_BREAKDOWN_METRIC.format(part=part): seconds for part, seconds in totals.items()},
+                         **{SETUP_SPLIT_METRIC.format(segment=label): seconds for label, seconds in split.items()}},
+                        step=0)
 
 
 def _fit(job: Job) -> FitResult:
