@@ -1,0 +1,44 @@
+"""The training-loss curves of an experiment's runs side by side (a speed switch must not change what is learnt):
+
+    python scripts/loss_curves.py EXPERIMENT [--metric train/loss] [--every N]
+
+MLFLOW_TRACKING_URI names the store. One row per logged step (every Nth), one column per run (its name and its
+`compile` param), then each run's last validation metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mlflow.tracking import MlflowClient
+
+from sweeplab.tracking import mlflow_store
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment")
+    parser.add_argument("--metric", default="train/loss")
+    parser.add_argument("--every", type=int, default=1)
+    args = parser.parse_args(argv)
+    client = MlflowClient(mlflow_store.resolve_uri())
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise SystemExit(f"loss_curves: no experiment {args.experiment!r} in the store")
+    runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.start_time)
+    curves = {}
+    for run in runs:
+        label = f"{run.info.run_name} [compile={run.data.params.get('compile', '?')}]"
+        curves[label] = {m.step: m.value for m in client.get_metric_history(run.info.run_id, args.metric)}
+    steps = sorted({s for c in curves.values() for s in c})[:: args.every]
+    print("| step | " + " | ".join(curves) + " |")
+    print("|---|" + "---|" * len(curves))
+    for step in steps:
+        print(f"| {step} | " + " | ".join(f"{c[step]:.4f}" if step in c else "" for c in curves.values()) + " |")
+    for run, label in zip(runs, curves):
+        vals = {k: round(v, 4) for k, v in run.data.metrics.items() if k.startswith("val/")}
+        print(f"{label}: {vals}")
+
+
+if __name__ == "__main__":
+    main()
