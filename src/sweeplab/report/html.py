@@ -153,10 +153,11 @@ def figure_html(path: Path) -> str:
 
 
 def page(title: str, verdict_lines: Sequence[str], configurations: Table, jobs: Table | None = None,
-         figures: Sequence[Path] = (), notes: Sequence[str] = ()) -> str:
+         figures: Sequence[Path] = (), notes: Sequence[str] = (), time_spent: Table | None = None) -> str:
     """The whole page. `configurations`: the per-configuration table (or, without replicates, the per-job one);
     `jobs`: the per-job table shown folded below the pictures (None when `configurations` already is it);
-    `figures`: PNG files (those named in FIGURES are embedded, in FIGURES' order); `notes`: lines at the end."""
+    `figures`: PNG files (those named in FIGURES are embedded, in FIGURES' order); `notes`: lines at the end;
+    `time_spent`: where the jobs' time went (sweeplab.report.cost), folded after the jobs."""
     order = list(FIGURES)
     shown = [f for f in sorted(figures, key=lambda p: order.index(p.name) if p.name in order else len(order))]
     pictures = [block for block in (figure_html(p) for p in shown) if block]
@@ -174,6 +175,9 @@ def page(title: str, verdict_lines: Sequence[str], configurations: Table, jobs: 
         parts.append('<div class="figures">\n' + "\n".join(pictures) + "\n</div>")
     if jobs is not None:
         parts.append(f"<details><summary>per job ({len(jobs.rows)})</summary>\n{table_html(jobs, 'jobs')}\n</details>")
+    if time_spent is not None:
+        parts.append(f"<details><summary>where the jobs' time went</summary>\n{table_html(time_spent, 'time')}\n"
+                     "</details>")
     parts += [f'<p class="below">{_text(line)}</p>' for line in notes if line]
     parts.append(f"<script>{SCRIPT}</script>\n</body></html>\n")
     return "\n".join(parts)

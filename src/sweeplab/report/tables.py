@@ -40,6 +40,7 @@ from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
+from sweeplab.report import cost as report_cost
 from sweeplab.report import figures as report_figures
 from sweeplab.report import html as report_html
 from sweeplab.report.plots import _figure, curves_plot
@@ -395,6 +396,9 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
         markdown += f"### per configuration\n\n{_table_markdown(configs)}\n\n### per job\n\n"
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(sweep.jobs)
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
+    time_spent = report_cost.cost_table(sweep.jobs)
+    if time_spent is not None:
+        markdown += f"\n### {report_cost.TITLE}\n\n{_table_markdown(time_spent)}\n"
     files: list[Path] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -405,7 +409,7 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
         markdown += f"\n{HTML_NOTE}\n"
         page = report_html.page(title, (*verdict_lines, *never_ran), configs or jobs, jobs if configs else None,
                                 plots, [ln.lstrip("- ") for ln in report_apple.ane_lines(sweep.jobs).splitlines()
-                                        if ln.startswith("- ")])
+                                        if ln.startswith("- ")], time_spent)
         for name, text in (("report.md", markdown), ("report.csv", _csv_with_configurations(sweep, rows, columns, found)),
                            (HTML, page)):
             write_text_atomic(out_dir / name, text)

@@ -1,0 +1,58 @@
+"""Where a study's jobs spent their time: the sums over its jobs of `summary/wall_breakdown/<part>_s` (each job's
+wall time in disjoint parts, sweeplab.core.wall) and of the set-up's segments (`summary/setup_split/<segment>_s`),
+as a table for report.md and report.html, so a reader sees what the study paid besides its training steps
+(docs/study-cost.md). Read from the sweep's record; nothing is measured here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sweeplab.core import wall
+from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.report import html as report_html
+from sweeplab.study.sweep import JobRecord
+
+TITLE = "where the jobs' time went"
+PART_NAMES = {  # the parts as a reader names them
+    "setup": "set-up", "warmup": "warm-up (untimed steps, compilation)", "steps": "training steps", "validation": "validation",
+    "checkpoints": "checkpoints", "mlflow": "MLflow writes", "teardown": "teardown",
+}
+SHOWN_SEGMENTS = 3  # the set-up's largest segments named below the table
+
+
+def _sums(jobs: Sequence[JobRecord], metric: str, names: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(sum over jobs, largest in one job) of `metric` formatted with each name; names no job recorded are left out."""
+    total: dict[str, float] = {}
+    largest: dict[str, float] = {}
+    for job in jobs:
+        for name in names:
+            value = job.metrics.get(metric.format(part=name, segment=name))
+            if value is not None:
+                total[name] = total.get(name, 0.0) + value
+                largest[name] = max(largest.get(name, 0.0), value)
+    return total, largest
+
+
+def cost_table(jobs: Sequence[JobRecord]) -> report_html.Table | None:
+    """The parts' seconds over the jobs that recorded a breakdown (None when none did: an older or untracked sweep)."""
+    recorded = [job for job in jobs if WALL_BREAKDOWN_METRIC.format(part="steps") in job.metrics]
+    if not recorded:
+        return None
+    total, largest = _sums(recorded, WALL_BREAKDOWN_METRIC, wall.PARTS)
+    whole = sum(total.values())
+    rows = [{"part": PART_NAMES[part], "s (all jobs)": f"{total[part]:.1f}",
+             "share": f"{100 * total[part] / whole:.0f} %" if whole > 0 else "",
+             "s (largest job)": f"{largest[part]:.1f}"} for part in wall.PARTS if part in total]
+    above = (f"{len(recorded)} jobs, {whole:.1f} s of job time in all, {total.get('steps', 0.0):.1f} s of it in training "
+             f"steps ({100 * total.get('steps', 0.0) / whole:.0f} %)" if whole > 0 else f"{len(recorded)} jobs",)
+    below = ["each job's wall time from its start (a process's first job: from the process's start, imports "
+             "included) to its record, in parts that add up to it (summary/wall_breakdown/*); jobs that ran side by "
+             "side add up to more than the study's wall time"]
+    segments, _ = _sums(recorded, SETUP_SPLIT_METRIC, wall.SETUP_SEGMENTS)
+    top = [name for name in sorted(segments, key=segments.get, reverse=True)[:SHOWN_SEGMENTS] if segments[name] >= 0.05]
+    if top:
+        below.append("set-up's largest segments (summary/setup_split/*): "
+                     + ", ".join(f"{name} {segments[name]:.1f} s" for name in top))
+    return report_html.Table(("part", "s (all jobs)", "share", "s (largest job)"), rows, "part", above=above,
+                             below=tuple(below))
