@@ -20,7 +20,8 @@ from a thread, and `setup()` does where that callback is not configured. Each wo
 GPUs later). `launch()` joins that thread and runs the lanes on the same workers: joblib's loky executor is reused
 while its arguments (n_jobs among them) are the same. The workers inherited the main's environment as it was
 before the sweep callback set the parent run and the like: each lane task applies what changed since. A warm-up
-that failed is logged and the launch goes on (its workers start as before); a warmed worker's first job counts its
+that failed is logged and the launch goes on (its workers start as before); a sweep that ends before its launch
+kills them rather than wait for their imports; a warmed worker's first job counts its
 set-up from the lane's start (`process_start`: the GPU claim and the wait for the other lanes), not from the
 worker's start, whose imports ran beside the main's.
 """
@@ -173,8 +174,11 @@ class WarmUp:
         workers = int(self.joblib_cfg["n_jobs"])
         ready_dir = tempfile.mkdtemp(prefix="sweeplab-warm-")
         try:
-            self.pids = Parallel(**self.joblib_cfg)(delayed(warm_worker)(self.modules, ready_dir, workers)
-                                                    for _ in range(workers))
+            tasks = Parallel(**self.joblib_cfg, return_as="generator")(
+                delayed(warm_worker)(self.modules, ready_dir, workers) for _ in range(workers))
+            # the executor exists now: this runs before loky's exit hook, which would wait for the imports
+            threading._register_atexit(_stop_unused_workers)
+            self.pids = list(tasks)
         except BaseException as exc:  # the launch goes on without it (its jobs' own errors are theirs)
             self.error = exc
         finally:
@@ -211,6 +215,16 @@ def warm_lanes(launcher_options: dict, modules: Sequence[str] = WARM_MODULES) ->
     if _warm_up is None and int(joblib_cfg.get("n_jobs") or 1) > 1:
         _warm_up = WarmUp(joblib_cfg, modules)
     return _warm_up
+
+
+def _stop_unused_workers() -> None:
+    """A sweep that ends before its launch (a config error) exits now, not after its workers' imports."""
+    if _warm_up is not None and not _warm_up._joined:
+        from joblib.externals.loky import reusable_executor
+
+        executor = getattr(reusable_executor, "_executor", None)  # loky's one executor (joblib is pinned)
+        if executor is not None:
+            executor.shutdown(wait=False, kill_workers=True)
 
 
 class WarmLanes(Callback):
