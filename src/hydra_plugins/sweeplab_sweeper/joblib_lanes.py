@@ -190,8 +190,9 @@ class WarmUp:
         self._thread.join()
         first, self._joined = not self._joined, True
         if first and self.error is not None:
-            log.warning("the lanes' warm-up failed (%s: %s); the lanes start their workers now",
+            log.warning("the lanes' warm-up failed (%s: %s); the lanes start new workers now",
                         type(self.error).__name__, self.error)
+            _kill_workers()  # a half-warmed worker (one that loaded the CUDA driver) never runs a lane
         elif first:
             log.info("%d lane workers warmed in %.1f s beside the sweep's start (pids %s)", len(set(self.pids)),
                      self.seconds, sorted(set(self.pids)))
@@ -220,11 +221,15 @@ def warm_lanes(launcher_options: dict, modules: Sequence[str] = WARM_MODULES) ->
 def _stop_unused_workers() -> None:
     """A sweep that ends before its launch (a config error) exits now, not after its workers' imports."""
     if _warm_up is not None and not _warm_up._joined:
-        from joblib.externals.loky import reusable_executor
+        _kill_workers()
 
-        executor = getattr(reusable_executor, "_executor", None)  # loky's one executor (joblib is pinned)
-        if executor is not None:
-            executor.shutdown(wait=False, kill_workers=True)
+
+def _kill_workers() -> None:
+    from joblib.externals.loky import reusable_executor
+
+    executor = getattr(reusable_executor, "_executor", None)  # loky's one executor (joblib is pinned)
+    if executor is not None:
+        executor.shutdown(wait=False, kill_workers=True)
 
 
 class WarmLanes(Callback):
