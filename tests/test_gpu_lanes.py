@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hydra_plugins.sweeplab_sweeper import joblib_lanes
 from hydra_plugins.sweeplab_sweeper.joblib_lanes import lane_order, run_lane, slot_of
 from sweeplab.core import channels, schema
 from sweeplab.study import replicates
@@ -202,3 +203,53 @@ def test_lanes_on_gpus_past_the_first_still_rotate(monkeypatch, tmp_path):
     for fd in held:
         os.close(fd)
     assert _gpus_of_configurations(ran) == {0: {"2", "3"}, 1: {"2", "3"}}
+
+
+def _pid_job(number, overrides, fail_number=None):
+    if number == fail_number:
+        raise ValueError(f"job {number}'s own error")
+    time.sleep(0.5)  # each lane runs its own jobs (a lane done with its own would take the other's)
+    return number, os.getpid(), os.environ.get("SWEEPLAB_TEST_SET_AFTER_WARM_UP")
+
+
+@pytest.fixture
+def fresh_warm_up(monkeypatch, tmp_path):
+    """No warm-up of an earlier test, no pretend GPUs claimed in the test process's lock folder."""
+    monkeypatch.setattr(joblib_lanes, "_warm_up", None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv(channels.GPU_LOCK_DIR_ENV, str(tmp_path / "locks"))
+    yield
+    if joblib_lanes._warm_up is not None:
+        joblib_lanes._warm_up.join()
+
+
+def _lanes(tmp_path, monkeypatch, modules, fail_number=None) -> dict:
+    options = {"n_jobs": 2, "idle_worker_timeout": 30}
+    joblib_lanes.warm_lanes(options, modules)
+    monkeypatch.setenv("SWEEPLAB_TEST_SET_AFTER_WARM_UP", "yes")  # as the sweep callback sets the parent run's id
+    jobs = [(n, [], n % 2) for n in range(4)]
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    return joblib_lanes.launch_lanes(joblib_lanes._joblib_options(options), jobs, str(taken), 1, 2, _pid_job,
+                                     (fail_number,))
+
+
+def test_the_lanes_run_on_the_workers_the_warm_up_started(fresh_warm_up, monkeypatch, tmp_path):
+    returns = _lanes(tmp_path, monkeypatch, ["json"])
+    warmed = joblib_lanes._warm_up.join()
+    assert len(set(warmed)) == 2  # one warm-up task per worker
+    assert os.getpid() not in warmed
+    assert sorted(returns) == [0, 1, 2, 3]
+    assert {pid for _, pid, _ in returns.values()} == set(warmed)
+    assert {seen for _, _, seen in returns.values()} == {"yes"}  # the main's environment after the workers started
+
+
+def test_a_failed_warm_up_still_runs_the_jobs_and_a_jobs_error_is_its_own(fresh_warm_up, monkeypatch, tmp_path,
+                                                                         caplog):
+    returns = _lanes(tmp_path, monkeypatch, ["sweeplab_no_such_module"])
+    assert joblib_lanes._warm_up.join() == []
+    assert "warm-up failed (ModuleNotFoundError" in caplog.text
+    assert sorted(returns) == [0, 1, 2, 3]
+    (tmp_path / "taken").rename(tmp_path / "taken_before")
+    with pytest.raises(ValueError, match="job 2's own error"):
+        _lanes(tmp_path, monkeypatch, ["sweeplab_no_such_module"], fail_number=2)

@@ -11,14 +11,29 @@ folder of the sweep directory, removed after the launch. Jobs without a slot (an
 One wait is kept on purpose: a lane starts its jobs once every lane holds its GPUs (or after `READY_WAIT_S`).
 Workers come up seconds apart (importing torch); without the wait the first one up would take the first jobs of
 the lanes still starting, and the rotation would be the start-up's order, not the plan's.
+
+The workers start while the sweep's main process does (`warm_lanes`): Hydra calls the callbacks' on_multirun_start
+(the sweep callback's checks, which import Lightning, its MLflow store and parent run: most of the main's start-up)
+before it sets the sweeper and this launcher up, so `WarmLanes`, a callback listed before the sweep's, starts them
+from a thread, and `setup()` does where that callback is not configured. Each worker imports what a job imports
+(`WARM_MODULES`: the training engine with torch and Lightning, MLflow's sqlalchemy store; no CUDA, the lane picks its
+GPUs later). `launch()` joins that thread and runs the lanes on the same workers: joblib's loky executor is reused
+while its arguments (n_jobs among them) are the same. The workers inherited the main's environment as it was
+before the sweep callback set the parent run and the like: each lane task applies what changed since. A warm-up
+that failed is logged and the launch goes on (its workers start as before); a sweep that ends before its launch
+kills them rather than wait for their imports; a warmed worker's first job counts its
+set-up from the lane's start (`process_start`: the GPU claim and the wait for the other lanes), not from the
+worker's start, whose imports ran beside the main's.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,10 +41,12 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
+from hydra.experimental.callback import Callback
 from hydra_plugins.hydra_joblib_launcher._core import execute_job, process_joblib_cfg
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from sweeplab.core import wall
 from sweeplab.core.channels import GPU_SLOT_ENV
 from sweeplab.runtime import distributed
 
@@ -37,6 +54,13 @@ log = logging.getLogger(__name__)
 
 _SLOT_OVERRIDE = f"hydra.job.env_set.{GPU_SLOT_ENV}="
 READY_WAIT_S = 300.0
+# What a job imports before its first batch, imported by each worker while the main process starts; never CUDA
+WARM_MODULES = (
+    "sweeplab.train", "sweeplab.engine.training", "hydra_plugins.hydra_joblib_launcher._core",
+    "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
+)
+WARM_WAIT_S = 60.0
+_warmed = False  # in a worker: its warm-up ran
 
 # (job number, overrides, GPU slot)
 LaneJob = tuple[int, list[str], int]
@@ -77,10 +101,18 @@ def join_lanes(taken_dir: Path, block: int, lanes: int, wait_s: float = READY_WA
 
 
 def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lanes: int, run_job=None,
-             job_args: tuple = ()) -> list[tuple[int, Any]]:
+             job_args: tuple = (), env_changes: dict[str, str | None] | None = None) -> list[tuple[int, Any]]:
     """In a worker: claim a slot's GPUs (kept for the worker's life), wait for the other lanes, then run the jobs
     in `lane_order`, each one no other lane took; returns [(job number, what run_job returned)].
-    `run_job(number, overrides, *job_args)`: Hydra's execute_job."""
+    `run_job(number, overrides, *job_args)`: Hydra's execute_job; `env_changes`: the main's environment variables
+    set (or removed: None) since the worker started."""
+    if _warmed:
+        wall.count_from_now()  # the worker's imports ran beside the main's start-up: its first job starts here
+    for key, value in (env_changes or {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     distributed.claim_gpus(devices_per_job)
     slot = join_lanes(Path(taken_dir), distributed.claimed_slot() or 0, lanes)
     done = []
@@ -90,17 +122,158 @@ def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lane
     return done
 
 
-class GpuLanesJoblibLauncher(JoblibLauncher):
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+def warm_worker(modules: Sequence[str], ready_dir: str, workers: int, wait_s: float = WARM_WAIT_S) -> int:
+    """In a worker: import `modules`, then wait until `workers` warm-up tasks have started (at most `wait_s`), so
+    that each task holds a worker of its own; returns the worker's pid."""
+    global _warmed
+    take(Path(ready_dir), os.getpid())
+    for name in modules:
+        importlib.import_module(name)
+    if _cuda_driver_loaded():  # the lane could no longer choose its GPUs (CUDA_VISIBLE_DEVICES is read once)
+        raise RuntimeError(f"importing {', '.join(modules)} loaded the CUDA driver before the lane chose its GPUs")
+    _warmed = True
+    deadline = time.monotonic() + wait_s
+    while len(os.listdir(ready_dir)) < workers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return os.getpid()
+
+
+def _cuda_driver_loaded() -> bool:
+    try:
+        return "libcuda.so" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+def _joblib_options(options: dict) -> dict:
+    """Parallel's arguments from the launcher's options, as launch() passes them (the warm-up must match them for
+    joblib to reuse its workers)."""
+    joblib_cfg = dict(options, backend="loky")  # as Hydra's: its threading backend cannot run Hydra jobs
+    process_joblib_cfg(joblib_cfg)
+    return joblib_cfg
+
+
+class WarmUp:
+    """The lanes' workers, started and warmed from a thread of the main process (`warm_lanes`)."""
+
+    def __init__(self, joblib_cfg: dict, modules: Sequence[str] = WARM_MODULES):
+        self.joblib_cfg = joblib_cfg
+        self.modules = tuple(modules)
+        self.env = dict(os.environ)  # what the workers start with
+        self.pids: list[int] = []
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self._joined = False
+        self._thread = threading.Thread(target=self._run, name="sweeplab-lanes-warm-up", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
         from joblib import Parallel, delayed
 
+        started = time.perf_counter()
+        workers = int(self.joblib_cfg["n_jobs"])
+        ready_dir = tempfile.mkdtemp(prefix="sweeplab-warm-")
+        try:
+            tasks = Parallel(**self.joblib_cfg, return_as="generator")(
+                delayed(warm_worker)(self.modules, ready_dir, workers) for _ in range(workers))
+            # the executor exists now: this runs before loky's exit hook, which would wait for the imports
+            threading._register_atexit(_stop_unused_workers)
+            self.pids = list(tasks)
+        except BaseException as exc:  # the launch goes on without it (its jobs' own errors are theirs)
+            self.error = exc
+        finally:
+            shutil.rmtree(ready_dir, ignore_errors=True)
+            self.seconds = time.perf_counter() - started
+
+    def join(self) -> list[int]:
+        """Wait for the warm-up; the warmed workers' pids (empty: it failed, which is logged once)."""
+        self._thread.join()
+        first, self._joined = not self._joined, True
+        if first and self.error is not None:
+            log.warning("the lanes' warm-up failed (%s: %s); the lanes start new workers now",
+                        type(self.error).__name__, self.error)
+            _kill_workers()  # a half-warmed worker (one that loaded the CUDA driver) never runs a lane
+        elif first:
+            log.info("%d lane workers warmed in %.1f s beside the sweep's start (pids %s)", len(set(self.pids)),
+                     self.seconds, sorted(set(self.pids)))
+        return [] if self.error is not None else list(self.pids)
+
+    def env_changes(self) -> dict[str, str | None]:
+        """The main's environment variables set, changed or removed (None) since the workers started."""
+        now = dict(os.environ)
+        changed: dict[str, str | None] = {k: v for k, v in now.items() if self.env.get(k) != v}
+        changed.update({k: None for k in self.env if k not in now})
+        return changed
+
+
+_warm_up: WarmUp | None = None
+
+
+def warm_lanes(launcher_options: dict, modules: Sequence[str] = WARM_MODULES) -> WarmUp | None:
+    """Start the lanes' workers and their warm-up now, once per process (None: one lane, no workers to warm)."""
+    global _warm_up
+    joblib_cfg = _joblib_options({k: v for k, v in launcher_options.items() if k != "_target_"})
+    if _warm_up is None and int(joblib_cfg.get("n_jobs") or 1) > 1:
+        _warm_up = WarmUp(joblib_cfg, modules)
+    return _warm_up
+
+
+def _stop_unused_workers() -> None:
+    """A sweep that ends before its launch (a config error) exits now, not after its workers' imports."""
+    if _warm_up is not None and not _warm_up._joined:
+        _kill_workers()
+
+
+def _kill_workers() -> None:
+    from joblib.externals.loky import reusable_executor
+
+    executor = getattr(reusable_executor, "_executor", None)  # loky's one executor (joblib is pinned)
+    if executor is not None:
+        executor.shutdown(wait=False, kill_workers=True)
+
+
+class WarmLanes(Callback):
+    """hydra.callbacks.lanes_warm_up (listed before the sweep's callback): the lanes' workers start with the sweep."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "GpuLanesJoblibLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
+            warm_lanes(OmegaConf.to_container(config.hydra.launcher, resolve=True))
+
+
+def _lane_in_worker(*lane_args) -> tuple[int, list[tuple[int, Any]]]:
+    return os.getpid(), run_lane(*lane_args)
+
+
+def launch_lanes(joblib_cfg: dict, jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lanes: int,
+                 run_job=None, job_args: tuple = ()) -> dict[int, Any]:
+    """Run `jobs` in `lanes` joblib workers (run_lane), on the workers `warm_lanes` started where it did; returns
+    {job number: what run_job returned}. A job's exception is raised here, as joblib raises it."""
+    from joblib import Parallel, delayed
+
+    warm_up = _warm_up
+    warmed = warm_up.join() if warm_up is not None else []
+    env_changes = warm_up.env_changes() if warm_up is not None else None
+    ran = Parallel(**joblib_cfg)(delayed(_lane_in_worker)(jobs, taken_dir, devices_per_job, lanes, run_job,
+                                                          job_args, env_changes) for _ in range(lanes))
+    pids = sorted({pid for pid, _ in ran})
+    if warmed:
+        log.info("the lanes ran on %s (pids %s)", "the warmed workers" if set(pids) <= set(warmed)
+                 else "other workers than the warmed (the worker set changed)", pids)
+    return dict(pair for _, lane in ran for pair in lane)
+
+
+class GpuLanesJoblibLauncher(JoblibLauncher):
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        warm_lanes(self.joblib)  # where WarmLanes is not configured (else it started them already)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
         assert self.config is not None and self.task_function is not None and self.hydra_context is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        joblib_cfg = dict(self.joblib, backend="loky")  # as Hydra's: its threading backend cannot run Hydra jobs
-        process_joblib_cfg(joblib_cfg)
+        joblib_cfg = _joblib_options(self.joblib)
         lanes = max(1, int(joblib_cfg.get("n_jobs") or 1))
         jobs = [(initial_job_idx + i, list(o), slot_of(o, i, lanes)) for i, o in enumerate(job_overrides)]
         log.info("%d GPU lanes (joblib workers, one per slot) run %d jobs; sweep output dir: %s", lanes, len(jobs),
@@ -111,9 +284,7 @@ class GpuLanesJoblibLauncher(JoblibLauncher):
         taken_dir = tempfile.mkdtemp(prefix=".lanes-", dir=sweep_dir)
         job_args = (self.hydra_context, self.config, self.task_function, Singleton.get_state())
         try:
-            results = Parallel(**joblib_cfg)(delayed(run_lane)(jobs, taken_dir, devices, lanes, None, job_args)
-                                             for _ in range(lanes))
+            returns = launch_lanes(joblib_cfg, jobs, taken_dir, devices, lanes, None, job_args)
         finally:
             shutil.rmtree(taken_dir, ignore_errors=True)
-        returns = dict(pair for lane in results for pair in lane)
         return [returns[number] for number, _, _ in jobs]

@@ -119,6 +119,7 @@ class WallClock:
 _current: WallClock | None = None
 _jobs_started = 0
 _from_process_start = False  # set by the command line's entry point (sweeplab.train), not by a library caller
+_first_job_from: float | None = None  # a perf_counter() value the process's first job counts from, not its start
 
 
 def count_from_process_start() -> None:
@@ -129,10 +130,22 @@ def count_from_process_start() -> None:
     _from_process_start = True
 
 
+def count_from_now() -> None:
+    """The process's first job counts from now, not from the process's start: a worker started and warmed up
+    before its jobs were handed out (hydra/launcher=joblib_gpus) idled, beside the sweep's own start-up, till now."""
+    global _first_job_from
+    if _jobs_started == 0:
+        _first_job_from = time.perf_counter()
+
+
 def start_job() -> WallClock:
-    """A new clock for a job starting now (the process's first, after count_from_process_start: at its start)."""
+    """A new clock for a job starting now (the process's first, after count_from_process_start: at its start, or
+    where count_from_now said)."""
     global _current, _jobs_started
-    started = time.perf_counter() - (_process_age_s() if _jobs_started == 0 and _from_process_start else 0.0)
+    if _jobs_started == 0 and _from_process_start:
+        started = _first_job_from if _first_job_from is not None else time.perf_counter() - _process_age_s()
+    else:
+        started = time.perf_counter()
     _jobs_started += 1
     _current = WallClock(started)
     _current.mark("process_start")  # the interpreter and the imports (a later job of the process: nothing)
