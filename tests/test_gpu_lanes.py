@@ -225,7 +225,7 @@ def fresh_warm_up(monkeypatch, tmp_path):
 
 def _lanes(tmp_path, monkeypatch, modules, fail_number=None) -> dict:
     options = {"n_jobs": 2, "idle_worker_timeout": 30}
-    joblib_lanes.warm_lanes(options, modules)
+    joblib_lanes.warm_lanes(options, 1, modules)
     monkeypatch.setenv("SWEEPLAB_TEST_SET_AFTER_WARM_UP", "yes")  # as the sweep callback sets the parent run's id
     jobs = [(n, [], n % 2) for n in range(4)]
     taken = tmp_path / "taken"
@@ -253,3 +253,21 @@ def test_a_failed_warm_up_still_runs_the_jobs_and_a_jobs_error_is_its_own(fresh_
     (tmp_path / "taken").rename(tmp_path / "taken_before")
     with pytest.raises(ValueError, match="job 2's own error"):
         _lanes(tmp_path, monkeypatch, ["sweeplab_no_such_module"], fail_number=2)
+
+
+def test_a_warmed_worker_holds_its_lanes_gpu_before_it_imports_anything(fresh_warm_up, monkeypatch, tmp_path):
+    """What the warm-up imports (torch, Lightning) could start CUDA, which reads CUDA_VISIBLE_DEVICES once: each worker
+    claims its lane's GPU first, so a module imported in the warm-up already sees one GPU, a different one per lane."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sweeplab_test_probe.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['SWEEPLAB_TEST_PROBE_DIR'], str(os.getpid()))"
+        ".write_text(os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'))\n")
+    (tmp_path / "seen").mkdir()
+    monkeypatch.setenv("SWEEPLAB_TEST_PROBE_DIR", str(tmp_path / "seen"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))  # loky's workers start with the parent's sys.path
+    returns = _lanes(tmp_path, monkeypatch, ["sweeplab_test_probe"])
+    warmed = joblib_lanes._warm_up.join()
+    seen = {int(f.name): f.read_text() for f in (tmp_path / "seen").iterdir()}
+    assert set(seen) == set(warmed) and sorted(seen.values()) == ["0", "1"], seen
+    assert {pid for _, pid, _ in returns.values()} == set(warmed)

@@ -16,8 +16,8 @@ The workers start while the sweep's main process does (`warm_lanes`): Hydra call
 (the sweep callback's checks, which import Lightning, its MLflow store and parent run: most of the main's start-up)
 before it sets the sweeper and this launcher up, so `WarmLanes`, a callback listed before the sweep's, starts them
 from a thread, and `setup()` does where that callback is not configured. Each worker imports what a job imports
-(`WARM_MODULES`: the training engine with torch and Lightning, MLflow's sqlalchemy store; no CUDA, the lane picks its
-GPUs later). `launch()` joins that thread and runs the lanes on the same workers: joblib's loky executor is reused
+(`WARM_MODULES`: the training engine with torch and Lightning, MLflow's sqlalchemy store) once it has claimed its
+lane's GPUs, so CUDA_VISIBLE_DEVICES is set before anything imported could start CUDA. `launch()` joins that thread and runs the lanes on the same workers: joblib's loky executor is reused
 while its arguments (n_jobs among them) are the same. The workers inherited the main's environment as it was
 before the sweep callback set the parent run and the like: each lane task applies what changed since. A warm-up
 that failed is logged and the launch goes on (its workers start as before); a sweep that ends before its launch
@@ -122,27 +122,21 @@ def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lane
     return done
 
 
-def warm_worker(modules: Sequence[str], ready_dir: str, workers: int, wait_s: float = WARM_WAIT_S) -> int:
-    """In a worker: import `modules`, then wait until `workers` warm-up tasks have started (at most `wait_s`), so
-    that each task holds a worker of its own; returns the worker's pid."""
+def warm_worker(modules: Sequence[str], ready_dir: str, workers: int, devices_per_job: int,
+                wait_s: float = WARM_WAIT_S) -> int:
+    """In a worker: claim a slot's GPUs (as run_lane does, first: CUDA_VISIBLE_DEVICES is set before anything is
+    imported, so nothing imported can start CUDA on other GPUs), import `modules`, then wait until `workers`
+    warm-up tasks have started (at most `wait_s`), so that each task holds a worker of its own; returns the pid."""
     global _warmed
     take(Path(ready_dir), os.getpid())
+    distributed.claim_gpus(devices_per_job)
     for name in modules:
         importlib.import_module(name)
-    if _cuda_driver_loaded():  # the lane could no longer choose its GPUs (CUDA_VISIBLE_DEVICES is read once)
-        raise RuntimeError(f"importing {', '.join(modules)} loaded the CUDA driver before the lane chose its GPUs")
     _warmed = True
     deadline = time.monotonic() + wait_s
     while len(os.listdir(ready_dir)) < workers and time.monotonic() < deadline:
         time.sleep(0.05)
     return os.getpid()
-
-
-def _cuda_driver_loaded() -> bool:
-    try:
-        return "libcuda.so" in Path("/proc/self/maps").read_text()
-    except OSError:
-        return False
 
 
 def _joblib_options(options: dict) -> dict:
@@ -156,8 +150,9 @@ def _joblib_options(options: dict) -> dict:
 class WarmUp:
     """The lanes' workers, started and warmed from a thread of the main process (`warm_lanes`)."""
 
-    def __init__(self, joblib_cfg: dict, modules: Sequence[str] = WARM_MODULES):
+    def __init__(self, joblib_cfg: dict, devices_per_job: int = 1, modules: Sequence[str] = WARM_MODULES):
         self.joblib_cfg = joblib_cfg
+        self.devices_per_job = devices_per_job
         self.modules = tuple(modules)
         self.env = dict(os.environ)  # what the workers start with
         self.pids: list[int] = []
@@ -175,7 +170,8 @@ class WarmUp:
         ready_dir = tempfile.mkdtemp(prefix="sweeplab-warm-")
         try:
             tasks = Parallel(**self.joblib_cfg, return_as="generator")(
-                delayed(warm_worker)(self.modules, ready_dir, workers) for _ in range(workers))
+                delayed(warm_worker)(self.modules, ready_dir, workers, self.devices_per_job)
+                for _ in range(workers))
             # the executor exists now: this runs before loky's exit hook, which would wait for the imports
             threading._register_atexit(_stop_unused_workers)
             self.pids = list(tasks)
@@ -192,7 +188,7 @@ class WarmUp:
         if first and self.error is not None:
             log.warning("the lanes' warm-up failed (%s: %s); the lanes start new workers now",
                         type(self.error).__name__, self.error)
-            _kill_workers()  # a half-warmed worker (one that loaded the CUDA driver) never runs a lane
+            _kill_workers()  # a half-warmed worker never runs a lane
         elif first:
             log.info("%d lane workers warmed in %.1f s beside the sweep's start (pids %s)", len(set(self.pids)),
                      self.seconds, sorted(set(self.pids)))
@@ -209,12 +205,13 @@ class WarmUp:
 _warm_up: WarmUp | None = None
 
 
-def warm_lanes(launcher_options: dict, modules: Sequence[str] = WARM_MODULES) -> WarmUp | None:
+def warm_lanes(launcher_options: dict, devices_per_job: int = 1,
+               modules: Sequence[str] = WARM_MODULES) -> WarmUp | None:
     """Start the lanes' workers and their warm-up now, once per process (None: one lane, no workers to warm)."""
     global _warm_up
     joblib_cfg = _joblib_options({k: v for k, v in launcher_options.items() if k != "_target_"})
     if _warm_up is None and int(joblib_cfg.get("n_jobs") or 1) > 1:
-        _warm_up = WarmUp(joblib_cfg, modules)
+        _warm_up = WarmUp(joblib_cfg, devices_per_job, modules)
     return _warm_up
 
 
@@ -237,7 +234,11 @@ class WarmLanes(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if "GpuLanesJoblibLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
-            warm_lanes(OmegaConf.to_container(config.hydra.launcher, resolve=True))
+            warm_lanes(OmegaConf.to_container(config.hydra.launcher, resolve=True), _devices_per_job(config))
+
+
+def _devices_per_job(config: DictConfig) -> int:
+    return int(OmegaConf.select(config, "trainer.devices", default=1) or 1)
 
 
 def _lane_in_worker(*lane_args) -> tuple[int, list[tuple[int, Any]]]:
@@ -265,7 +266,7 @@ def launch_lanes(joblib_cfg: dict, jobs: Sequence[LaneJob], taken_dir: str, devi
 class GpuLanesJoblibLauncher(JoblibLauncher):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        warm_lanes(self.joblib)  # where WarmLanes is not configured (else it started them already)
+        warm_lanes(self.joblib, _devices_per_job(config))  # where WarmLanes is not configured (else it did)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
@@ -280,7 +281,7 @@ class GpuLanesJoblibLauncher(JoblibLauncher):
                  sweep_dir)
         for number, overrides, slot in jobs:
             log.info("\t#%d (slot %d) : %s", number, slot, " ".join(filter_overrides(overrides)))
-        devices = int(OmegaConf.select(self.config, "trainer.devices", default=1) or 1)
+        devices = _devices_per_job(self.config)
         taken_dir = tempfile.mkdtemp(prefix=".lanes-", dir=sweep_dir)
         job_args = (self.hydra_context, self.config, self.task_function, Singleton.get_state())
         try:
