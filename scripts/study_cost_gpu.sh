@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 36/37's study-cost measurements on a GPU host, one part per call (each fits a 10-minute device call):
 #
-#   bash scripts/study_cost_gpu.sh textbridge   # the default study on one GPU, then on every visible GPU (joblib_gpus)
+#   bash scripts/study_cost_gpu.sh textbridge   # the default study on one GPU and on every visible GPU (joblib_gpus), A B B A
 #   bash scripts/study_cost_gpu.sh stopping     # unstopped and stopped default study, order A B B A, one GPU
 #   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
 #   DRY=1 bash scripts/study_cost_gpu.sh PART   # print the commands only
@@ -44,10 +44,12 @@ report() {  # [--target T] names...
 }
 
 case $PART in
-textbridge)
-  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run tb_one_gpu 240 sweep=default backend=cuda
-  run tb_all_gpus 240 sweep=default backend=cuda hydra/launcher=joblib_gpus
-  report tb_one_gpu tb_all_gpus
+textbridge)  # A B B A: neither side gets the freshly started machine alone (its cold file cache slows the first start)
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run tb_one_gpu_1 150 sweep=default backend=cuda
+  run tb_all_gpus_1 120 sweep=default backend=cuda hydra/launcher=joblib_gpus
+  run tb_all_gpus_2 120 sweep=default backend=cuda hydra/launcher=joblib_gpus
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run tb_one_gpu_2 150 sweep=default backend=cuda
+  report tb_one_gpu_1 tb_all_gpus_1 tb_all_gpus_2 tb_one_gpu_2
   ;;
 stopping)  # A B B A: neither side gets the freshly started machine alone
   STOP=(report.target=0.53 stop.at_target=true stop.behind=2)
