@@ -47,6 +47,8 @@ def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(d
     assert parent.info.run_name == "sweep 2026-01-02/03-04-05" and "## sweep 2026-01-02/03-04-05\n" in report
     # where the two jobs' time went, from their wall breakdowns (sweeplab.report.cost)
     assert "\n### where the jobs' time went\n\n2 jobs, " in report and "| training steps |" in report, report
+    wall = parent.data.metrics["sweep/process_wall_s"]  # the process's start to its report, also in report.md
+    assert 1.0 < wall < 600 and f"the sweep's process: {wall:.1f} s from its start to this report" in report
     (best,) = [line for line in lines if line.startswith("best: job ")]
     number, name = re.match(r"best: job (\d+) \((.+?)\)", best).groups()
     assert [r.data.tags["hydra_job"] for r in jobs if r.info.run_name == name] == [number]

@@ -36,6 +36,13 @@ def test_the_parts_are_summed_over_the_jobs_with_their_share_and_largest_job():
     assert table.below[-1] == "set-up's largest segments (summary/setup_split/*): process_start 18.0 s, data 2.0 s, fit_start 2.0 s"
 
 
+def test_the_sweeps_process_wall_time_sets_the_steps_against_the_whole_study():
+    table = cost.cost_table([_job(0, PARTS), _job(1, PARTS)], process_wall_s=16.0)
+    assert table.above[-1] == ("the sweep's process: 16.0 s from its start to this report; the jobs' training steps "
+                               "are 25 % of it")
+    assert len(cost.cost_table([_job(0, PARTS)]).above) == 1  # no process wall recorded: no such line
+
+
 def test_a_sweep_whose_jobs_recorded_no_breakdown_gets_no_table():
     assert cost.cost_table([_job(0, {}), _job(1, {})]) is None
     assert cost.cost_table([]) is None

@@ -66,5 +66,7 @@ WALL_BREAKDOWN_METRIC = "summary/wall_breakdown/{part}_s"  # setup, warmup, step
 SETUP_SPLIT_METRIC = "summary/setup_split/{segment}_s"  # the setup part in segments (sweeplab.core.wall.SETUP_SEGMENTS),
                                                         # summing to it; MLflow's writes during the set-up in none
 
+SWEEP_PROCESS_WALL_METRIC = "sweep/process_wall_s"  # the sweep's parent run: its process's start to its report
+
 # --- what a compiled job's compilation found in torch inductor's caches (metrics; compile != off) ---
 COMPILE_CACHE_METRIC = "summary/compile_cache/{counter}"  # fxgraph_cache_hit/_miss, autograd_cache_hit/_miss

@@ -38,7 +38,7 @@ LAST_SEGMENT = SETUP_SEGMENTS[-1]
 log = logging.getLogger(__name__)
 
 
-def _process_age_s() -> float:
+def process_age_s() -> float:
     """Seconds since this process started, from the kernel's record of its start (0.0 where it cannot be read)."""
     try:
         import psutil
@@ -143,7 +143,7 @@ def start_job() -> WallClock:
     where count_from_now said)."""
     global _current, _jobs_started
     if _jobs_started == 0 and _from_process_start:
-        started = _first_job_from if _first_job_from is not None else time.perf_counter() - _process_age_s()
+        started = _first_job_from if _first_job_from is not None else time.perf_counter() - process_age_s()
     else:
         started = time.perf_counter()
     _jobs_started += 1

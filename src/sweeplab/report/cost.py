@@ -34,8 +34,10 @@ def _sums(jobs: Sequence[JobRecord], metric: str, names: Sequence[str]) -> tuple
     return total, largest
 
 
-def cost_table(jobs: Sequence[JobRecord]) -> report_html.Table | None:
-    """The parts' seconds over the jobs that recorded a breakdown (None when none did: an older or untracked sweep)."""
+def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None) -> report_html.Table | None:
+    """The parts' seconds over the jobs that recorded a breakdown (None when none did: an older or untracked sweep);
+    `process_wall_s`: the sweep process's seconds from its start to its report (the parent run's
+    `sweep/process_wall_s`), which the training steps are also set against."""
     recorded = [job for job in jobs if WALL_BREAKDOWN_METRIC.format(part="steps") in job.metrics]
     if not recorded:
         return None
@@ -46,6 +48,9 @@ def cost_table(jobs: Sequence[JobRecord]) -> report_html.Table | None:
              "s (largest job)": f"{largest[part]:.1f}"} for part in wall.PARTS if part in total]
     above = (f"{len(recorded)} jobs, {whole:.1f} s of job time in all, {total.get('steps', 0.0):.1f} s of it in training "
              f"steps ({100 * total.get('steps', 0.0) / whole:.0f} %)" if whole > 0 else f"{len(recorded)} jobs",)
+    if process_wall_s:
+        above += (f"the sweep's process: {process_wall_s:.1f} s from its start to this report; the jobs' training "
+                  f"steps are {100 * total.get('steps', 0.0) / process_wall_s:.0f} % of it",)
     below = ["each job's wall time from its start (a process's first job: from the process's start, imports "
              "included) to its record, in parts that add up to it (summary/wall_breakdown/*); jobs that ran side by "
              "side add up to more than the study's wall time"]

@@ -35,7 +35,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels, interrupts, schema
+from sweeplab.core import channels, interrupts, schema, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
@@ -236,6 +236,8 @@ class MLflowSweepCallback(Callback):
                 from sweeplab.callbacks.faults import pause_in  # imports Lightning: only when a test asks for it
 
                 pause_in("report")
+            if (process_wall := wall.process_age_s()) > 0:  # what the study cost until its report, which reads it
+                client.log_metric(self.parent_run_id, schema.SWEEP_PROCESS_WALL_METRIC, process_wall)
             # the run list once, each job's history once: `best`, the plot and the job counts read the report's record
             report = sweep_report(uri, self.parent_run_id, sweep_dir, options=verdict_options(config))
             sweep = report.sweep
