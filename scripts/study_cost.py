@@ -6,7 +6,8 @@ ran (issues 36 and 37: a stopped against an unstopped study; one GPU against sev
     python scripts/study_cost.py [--target T] [--wall S1,S2,...] SWEEP_DIR [SWEEP_DIR ...]
 
 MLFLOW_TRACKING_URI names the store. --target re-reads every sweep at that target (the verdict's, for studies run
-without one); --wall gives each sweep's process wall time (in the order of the folders) for the steps' share.
+without one); --wall gives each sweep's process wall time (in the order of the folders) for the steps' share, else
+the sweep's own `sweep/process_wall_s` (its process's start to its report) is used.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def main(argv: list[str] | None = None) -> None:
         stopped = sum(1 for j in sweep.jobs if j.stop_reason)
         parts = {p: sum(j.metrics.get(schema.WALL_BREAKDOWN_METRIC.format(part=p), 0.0) for j in sweep.jobs)
                  for p in PARTS}
-        wall = args.wall[i] if i < len(args.wall) else None
+        # the process's whole wall time when given, else what the sweep recorded (its start to its report)
+        wall = args.wall[i] if i < len(args.wall) else sweep.parent.metrics.get(schema.SWEEP_PROCESS_WALL_METRIC)
         share = f"{parts['steps'] / wall:.0%}" if wall else ""
         print(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
-              f"{wall if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
+              f"{round(wall, 1) if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
         for line in found.lines:
             print(f"    {line}")
         if split := _setup_split(sweep.jobs):
