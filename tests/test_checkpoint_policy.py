@@ -221,3 +221,47 @@ def test_the_second_job_of_a_study_loads_its_compiled_code_from_the_studys_cache
     hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
     assert second[hit] > 0 and second[miss] == 0, second  # the second compiled nothing: every graph from the cache
     assert first[miss] > 0 or first[hit] > 0, first
+
+
+@pytest.mark.slow  # two cold compilations of the smoke model (~1 min on the 2-core machine)
+def test_compile_cache_shared_lets_a_later_study_load_what_an_earlier_one_compiled(demo_dir, mlflow_uri, tmp_path):
+    """compile_cache=shared leaves inductor's caches in torch's own folder (its default, under TMPDIR: here the
+    test's): the second study's job compiles nothing; compile_cache=study gives a study its own empty cache."""
+    (tmp_path / "tmp").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "SWEEPLAB_FAULT")}
+    env["TMPDIR"] = str(tmp_path / "tmp")  # torch's default folder: <TMPDIR>/torchinductor_<user>
+    common = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16", "compile=default",
+              "trainer.max_steps=6", "trainer.val_check_interval=3"]
+    for name, cache in (("first", "shared"), ("second", "shared"), ("own", "study")):
+        # not _train: its environment is this process's plus changes, and torch's import here set the variable
+        study = subprocess.run([sys.executable, "-m", "sweeplab.train", "-m", *common, f"compile_cache={cache}",
+                                f"hydra.sweep.dir={tmp_path / name}"], env=env, capture_output=True, text=True,
+                               timeout=900)
+        assert study.returncode == 0, study.stderr[-3000:]
+    assert not (tmp_path / "first" / "compile_cache").exists()
+    assert any(p.name.startswith("torchinductor_") for p in (tmp_path / "tmp").iterdir())
+    runs = [r for r in MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time ASC"])
+            if "config" in r.data.tags]
+    first, second, own = (r.data.metrics for r in runs)
+    hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
+    assert first[miss] > 0, first  # a fresh folder: compiled
+    assert second[hit] > 0 and second[miss] == 0, second  # another study, the same graph: loaded
+    assert own[miss] > 0, own  # compile_cache=study: its own empty folder under the sweep
+    assert any((tmp_path / "own" / "compile_cache").rglob("*"))
+
+
+def test_compile_cache_is_study_or_shared_and_says_so_in_one_line(tmp_path, monkeypatch):
+    from conftest import compose_train
+    from sweeplab.core.errors import ConfigError
+    from sweeplab.engine.plan import plan
+    from sweeplab.engine.training import COMPILE_CACHE_DIR_ENV, share_compile_cache
+
+    with pytest.raises(ConfigError) as err:
+        plan(compose_train(["debug=smoke", "compile_cache=host"]))
+    assert str(err.value) == "config error: compile_cache: 'host' is not one of study, shared"
+    assert plan(compose_train(["debug=smoke", "compile_cache=shared"])).compile_cache == "shared"
+    monkeypatch.delenv(COMPILE_CACHE_DIR_ENV, raising=False)
+    share_compile_cache(str(tmp_path), "shared")
+    assert COMPILE_CACHE_DIR_ENV not in os.environ  # torch's own folder
+    share_compile_cache(str(tmp_path), "study")
+    assert os.environ[COMPILE_CACHE_DIR_ENV] == str(tmp_path.resolve() / "compile_cache")

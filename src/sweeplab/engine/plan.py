@@ -114,6 +114,7 @@ class JobPlan:
     fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
     compile_scope: str = "whole"  # whole | regions (tasks/base.py: configure_training)
     compile_validation: bool = False  # validation compiled too, else eager
+    compile_cache: str = "study"  # study | shared: where inductor's caches live (engine/training.share_compile_cache)
 
 
 def check_data_path(path: Any) -> None:
@@ -147,9 +148,12 @@ def _model_choice() -> str | None:
         return None
 
 
-def _compile_switches(container: dict, family: Any, compile_mode: str) -> tuple[str, bool]:
-    """compile_scope and compile_validation, checked; regions need a model that declares them (its class, when the
-    record names one: a record without `model` is checked when its task is built)."""
+COMPILE_CACHES = ("study", "shared")  # compile_cache: one cache per study, or torch's own for every study
+
+
+def _compile_switches(container: dict, family: Any, compile_mode: str) -> tuple[str, bool, str]:
+    """compile_scope, compile_validation and compile_cache, checked; regions need a model that declares them (its
+    class, when the record names one: a record without `model` is checked when its task is built)."""
     from sweeplab.tasks.base import COMPILE_SCOPES, check_compile_regions
 
     scope = container.get("compile_scope", "whole")
@@ -158,9 +162,12 @@ def _compile_switches(container: dict, family: Any, compile_mode: str) -> tuple[
     validation = container.get("compile_validation", False)
     if not isinstance(validation, bool):
         raise ConfigError("compile_validation", f"expected true or false, got {validation!r}")
+    cache = container.get("compile_cache", "study")
+    if cache not in COMPILE_CACHES:
+        raise ConfigError("compile_cache", f"{cache!r} is not one of {', '.join(COMPILE_CACHES)}")
     if scope == "regions" and compile_mode != "off" and family.model is not None:
         check_compile_regions(family.target("model"), family.name)
-    return scope, validation
+    return scope, validation, cache
 
 
 def plan(cfg: DictConfig) -> JobPlan:
@@ -199,7 +206,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
         raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
     compile_mode = str(container.get("compile", "off"))
-    compile_scope, compile_validation = _compile_switches(container, family, compile_mode)
+    compile_scope, compile_validation, compile_cache = _compile_switches(container, family, compile_mode)
     cuda_graph = container.get("cuda_graph", False)
     if not isinstance(cuda_graph, bool):
         raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
@@ -234,7 +241,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     p = JobPlan(
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
         timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config, stop, stop_target,
-        compile_scope=compile_scope, compile_validation=compile_validation,
+        compile_scope=compile_scope, compile_validation=compile_validation, compile_cache=compile_cache,
     )
     if backend == "mlx":
         rules.check_mlx(p)

@@ -98,14 +98,15 @@ COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's on-disk caches: 
 COMPILE_CACHE_FOLDER = "compile_cache"
 
 
-def share_compile_cache(sweep_dir: str | None) -> None:
+def share_compile_cache(sweep_dir: str | None, scope: str = "study") -> None:
     """The jobs of one study share one compiler cache, `<sweep dir>/compile_cache` (docs/study-cost.md): inductor's FX
     graph cache and AOTAutograd cache (both on by default in torch) and the Triton kernels live there, so the
     first job of a shape compiles and every later job of that graph, in this process or another of the study
-    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Left alone outside a sweep and
-    where TORCHINDUCTOR_CACHE_DIR names a folder of the user's: torch's import sets it to its default
+    (joblib workers, SLURM tasks on a shared file system), loads the compiled code. Left alone outside a sweep, with
+    `compile_cache=shared` (torch's own folder, so a later study loads what an earlier one compiled) and where
+    TORCHINDUCTOR_CACHE_DIR names a folder of the user's: torch's import sets it to its default
     (/tmp/torchinductor_$USER), which counts as unset."""
-    if sweep_dir is None:
+    if sweep_dir is None or scope == "shared":
         return
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
@@ -125,7 +126,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     backends.apply_backend_settings(p.backend_config, p.backend)
     hydra_dir, sweep_dir = _hydra_runtime()
     output_dir = output_dir or hydra_dir
-    share_compile_cache(sweep_dir)
+    share_compile_cache(sweep_dir, p.compile_cache)
     uri = mlflow_store.resolve_uri(p.logger.tracking_uri)
     tracked = p.logger.enabled and distributed.is_global_zero()  # one MLflow run per job: rank 0's
     wall.mark("plan")
