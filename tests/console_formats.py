@@ -25,7 +25,8 @@ _HYDRA_LAUNCH = re.compile(_STAMP + r"\[HYDRA\] (?:Launching \d+ jobs locally|\t
 
 _DURATION = r"\d+(?:\.\d)? (?:s|min|h)"
 _DONE = (
-    r"done(?: \(not tracked\))?: (?:.+: )?(?:best \S+ -?[\d.e+-]+|\S+ n/a)(?:, [\d,]+ samples/s)?(?:, [\d.]+ ms/step)?"
+    r"done(?: \(not tracked\))?: (?:.+: )?(?:best \S+ -?[\d.e+-]+|\S+ n/a)(?:, stopped at step \d+ of \d+)?"
+    r"(?:, [\d,]+ samples/s)?(?:, [\d.]+ ms/step)?"
     r"(?:; best checkpoint \S+)?"
     r"(?:; (?:https?://[^/\s]+/#/experiments/\d+/runs/\w+\?\S*|run \w{32} \(`make ui` shows it\)))?"
 )

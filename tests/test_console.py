@@ -157,3 +157,6 @@ def test_the_done_line_names_the_best_checkpoint_and_the_runs_address():
                     f"http://127.0.0.1:5000/#/experiments/1/runs/{'a' * 32}?workflowType=machine_learning")
     assert re.fullmatch(_DONE, line)
     assert final_line(None, "val/cos", None, {}) == "done (not tracked): val/cos n/a"
+    stopped = final_line(run, "val/cos", 0.53, {"summary/samples_per_sec": 1234.0}, stopped=(80, 100))
+    assert stopped.startswith("done: bs=16 tiny: best val/cos 0.53, stopped at step 80 of 100, 1,234 samples/s; ")
+    assert re.fullmatch(_DONE, stopped)

@@ -41,10 +41,13 @@ def test_the_rule_stops_at_the_target_after_its_confirmations_and_behind_the_lea
     assert faster.at_validation(0.6, 1.5) is None and board.leader_seconds() == 1.5  # a new leader
 
 
-def test_a_job_stops_at_the_target_and_says_why(demo_dir, mlflow_uri):
+def test_a_job_stops_at_the_target_and_says_why(demo_dir, mlflow_uri, caplog):
     """A real job: a target every validation reaches stops it at its first validation (debug=smoke validates every
-    10 of 20 steps), FINISHED, with the reason and the step on its run."""
-    train(smoke_config(demo_dir, "stop.at_target=true", "report.target=-1.0"))
+    10 of 20 steps), FINISHED, with the reason and the step on its run and in its closing line."""
+    with caplog.at_level("INFO", logger="sweeplab.engine.job"):
+        train(smoke_config(demo_dir, "stop.at_target=true", "report.target=-1.0"))
+    assert any(r.getMessage().startswith("done: ") and ", stopped at step 10 of 20, " in r.getMessage()
+               for r in caplog.records), caplog.text
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "FINISHED"
     assert run.data.tags[schema.STOP_REASON_TAG] == "target" and run.data.tags[schema.STOP_STEP_TAG] == "10"

@@ -139,18 +139,22 @@ def _finish(job: Job, result: FitResult) -> float | None:
             run.uri if run is not None else None,
         )
     interrupts.check()
+    stopped = (result.step, p.trainer.max_steps) if p.stop_target is not None and result.step < p.trainer.max_steps else None
     log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary, result.diverged,
-                              result.best_path))
+                              result.best_path, stopped))
     if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:
         run.log_artifact_capped(job_log, None, p.logger.max_artifact_mb)
     return result.monitored
 
 
 def final_line(run, monitor: str, monitored: float | None, summary: dict, diverged: str | None = None,
-               checkpoint: str | None = None) -> str:
-    """The run's one closing line: its name, the metric a sweep compares, the throughput, its best checkpoint, where
-    to see it (its address where the UI's is known: mlflow_store.ui_base); a run that diverged says so first."""
+               checkpoint: str | None = None, stopped: tuple[int, int] | None = None) -> str:
+    """The run's one closing line: its name, the metric a sweep compares, where a stop rule ended it (step, of the
+    steps asked: the run's name says the latter), the throughput, its best checkpoint, where to see it (its address
+    where the UI's is known: mlflow_store.ui_base); a run that diverged says so first."""
     parts = [f"best {monitor} {monitored:.4g}" if monitored is not None else f"{monitor} n/a"]
+    if stopped is not None:
+        parts.append(f"stopped at step {stopped[0]} of {stopped[1]}")
     if diverged:
         parts.insert(0, f"DIVERGED ({diverged})")
     if (rate := summary.get(schema.SAMPLES_PER_SEC)) is not None:
