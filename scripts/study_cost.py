@@ -21,7 +21,7 @@ from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
 
-PARTS = ("setup", "warmup", "steps", "validation", "checkpoints", "mlflow", "teardown")
+PARTS = wall.PARTS
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,7 @@
 #   bash scripts/study_cost_gpu.sh textbridge   # the default study on one GPU and on every visible GPU (joblib_gpus), A B B A
 #   bash scripts/study_cost_gpu.sh stopping     # unstopped and stopped default study, order A B B A, one GPU
 #   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
+#   bash scripts/study_cost_gpu.sh pagating_twice  # the same study twice with compile_cache=shared (the second loads)
 #   DRY=1 bash scripts/study_cost_gpu.sh PART   # print the commands only
 #   BACKEND=cpu EXTRA="debug=smoke replicates=2" bash scripts/study_cost_gpu.sh stopping   # the plumbing, on a CPU
 #
@@ -11,7 +12,7 @@
 # wall time goes to $WORK/walls.txt, and scripts/study_cost.py prints the wall breakdown, the steps' share, the
 # verdict and each configuration's GPUs. Logs go to $OUT when set (the device tool's output folder), else $WORK.
 set -u
-PART=${1:?textbridge | stopping | pagating}
+PART=${1:?textbridge | stopping | pagating | pagating_twice}
 WORK=${WORK:-/tmp/study-cost}
 LOGS=${OUT:-$WORK}
 mkdir -p "$WORK" "$LOGS"
@@ -60,7 +61,7 @@ stopping)  # A B B A: neither side gets the freshly started machine alone
   run unstopped_2 150 sweep=default backend=cuda report.target=0.53
   report --target 0.53 unstopped_1 stopped_1 stopped_2 unstopped_2
   ;;
-pagating)
+pagating | pagating_twice)
   PG=(model=pagating_lm model.size=small sweep=pagating_batch data.batch_size=8,16 backend=cuda
       trainer.precision=bf16-mixed compile=default optim.implementation=fused replicates=3 trainer.max_steps=300
       trainer.val_check_interval=100 trainer.limit_val_batches=4)
@@ -69,11 +70,17 @@ pagating)
       trainer.val_check_interval=2 trainer.limit_val_batches=1 logger.experiment_name=study-cost-data \
       "hydra.run.dir=$WORK/data_warmup" > "$LOGS/data_warmup.log" 2>&1 || echo "data warm-up failed: $LOGS/data_warmup.log"
   fi
-  run pg_study 420 "${PG[@]}"
-  report pg_study
+  if [ "$PART" = pagating_twice ]; then  # a study run again with compile_cache=shared: its compiles loaded
+    run pg_shared_1 300 "${PG[@]}" compile_cache=shared
+    run pg_shared_2 240 "${PG[@]}" compile_cache=shared
+    report pg_shared_1 pg_shared_2
+  else
+    run pg_study 420 "${PG[@]}"
+    report pg_study
+  fi
   ;;
 *)
-  echo "unknown part $PART: textbridge | stopping | pagating" >&2
+  echo "unknown part $PART: textbridge | stopping | pagating | pagating_twice" >&2
   exit 2
   ;;
 esac
