@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     if experiment is None:
         raise SystemExit(f"loss_curves: no experiment {args.experiment!r} in the store")
     runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.start_time)
-    curves = {}
+    curves = {}  # label -> {step: value}; two runs of one name (a seed swept twice) keep apart by their ids
     for run in runs:
-        label = f"{run.info.run_name} [compile={run.data.params.get('compile', '?')}]"
+        label = f"{run.info.run_name} [compile={run.data.params.get('compile', '?')}, run {run.info.run_id[:8]}]"
         curves[label] = {m.step: m.value for m in client.get_metric_history(run.info.run_id, args.metric)}
     steps = sorted({s for c in curves.values() for s in c})[:: args.every]
     print("| step | " + " | ".join(curves) + " |")

@@ -70,6 +70,7 @@ class FitResult:
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
     tags: dict[str, str] = field(default_factory=dict)  # the timer's (StepTimer.run_tags: timing.clock, ...)
     diverged: str | None = None  # guard.mode=off: what was not finite when training ended (guard.nonfinite_at_end)
+    stop_reason: str | None = None  # a stop rule ended the fit early (engine/stopping.py): "target" | "behind"
 
 
 def start_fit(job: Job):
@@ -139,7 +140,7 @@ def _finish(job: Job, result: FitResult) -> float | None:
             run.uri if run is not None else None,
         )
     interrupts.check()
-    stopped = (result.step, p.trainer.max_steps) if p.stop_target is not None and result.step < p.trainer.max_steps else None
+    stopped = (result.step, p.trainer.max_steps) if result.stop_reason is not None else None
     log.info("%s", final_line(run, p.family.monitor, result.monitored, result.summary, result.diverged,
                               result.best_path, stopped))
     if run is not None and p.logger.log_job_log and (job_log := job_log_file()) is not None:

@@ -92,8 +92,9 @@ def fit(job: Job) -> FitResult:
         callbacks.append(fault)
     if show_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
-    if p.stop_target is not None:
-        callbacks.append(_stop_callback(job, timer))
+    stop = _stop_callback(job, timer) if p.stop_target is not None else None
+    if stop is not None:
+        callbacks.append(stop)
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
     checkpoint_io = AtomicCheckpointIO(background=p.checkpoint.background)
     trainer = _trainer(p, callbacks, job, checkpoint_io, clips=task.automatic_optimization, progress_bar=show_bar)
@@ -118,6 +119,7 @@ def fit(job: Job) -> FitResult:
         monitored=_monitored(trainer, best, p.family.monitor),
         tags=timer.run_tags(),
         diverged=guard.diverged,
+        stop_reason=stop.reason if stop is not None else None,
     )
 
 

@@ -169,6 +169,7 @@ class StopWhatIsDecided(L.Callback):
     def __init__(self, rule: StopRule, monitor: str, timer, record, samples_per_step: int) -> None:
         self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(tags: dict[str, str])
         self.samples_per_step = samples_per_step
+        self.reason: str | None = None  # why it stopped the fit ("target" | "behind"), once it did
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
@@ -182,4 +183,5 @@ class StopWhatIsDecided(L.Callback):
         log.info("stop: %s after %d steps (%s %.4g, target %.4g)", "target reached" if reason == "target"
                  else "behind the round's leader", trainer.global_step, self.monitor, value, self.rule.target)
         self.record({schema.STOP_REASON_TAG: reason, schema.STOP_STEP_TAG: str(trainer.global_step)})
+        self.reason = reason
         trainer.should_stop = True

@@ -21,13 +21,14 @@ PART_NAMES = {  # the parts as a reader names them
 SHOWN_SEGMENTS = 3  # the set-up's largest segments named below the table
 
 
-def _sums(jobs: Sequence[JobRecord], metric: str, names: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
-    """(sum over jobs, largest in one job) of `metric` formatted with each name; names no job recorded are left out."""
+def _sums(jobs: Sequence[JobRecord], keys: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(sum over jobs, largest in one job) of each name's metric (`keys`: name -> metric key); names no job recorded
+    are left out."""
     total: dict[str, float] = {}
     largest: dict[str, float] = {}
     for job in jobs:
-        for name in names:
-            value = job.metrics.get(metric.format(part=name, segment=name))
+        for name, key in keys.items():
+            value = job.metrics.get(key)
             if value is not None:
                 total[name] = total.get(name, 0.0) + value
                 largest[name] = max(largest.get(name, 0.0), value)
@@ -41,7 +42,7 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None) -
     recorded = [job for job in jobs if WALL_BREAKDOWN_METRIC.format(part="steps") in job.metrics]
     if not recorded:
         return None
-    total, largest = _sums(recorded, WALL_BREAKDOWN_METRIC, wall.PARTS)
+    total, largest = _sums(recorded, {part: WALL_BREAKDOWN_METRIC.format(part=part) for part in wall.PARTS})
     whole = sum(total.values())
     rows = [{"part": PART_NAMES[part], "s (all jobs)": f"{total[part]:.1f}",
              "share": f"{100 * total[part] / whole:.0f} %" if whole > 0 else "",
@@ -54,7 +55,7 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None) -
     below = ["each job's wall time from its start (a process's first job: from the process's start, imports "
              "included) to its record, in parts that add up to it (summary/wall_breakdown/*); jobs that ran side by "
              "side add up to more than the study's wall time"]
-    segments, _ = _sums(recorded, SETUP_SPLIT_METRIC, wall.SETUP_SEGMENTS)
+    segments, _ = _sums(recorded, {name: SETUP_SPLIT_METRIC.format(segment=name) for name in wall.SETUP_SEGMENTS})
     top = [name for name in sorted(segments, key=segments.get, reverse=True)[:SHOWN_SEGMENTS] if segments[name] >= 0.05]
     if top:
         below.append("set-up's largest segments (summary/setup_split/*): "
