@@ -28,7 +28,15 @@ from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
 from sweeplab.core.errors import UserError
-from sweeplab.tasks.checkpoint import CHECKSUM_KEY, AtomicCheckpointIO, read_checkpoint, with_checksum
+from sweeplab.tasks.checkpoint import (
+    CHECKSUM_ALGORITHM,
+    CHECKSUM_KEY,
+    LINEAR_ALGORITHM,
+    AtomicCheckpointIO,
+    content_checksum,
+    read_checkpoint,
+    with_checksum,
+)
 
 DAMAGED = "damaged: its content does not match the checksum written when it was saved"
 NONFINITE = "holds non-finite weights"
@@ -110,7 +118,7 @@ def test_a_saved_checkpoint_carries_a_checksum_of_its_content_and_every_damage_i
     AtomicCheckpointIO().save_checkpoint(original, good)
     assert CHECKSUM_KEY not in original  # the caller's dict is left alone
     loaded = read_checkpoint(good)  # a -inf in a callback's state is no weight: accepted
-    assert loaded[CHECKSUM_KEY]["algorithm"] == "sha256" and loaded["global_step"] == 3
+    assert loaded[CHECKSUM_KEY]["algorithm"] == CHECKSUM_ALGORITHM and loaded["global_step"] == 3
 
     for kind, message in EXPECTED.items():
         with pytest.raises(UserError, match=message) as refused:
@@ -137,6 +145,39 @@ def test_a_saved_checkpoint_carries_a_checksum_of_its_content_and_every_damage_i
     torch.save(older, tmp_path / "older-inf.ckpt")
     with pytest.raises(UserError, match=r"holds non-finite weights \(optimizer_states\[0\]\.state\.0\.exp_avg: 1 NaN/inf\)"):
         read_checkpoint(tmp_path / "older-inf.ckpt")
+
+
+def test_checkpoints_of_the_one_stream_sha256_are_still_read_and_checked(tmp_path):
+    """Checkpoints written before the per-tensor checksum carry `sha256` over every byte in one stream: still
+    accepted when whole, refused when a byte changed."""
+    legacy = _sweeplab_like()
+    legacy[CHECKSUM_KEY] = {"algorithm": LINEAR_ALGORITHM, "digest": content_checksum(legacy, LINEAR_ALGORITHM)}
+    assert legacy[CHECKSUM_KEY]["digest"] != content_checksum(legacy)  # two algorithms, two digests
+    torch.save(legacy, tmp_path / "legacy.ckpt")
+    assert read_checkpoint(tmp_path / "legacy.ckpt")["global_step"] == 3
+    legacy["state_dict"]["model.w"][1, 0] += 1.0
+    torch.save(legacy, tmp_path / "legacy-edited.ckpt")
+    with pytest.raises(UserError, match=DAMAGED):
+        read_checkpoint(tmp_path / "legacy-edited.ckpt")
+
+
+def test_the_per_tensor_checksum_is_the_same_on_one_thread_and_on_several(monkeypatch):
+    """The tensors are hashed on up to 8 threads (one core left free): the digest does not depend on how many, and
+    any changed element, moved tensor or changed dtype changes it."""
+    from sweeplab.tasks import checkpoint
+
+    state = {f"layer{i}": torch.randn(64, 33) for i in range(12)}
+    digests = {}
+    for cores in (1, 2, 5, 32):
+        monkeypatch.setattr(checkpoint, "_cores", lambda cores=cores: cores)
+        digests[cores] = content_checksum({"state_dict": state})
+    assert len(set(digests.values())) == 1
+    swapped = dict(state, layer0=state["layer1"], layer1=state["layer0"])
+    retyped = dict(state, layer3=state["layer3"].double())
+    changed = {k: v.clone() for k, v in state.items()}
+    changed["layer11"][63, 32] += 1e-6
+    for other in (swapped, retyped, changed):
+        assert content_checksum({"state_dict": other}) != digests[1]
 
 
 # --- one finished run, and damaged copies of its checkpoint given to resume, export and report -----

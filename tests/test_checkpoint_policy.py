@@ -89,6 +89,41 @@ def test_a_snapshot_checksum_matches_the_file(tmp_path):
     check_integrity(loaded, tmp_path / "x.ckpt")
 
 
+def test_the_optimizer_state_is_dropped_at_the_end_of_training_after_the_last_checkpoint_took_it(tmp_path):
+    """The task drops the optimizer's state and the gradients when training ends (Lightning's teardown would copy
+    them to the CPU); the last.ckpt written at that end (a stop before max_steps: Lightning's on_train_end save)
+    still holds the state a resume needs."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from sweeplab.callbacks.checkpoints import LastCheckpoint
+    from sweeplab.families import get_family
+    from sweeplab.models.gpt import GPTConfig
+    from sweeplab.tasks.optim import OptimConfig
+
+    class StopAtStep3(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            trainer.should_stop = trainer.global_step >= 3
+
+    g = torch.Generator().manual_seed(0)
+    batches = [{"input_ids": (ids := torch.randint(0, 64, (2, 16), generator=g)), "labels": ids.roll(-1, 1)}
+               for _ in range(10)]
+    config = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, d_model=16, d_ff=32)
+    task = get_family("pagating_lm").build_task(config, {}, OptimConfig(lr=1e-3, warmup_steps=1))
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=10, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_val_batches=0, default_root_dir=str(tmp_path), plugins=[AtomicCheckpointIO(background=True)],
+        callbacks=[LastCheckpoint(tmp_path, every_n_steps=None, every_n_seconds=None), StopAtStep3()],
+    )
+    trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
+    assert trainer.global_step == 3
+    assert trainer.optimizers[0].state == {} and all(p.grad is None for p in task.parameters())
+    saved = read_checkpoint(tmp_path / "last.ckpt")
+    assert saved["global_step"] == 3
+    state = saved["optimizer_states"][0]["state"]
+    assert len(state) == len(list(task.parameters())) and all("exp_avg" in s for s in state.values())
+
+
 def _train(args, env=None, **kwargs):
     return subprocess.Popen(
         [sys.executable, "-m", "sweeplab.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

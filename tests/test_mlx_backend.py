@@ -15,7 +15,7 @@ from sweeplab.core.errors import ConfigError
 from sweeplab.engine.plan import plan
 from sweeplab.engine.training import train
 from sweeplab.families.loading import load_model
-from sweeplab.tasks.checkpoint import CHECKSUM_KEY
+from sweeplab.tasks.checkpoint import CHECKSUM_ALGORITHM, CHECKSUM_KEY
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sweeplab[mlx]')")
 
@@ -55,7 +55,7 @@ def test_an_mlx_run_matches_the_cpu_run_and_is_recorded_the_same_way(demo_dir, m
     for (name, a), (_, b) in zip(loaded.model.state_dict().items(), reference.model.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=name)
     for run in (cpu, mlx):  # both loops save through one writer, which adds the checksum load_model checked
-        assert torch.load(run.data.tags["checkpoint"], weights_only=True)[CHECKSUM_KEY]["algorithm"] == "sha256"
+        assert torch.load(run.data.tags["checkpoint"], weights_only=True)[CHECKSUM_KEY]["algorithm"] == CHECKSUM_ALGORITHM
 
 
 def test_the_lm_logs_alpha_as_the_lightning_path_does(demo_dir, mlflow_uri):
