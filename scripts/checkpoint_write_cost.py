@@ -1,6 +1,6 @@
 """What writing a paGating-small `last.ckpt` costs (issue 36): its checksum one stream against per tensor on threads,
-torch.save through a Python file object against given a name, and sweeplab's whole background write, side by side
-in one process, alternating, median of the repeats.
+torch.save with the fsync, and sweeplab's whole background write, side by side in one process, alternating, median
+of the repeats.
 
     python scripts/checkpoint_write_cost.py [--repeats 3] [--dir /tmp]
 
@@ -46,17 +46,10 @@ def main(argv: list[str] | None = None) -> None:
             f.flush()
             os.fsync(f.fileno())
 
-    def save_by_name() -> None:
-        torch.save(ckpt, str(target))
-        fd = os.open(target, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-
     rows = {
         "checksum, sha256 one stream (before)": lambda: checkpoint.content_checksum(ckpt, checkpoint.LINEAR_ALGORITHM),
         "checksum, sha256 per tensor on threads (now)": lambda: checkpoint.content_checksum(ckpt),
-        "torch.save + fsync, Python file object (before)": save_file_object,
-        "torch.save + fsync, by name (now)": save_by_name,
+        "torch.save + fsync": save_file_object,
         "sweeplab's write (checksum, save, fsync, rename)": lambda: checkpoint._write(ckpt, target),
     }
     times: dict[str, list[float]] = {name: [] for name in rows}

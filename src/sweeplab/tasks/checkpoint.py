@@ -39,7 +39,7 @@ from torch import nn
 from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import wall
 from sweeplab.core.errors import UserError
-from sweeplab.core.files import atomic_path
+from sweeplab.core.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -375,14 +375,8 @@ def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _write(checkpoint: dict, path) -> None:
-    with atomic_path(path) as tmp_name:
+    with atomic_write(path) as f:
         pause_in("checkpointing")  # reliability tests: a signal lands inside the save
-        complete = with_checksum(checkpoint)
-        try:
-            torch.save(complete, tmp_name)  # given a name, torch's own file writer: 3-5x faster than a file object
-        except RuntimeError:
-            # its C++ writer says only "file write failed"; written again through Python's file object, a full or
-            # read-only disk raises the OSError that names the reason (and a passing fault just writes the file)
-            with open(tmp_name, "wb") as f:
-                torch.save(complete, f)
+        torch.save(with_checksum(checkpoint), f)
+        f.flush()
         pause_in("checkpoint-written")  # tests: the bytes are in the temporary file, not yet renamed (a kill here)
