@@ -1,10 +1,10 @@
 """Checkpoints: written atomically with a checksum of their content, read back safely (`weights_only=True`) and
 checked before anything uses them, with one-line errors.
 
-The checksum (`CHECKSUM_KEY`, sha256; `content_checksum`) covers everything the checkpoint holds, by its place in the dict: every tensor
-(the model's weights and buffers, the optimizer's state, the callbacks' tensors) with its dtype, shape and bytes,
-and every plain value (numbers, strings, booleans, None: the step, the hyperparameters, the schedules' and
-callbacks' state). It is computed by `AtomicCheckpointIO` over the exact dict it writes, after every hook has added
+The checksum (`CHECKSUM_KEY`, sha256, `content_checksum`) covers everything the checkpoint holds, by its place in the
+dict: every tensor (the model's weights and buffers, the optimizer's state, the callbacks' tensors) with its dtype,
+shape and bytes, and every plain value (numbers, strings, booleans, None: the step, the hyperparameters, the
+schedules' and callbacks' state). It is computed by `AtomicCheckpointIO` over the exact dict it writes, after every hook has added
 its part, so Lightning's checkpoints and the MLX loop's (which saves through the same class) carry it alike.
 `read_checkpoint` recomputes it: a changed or corrupted file is refused; a checkpoint written before sweeplab
 recorded checksums is accepted with a warning. Weights that are not finite are refused too, whatever the checksum
@@ -61,7 +61,7 @@ class LoadedModel:
 
 # --- the checksum --------------------------------------------------------------------------------
 CHECKSUM_ALGORITHM = "sha256-tensors"  # what sweeplab writes (content_checksum)
-LINEAR_ALGORITHM = "sha256"  # checkpoints written before 2026-11-28: still read and checked
+LINEAR_ALGORITHM = "sha256"  # what it wrote before it hashed per tensor: still read and checked
 CHECKSUM_ALGORITHMS = (CHECKSUM_ALGORITHM, LINEAR_ALGORITHM)
 
 
@@ -73,25 +73,26 @@ def content_checksum(checkpoint: Mapping[str, Any], algorithm: str = CHECKSUM_AL
     content is its own sha256, the tensors hashed on several threads (hashlib releases the GIL), so a 1.3 GB
     checkpoint is hashed in a fraction of one stream's time; `sha256` (checkpoints written before): its bytes, all in
     one stream. Either way any changed byte, tensor, value or key changes the digest."""
-    records: list[bytes | torch.Tensor] = []
+    records: list[bytes | tuple[str, torch.Tensor]] = []
     _walk(records, "", {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY})
     digest = hashlib.sha256()
     if algorithm == LINEAR_ALGORITHM:
         for record in records:
-            digest.update(record if isinstance(record, bytes) else _tensor_bytes(record))
+            for part in (record,) if isinstance(record, bytes) else _tensor_record(*record, hashed=False):
+                digest.update(part)
         return digest.hexdigest()
-    tensors = [record for record in records if torch.is_tensor(record)]
-    digests = iter(_tensor_digests(tensors))
+    tensors = [record for record in records if not isinstance(record, bytes)]
+    hashed = iter(_tensor_records(tensors))
     for record in records:
-        digest.update(record if isinstance(record, bytes) else next(digests))
+        for part in (record,) if isinstance(record, bytes) else next(hashed):
+            digest.update(part)
     return digest.hexdigest()
 
 
 def _walk(records: list, place: str, value: Any) -> None:
-    """The checksum's stream in order: each header as bytes, each tensor as itself (after its header)."""
+    """The checksum's stream in order: plain values and containers as bytes, each tensor as (place, tensor)."""
     if torch.is_tensor(value):
-        records.append(f"{place}\0tensor\0{value.dtype}\0{tuple(value.shape)}\0".encode())
-        records.append(value)
+        records.append((place, value))
     elif isinstance(value, Mapping):
         records.append(f"{place}\0map\0{len(value)}\0".encode())
         for key in sorted(value, key=repr):
@@ -105,18 +106,23 @@ def _walk(records: list, place: str, value: Any) -> None:
         records.append(f"{place}\0{_plain_value(value)}\0".encode())
 
 
-def _tensor_bytes(value: torch.Tensor) -> memoryview:
-    return _plain_tensor(value).reshape(-1).view(torch.uint8).numpy().data
+def _tensor_record(place: str, value: torch.Tensor, hashed: bool = True) -> tuple[bytes, bytes | memoryview]:
+    """A tensor's part of the stream: its header (place, dtype, shape of its plain form), then its content: its
+    bytes' sha256 (`hashed`), else the bytes themselves."""
+    tensor = _plain_tensor(value)
+    header = f"{place}\0tensor\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode()
+    content = tensor.reshape(-1).view(torch.uint8).numpy().data
+    return header, hashlib.sha256(content).digest() if hashed else content
 
 
-def _tensor_digests(tensors: list[torch.Tensor]) -> list[bytes]:
-    """Each tensor's sha256, on up to 8 threads, leaving one core to whatever else runs (the training thread: a
-    background write hashes while the next steps train)."""
+def _tensor_records(tensors: list[tuple[str, torch.Tensor]]) -> list[tuple[bytes, bytes]]:
+    """`_tensor_record` of each tensor, on up to 8 threads, leaving one core to whatever else runs (the training
+    thread: a background write hashes while the next steps train)."""
     workers = min(8, len(tensors), max(1, _cores() - 1))
     if workers <= 1:
-        return [hashlib.sha256(_tensor_bytes(t)).digest() for t in tensors]
+        return [_tensor_record(place, value) for place, value in tensors]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweeplab-checksum") as pool:
-        return list(pool.map(lambda t: hashlib.sha256(_tensor_bytes(t)).digest(), tensors))
+        return list(pool.map(lambda record: _tensor_record(*record), tensors))
 
 
 def _cores() -> int:
