@@ -147,12 +147,24 @@ def test_a_saved_checkpoint_carries_a_checksum_of_its_content_and_every_damage_i
         read_checkpoint(tmp_path / "older-inf.ckpt")
 
 
+# the digest sweeplab wrote for this content before it hashed per tensor (the one-stream sha256 of 169ed9b)
+LEGACY_DIGEST = "e274820f4d49a0cba5b7d9baccba3205160d2f2b34fe0294fd0a302537072e3c"
+
+
 def test_checkpoints_of_the_one_stream_sha256_are_still_read_and_checked(tmp_path):
-    """Checkpoints written before the per-tensor checksum carry `sha256` over every byte in one stream: still
-    accepted when whole, refused when a byte changed."""
-    legacy = _sweeplab_like()
-    legacy[CHECKSUM_KEY] = {"algorithm": LINEAR_ALGORITHM, "digest": content_checksum(legacy, LINEAR_ALGORITHM)}
-    assert legacy[CHECKSUM_KEY]["digest"] != content_checksum(legacy)  # two algorithms, two digests
+    """Checkpoints written before the per-tensor checksum carry `sha256` over every byte in one stream (the digest
+    the earlier code wrote for this content, a quantized tensor included): still accepted when whole, refused when a
+    byte changed."""
+    legacy = {
+        "state_dict": {"model.w": torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7,
+                       "model.q": torch.quantize_per_tensor(torch.linspace(-1, 1, 6), 0.05, 0, torch.qint8)},
+        "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.full((3, 4), 0.25)}},
+                              "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.999), "params": [0]}]}],
+        "hyper_parameters": {"family": "textbridge", "model": {"d_model": 8}}, "global_step": 3,
+    }
+    assert content_checksum(legacy, LINEAR_ALGORITHM) == LEGACY_DIGEST
+    assert content_checksum(legacy) != LEGACY_DIGEST  # two algorithms, two digests
+    legacy[CHECKSUM_KEY] = {"algorithm": LINEAR_ALGORITHM, "digest": LEGACY_DIGEST}
     torch.save(legacy, tmp_path / "legacy.ckpt")
     assert read_checkpoint(tmp_path / "legacy.ckpt")["global_step"] == 3
     legacy["state_dict"]["model.w"][1, 0] += 1.0
