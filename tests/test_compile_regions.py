@@ -14,11 +14,11 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from conftest import compose_train
+from conftest import compose_train, smoke_config
 from sweeplab import bench
 from sweeplab.core.errors import ConfigError
 from sweeplab.engine import plan as plan_module
-from sweeplab.engine.lightning_fit import fresh_compiler
+from sweeplab.engine.lightning_fit import fresh_compiler, keep_compiled_graphs
 from sweeplab.engine.plan import plan
 from sweeplab.engine.training import train
 from sweeplab.families.pagating_lm.task import LMTask
@@ -108,6 +108,67 @@ def test_the_reset_between_jobs_still_gives_each_job_shape_specialised_blocks(tr
             value = node.meta.get("example_value")
             if node.op == "placeholder" and isinstance(value, torch.Tensor):
                 assert not any(isinstance(size, torch.SymInt) for size in value.shape), node
+
+
+# --- compiled graphs kept from job to job (keep_compiled_graphs) -------------------------------------------
+def _static(graphs) -> bool:
+    return not any(isinstance(size, torch.SymInt) for graph in graphs for node in graph.graph.nodes
+                   if node.op == "placeholder" and isinstance(value := node.meta.get("example_value"), torch.Tensor)
+                   for size in value.shape)
+
+
+def test_a_process_keeps_an_lm_configurations_graph_for_its_replicates_and_compiles_other_shapes_static(traced):
+    """paGating's batches have one shape per job: its task compiles with dynamic=False and a process keeps the graphs.
+    A replicate (same key, a new task) traces nothing; another batch size compiles its own static graph beside the
+    first (not the dynamic one Dynamo's automatic dynamic shapes would make of a second size); the first batch size
+    again traces nothing; a job that does not keep starts afresh."""
+    fresh_compiler()
+    ids2, ids3 = _batch(2)[0], _batch(3)[0]
+
+    def job(key: str, ids: torch.Tensor, keep: bool = True) -> tuple[bool, int]:
+        kept = keep_compiled_graphs(key, keep)
+        task = _lm_task()
+        task.configure_training("default")
+        before = traced.frame_count
+        task.loss_fn({"input_ids": ids, "labels": ids})[0].backward()
+        return kept, traced.frame_count - before
+
+    assert _lm_task().compile_dynamic is False
+    assert job("bs=2", ids2) == (False, 1)
+    assert job("bs=2", ids2) == (True, 0)  # a replicate: its graph from Dynamo's memory
+    assert job("bs=3", ids3) == (False, 1)  # another batch size: its own graph, the first kept
+    assert job("bs=2", ids2) == (True, 0)
+    assert _static(traced.graphs)
+    assert job("bs=2", ids2, keep=False) == (False, 1)  # TextBridge's shapes, a CUDA-graph mode: afresh
+    assert job("bs=2", ids2) == (False, 1)  # and the next keeping job starts from that fresh state
+
+
+def test_kept_configurations_stay_under_half_of_dynamos_recompile_limit(traced):
+    """Past Dynamo's recompile limit a function runs eagerly (silently slower): at most half the limit of
+    configurations are kept, then the process starts afresh."""
+    fresh_compiler()
+    with torch._dynamo.config.patch(recompile_limit=4):  # its own patch: monkeypatch would delete the entry after
+        assert [keep_compiled_graphs(key, True) for key in ("a", "b", "a", "b")] == [False, False, True, True]
+        assert keep_compiled_graphs("c", True) is False  # a third: afresh, "a" and "b" forgotten
+        assert [keep_compiled_graphs(key, True) for key in ("c", "a")] == [True, False]
+
+
+def test_a_replicate_job_traces_nothing_and_textbridge_jobs_compile_afresh(traced, tmp_path, mlflow_uri, demo_dir):
+    """The engine's choice: two paGating jobs of one configuration (seeds 0 and 1) in one process, the second traces
+    nothing; TextBridge (automatic dynamic shapes: its widths vary on the CPU) compiles in each job."""
+    common = ["compile=default", "trainer.max_steps=2", "trainer.val_check_interval=2"]
+    frames = {}
+    for name, cfg in (
+        ("lm0", compose_train([*LM, f"data.cache_dir={tmp_path / 'lm'}", *common, "seed=0"])),
+        ("lm1", compose_train([*LM, f"data.cache_dir={tmp_path / 'lm'}", *common, "seed=1"])),
+        ("tb0", smoke_config(demo_dir, *common, "seed=0")),
+        ("tb1", smoke_config(demo_dir, *common, "seed=1")),
+    ):
+        before = traced.frame_count
+        train(cfg, output_dir=tmp_path / name)
+        frames[name] = traced.frame_count - before
+    assert frames["lm0"] >= 1 and frames["lm1"] == 0, frames
+    assert frames["tb0"] >= 1 and frames["tb1"] >= 1, frames
 
 
 # --- the task: training compiled, validation eager ------------------------------------------------------------

@@ -169,9 +169,9 @@ class RawLoop:
             fresh_compiler()  # as each sweeplab job does: no shapes remembered from earlier rows
             mode = None if p.compile_mode == "default" else p.compile_mode
             if p.compile_scope == "regions":  # the model's regions, compiled in place; the loss function stays eager
-                compile_regions(self.model, mode)
+                compile_regions(self.model, mode, task.compile_dynamic)
             else:
-                loss_fn = torch.compile(loss_fn, mode=mode)
+                loss_fn = torch.compile(loss_fn, mode=mode, dynamic=task.compile_dynamic)
         self.loss_fn = loss_fn
         self.steps_per_batch = p.steps_per_batch  # optimizer steps per batch (the datamodule groups k batches' rows)
         capturable = capturable_update(p.cuda_graph, p.steps_per_batch, self.device)

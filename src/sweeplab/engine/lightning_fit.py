@@ -50,6 +50,32 @@ def fresh_compiler() -> None:
     the sweeplab job beside it (overhead 1.13 on an H100). Each compiled job now starts as a process's first."""
     torch._dynamo.reset()  # what it forgets is Dynamo's; inductor's FX graph and AOTAutograd caches (in memory and
     # under TORCHINDUCTOR_CACHE_DIR) still hand the same graph its compiled code back: the reset costs a re-trace only
+    _kept_graphs.clear()
+
+
+_kept_graphs: list[str] = []  # the configurations whose compiled graphs Dynamo holds since the last reset
+NO_KEEP_MODES = ("reduce-overhead", "max-autotune")  # they record CUDA graphs, whose inputs sit at fixed addresses
+
+
+def keep_compiled_graphs(key: str, keep: bool) -> bool:
+    """Before a compiled job: keep what torch.compile holds from this process's earlier jobs, or start afresh
+    (`fresh_compiler`). True when kept.
+
+    Kept where `keep` (the task has one shape per job, `SweepTask.fixed_shapes`, so it compiles with dynamic=False and
+    never makes dynamic kernels of a second shape; and the mode records no CUDA graphs, whose trees hold their static
+    inputs at fixed addresses that a new model's parameters move): a replicate of an earlier job's configuration
+    (`key`) then finds its graph in Dynamo's memory and traces nothing (the second and later jobs of paGating's
+    study spent ~2.5 s each tracing again on an H100), and another batch size compiles its own static graph beside
+    it. At most half Dynamo's recompile limit of configurations are kept (past the limit Dynamo runs the function
+    eagerly, silently slower); then, or for a job that does not keep, the process starts afresh."""
+    if keep and key in _kept_graphs:
+        return True
+    limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit  # torch < 2.6
+    if not keep or not _kept_graphs or len(_kept_graphs) >= max(1, limit // 2):
+        fresh_compiler()  # also whatever a job that kept nothing left behind
+    if keep:
+        _kept_graphs.append(key)
+    return False
 
 
 COMPILE_CACHE_COUNTERS = {  # torch._dynamo.utils.counters: (group, name)
@@ -65,13 +91,26 @@ def _compile_cache_counts() -> dict[str, int]:
     return {name: counters[group][key] for name, (group, key) in COMPILE_CACHE_COUNTERS.items()}
 
 
+def _compile_key(p: JobPlan) -> str:
+    """What makes a job's compiled graphs its own, as far as keeping them goes: its config but its seeds (replicates
+    differ in those alone) and where it writes. Wider than the graph (a learning rate counts too): a key too many
+    only starts the process afresh sooner."""
+
+    def without_seeds(value):
+        if isinstance(value, dict):
+            return {k: without_seeds(v) for k, v in sorted(value.items()) if k != "seed"}
+        return value
+
+    return repr(without_seeds({k: v for k, v in p.container.items() if k not in ("paths", "logger")}))
+
+
 def fit(job: Job) -> FitResult:
     quiet_libraries()  # Lightning is imported now: its own console handler goes (sweeplab.core.console)
     p = job.plan
     show_bar = progress_bar_shown(p.trainer.enable_progress_bar)
     datamodule, _, task = start_fit(job)
     if p.compile_mode != "off":
-        fresh_compiler()
+        keep_compiled_graphs(_compile_key(p), task.fixed_shapes and p.compile_mode not in NO_KEEP_MODES)
         compile_counts = _compile_cache_counts()  # the process's counters: this job's are the difference
     task.configure_training(p.compile_mode, p.cuda_graph, p.steps_per_batch, p.compile_scope, p.compile_validation)
 

@@ -66,17 +66,18 @@ def check_compile_regions(model: Any, family: str) -> None:
                                            "(the (module, method) pairs to compile); use compile_scope=whole")
 
 
-def compile_regions(model: nn.Module, mode: str | None) -> int:
+def compile_regions(model: nn.Module, mode: str | None, dynamic: bool | None = None) -> int:
     """Compile, in place, every region `model.compile_regions()` declares: a module's forward with
     `Module.compile` (its state_dict keys stay as they are), another method with torch.compile of the class's
     method, bound to the module and set on the instance. Returns the number of regions. Calling it again
-    compiles afresh, never a compiled method twice."""
+    compiles afresh, never a compiled method twice. `dynamic`: torch.compile's (`SweepTask.compile_dynamic`)."""
     regions = model.compile_regions()
     for module, method in regions:
         if method == "forward":
-            module.compile(mode=mode)
+            module.compile(mode=mode, dynamic=dynamic)
         else:
-            setattr(module, method, torch.compile(getattr(type(module), method).__get__(module), mode=mode))
+            setattr(module, method, torch.compile(getattr(type(module), method).__get__(module), mode=mode,
+                                                  dynamic=dynamic))
     return len(regions)
 
 
@@ -108,6 +109,10 @@ class SweepTask(L.LightningModule):
     `model.config` and `loss` when they are dataclasses, so a task passes `hparams` only to keep something else."""
 
     family: str = ""  # the record's name, kept in checkpoints; the record's builder sets it when a task leaves it empty
+    # True where every training batch has one shape (a job's batch size, fixed lengths): torch.compile then
+    # specialises to it (dynamic=False), and a process keeps the compiled graphs from job to job
+    # (engine/lightning_fit.py: keep_compiled_graphs); False: torch's automatic dynamic shapes, each job afresh
+    fixed_shapes: bool = False
 
     def __init__(self, model: nn.Module, optim: OptimConfig, hparams: dict | None = None, loss: Any = None):
         super().__init__()
@@ -145,16 +150,22 @@ class SweepTask(L.LightningModule):
             mode = None if compile_mode == "default" else compile_mode
             if compile_scope == "regions":
                 check_compile_regions(self.model, self.family)
-                compile_regions(self.model, mode)
+                compile_regions(self.model, mode, self.compile_dynamic)
             else:
-                self.loss_fn = torch.compile(self.training_loss, mode=mode)
+                self.loss_fn = torch.compile(self.training_loss, mode=mode, dynamic=self.compile_dynamic)
                 if compile_validation:
-                    self.forward_fn = torch.compile(self.model.forward, mode=mode)
+                    self.forward_fn = torch.compile(self.model.forward, mode=mode, dynamic=self.compile_dynamic)
             if not compile_validation:  # the whole step: a task's validation may call the model directly too
                 self.validation_step = run_eagerly(type(self).validation_step.__get__(self))
         self.cuda_graph = cuda_graph
         self.steps_per_batch = steps_per_batch
         self.automatic_optimization = not cuda_graph and steps_per_batch == 1
+
+    @property
+    def compile_dynamic(self) -> bool | None:
+        """torch.compile's `dynamic` for this task: False (specialise to the shapes; a new shape compiles its own
+        static graph) where its batches have one shape, else None (torch's automatic dynamic shapes)."""
+        return False if self.fixed_shapes else None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if self.steps_per_batch > 1:

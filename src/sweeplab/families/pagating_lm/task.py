@@ -16,6 +16,7 @@ lm_loss = cross_entropy  # mean next-token cross-entropy of logits, fp32 (models
 
 class LMTask(SweepTask):
     family = "pagating_lm"
+    fixed_shapes = True  # packed blocks of block_size tokens, the last short training batch dropped (data.py)
 
     def __init__(self, model: GPTConfig, loss: None, optim: OptimConfig, alpha_log_every_n_steps: int | None = None):
         gpt = GPT(model)
