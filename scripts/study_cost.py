@@ -32,9 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("dirs", nargs="+")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()
-    print("| sweep | jobs | stopped | training s (sum of jobs) | samples trained | wall s | "
-          + " | ".join(PARTS) + " | steps ÷ wall |")
-    print("|---|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
+    rows, details = [], []
     for i, folder in enumerate(args.dirs):
         parent = (Path(folder) / channels.PARENT_RUN_FILE).read_text().strip()
         sweep = read_sweep(uri, parent)
@@ -51,19 +49,28 @@ def main(argv: list[str] | None = None) -> None:
         # the process's whole wall time when given, else what the sweep recorded (its start to its report)
         wall = args.wall[i] if i < len(args.wall) else sweep.parent.metrics.get(schema.SWEEP_PROCESS_WALL_METRIC)
         share = f"{parts['steps'] / wall:.0%}" if wall else ""
-        print(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
-              f"{round(wall, 1) if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
-        for line in found.lines:
-            print(f"    {line}")
+        rows.append(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
+                    f"{round(wall, 1) if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
+        lines = [f"{folder}:", *(f"    {line}" for line in found.lines)]
         if split := _setup_split(sweep.jobs):
-            print("    set-up split, s (sum over jobs / max over jobs): "
-                  + ", ".join(f"{label} {total:.1f} / {most:.1f}" for label, (total, most) in split.items()))
+            lines.append("    set-up split, s (sum over jobs / max over jobs): "
+                         + ", ".join(f"{label} {total:.1f} / {most:.1f}" for label, (total, most) in split.items()))
         gpus: dict[str, set[str]] = defaultdict(set)
         for job in sweep.jobs:
             if job.tags.get(schema.GPU_TAG) is not None:
                 gpus[job.config or job.name].add(job.tags[schema.GPU_TAG])
         for config, used in gpus.items():
-            print(f"    GPUs of {config}: {', '.join(sorted(used))}" + ("  <- one GPU in every round" if len(used) == 1 else ""))
+            lines.append(f"    GPUs of {config}: {', '.join(sorted(used))}"
+                         + ("  <- one GPU in every round" if len(used) == 1 else ""))
+        details.append(lines)
+    # each sweep's verdict and details first, the table last: where only the tail of the output comes back (a
+    # device call's), it holds the whole table
+    for lines in details:
+        print("\n".join(lines))
+    print("| sweep | jobs | stopped | training s (sum of jobs) | samples trained | wall s | "
+          + " | ".join(PARTS) + " | steps ÷ wall |")
+    print("|---|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
+    print("\n".join(rows))
 
 
 def _setup_split(jobs) -> dict[str, tuple[float, float]]:
