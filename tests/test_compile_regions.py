@@ -125,13 +125,19 @@ def test_a_process_keeps_an_lm_configurations_graph_for_its_replicates_and_compi
     fresh_compiler()
     ids2, ids3 = _batch(2)[0], _batch(3)[0]
 
+    seeds = iter(range(100))
+
     def job(key: str, ids: torch.Tensor, keep: bool = True) -> tuple[bool, int]:
         kept = keep_compiled_graphs(key, keep)
-        task = _lm_task()
+        torch.manual_seed(next(seeds))  # each job its own weights: a kept graph must run on this model's
+        task = LMTask(GPTConfig(vocab_size=97, **{**SIZES["tiny"], "n_layer": 2}), None, OptimConfig())
         task.configure_training("default")
         before = traced.frame_count
-        task.loss_fn({"input_ids": ids, "labels": ids})[0].backward()
-        return kept, traced.frame_count - before
+        loss = task.loss_fn({"input_ids": ids, "labels": ids})[0]
+        frames = traced.frame_count - before
+        torch.testing.assert_close(loss, task.training_loss({"input_ids": ids, "labels": ids})[0])  # eager
+        loss.backward()
+        return kept, frames
 
     assert _lm_task().compile_dynamic is False
     assert job("bs=2", ids2) == (False, 1)
