@@ -181,7 +181,7 @@ def test_the_per_tensor_checksum_is_the_same_on_one_thread_and_on_several(monkey
     state = {f"layer{i}": torch.randn(64, 33) for i in range(12)}
     digests = {}
     for cores in (1, 2, 5, 32):
-        monkeypatch.setattr(checkpoint, "_cores", lambda cores=cores: cores)
+        monkeypatch.setattr(checkpoint, "host_cpus", lambda cores=cores: cores)
         digests[cores] = content_checksum({"state_dict": state})
     assert len(set(digests.values())) == 1
     swapped = dict(state, layer0=state["layer1"], layer1=state["layer0"])

@@ -51,6 +51,13 @@ def _batch(rows: int = 2, length: int = 16) -> tuple[torch.Tensor, torch.Tensor]
     return torch.randint(0, 97, (rows, length), generator=g), torch.randint(0, 97, (rows, length), generator=g)
 
 
+def _static(graphs) -> bool:
+    """No input of the traced graphs has a symbolic (dynamic) size."""
+    return not any(isinstance(size, torch.SymInt) for graph in graphs for node in graph.graph.nodes
+                   if node.op == "placeholder" and isinstance(value := node.meta.get("example_value"), torch.Tensor)
+                   for size in value.shape)
+
+
 # --- the models' regions ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("lm_loss", ["full", "chunked"])
 def test_one_compiled_block_serves_every_layer_and_the_loss_is_the_eager_models(traced, lm_loss):
@@ -103,20 +110,10 @@ def test_the_reset_between_jobs_still_gives_each_job_shape_specialised_blocks(tr
         model = _gpt(2)
         compile_regions(model, None)
         model.loss(*_batch(rows)).backward()
-    for graph in traced.graphs:
-        for node in graph.graph.nodes:
-            value = node.meta.get("example_value")
-            if node.op == "placeholder" and isinstance(value, torch.Tensor):
-                assert not any(isinstance(size, torch.SymInt) for size in value.shape), node
+    assert _static(traced.graphs)
 
 
 # --- compiled graphs kept from job to job (keep_compiled_graphs) -------------------------------------------
-def _static(graphs) -> bool:
-    return not any(isinstance(size, torch.SymInt) for graph in graphs for node in graph.graph.nodes
-                   if node.op == "placeholder" and isinstance(value := node.meta.get("example_value"), torch.Tensor)
-                   for size in value.shape)
-
-
 def test_a_process_keeps_an_lm_configurations_graph_for_its_replicates_and_compiles_other_shapes_static(traced):
     """paGating's batches have one shape per job: its task compiles with dynamic=False and a process keeps the graphs.
     A replicate (same key, a new task) traces nothing; another batch size compiles its own static graph beside the

@@ -17,8 +17,9 @@ The workers start while the sweep's main process does (`warm_lanes`): Hydra call
 before it sets the sweeper and this launcher up, so `WarmLanes`, a callback listed before the sweep's, starts them
 from a thread, and `setup()` does where that callback is not configured. Each worker imports what a job imports
 (`WARM_MODULES`: the training engine with torch and Lightning, MLflow's sqlalchemy store) once it has claimed its
-lane's GPUs, so CUDA_VISIBLE_DEVICES is set before anything imported could start CUDA. `launch()` joins that thread and runs the lanes on the same workers: joblib's loky executor is reused
-while its arguments (n_jobs among them) are the same. The workers inherited the main's environment as it was
+lane's GPUs, so CUDA_VISIBLE_DEVICES is set before anything imported could start CUDA. `launch()` joins that
+thread and runs the lanes on the same workers: joblib's loky executor is reused while its arguments (n_jobs among
+them) are the same. The workers inherited the main's environment as it was
 before the sweep callback set the parent run and the like: each lane task applies what changed since. A warm-up
 that failed is logged and the launch goes on (its workers start as before); a sweep that ends before its launch
 kills them rather than wait for their imports; a warmed worker's first job counts its

@@ -18,7 +18,6 @@ import importlib.util
 import io
 import logging
 import numbers
-import os
 import pickle
 import pickletools
 import sys
@@ -40,6 +39,7 @@ from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import wall
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import atomic_write
+from sweeplab.runtime.devices import host_cpus
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +75,14 @@ def content_checksum(checkpoint: Mapping[str, Any], algorithm: str = CHECKSUM_AL
     one stream. Either way any changed byte, tensor, value or key changes the digest."""
     records: list[bytes | tuple[str, torch.Tensor]] = []
     _walk(records, "", {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY})
-    digest = hashlib.sha256()
-    if algorithm == LINEAR_ALGORITHM:
-        for record in records:
-            for part in (record,) if isinstance(record, bytes) else _tensor_record(*record, hashed=False):
-                digest.update(part)
-        return digest.hexdigest()
     tensors = [record for record in records if not isinstance(record, bytes)]
-    hashed = iter(_tensor_records(tensors))
+    if algorithm == LINEAR_ALGORITHM:  # one tensor's bytes at a time, in order
+        tensor_parts = iter(_tensor_record(*tensor, hashed=False) for tensor in tensors)
+    else:
+        tensor_parts = iter(_tensor_records(tensors))
+    digest = hashlib.sha256()
     for record in records:
-        for part in (record,) if isinstance(record, bytes) else next(hashed):
+        for part in (record,) if isinstance(record, bytes) else next(tensor_parts):
             digest.update(part)
     return digest.hexdigest()
 
@@ -118,18 +116,11 @@ def _tensor_record(place: str, value: torch.Tensor, hashed: bool = True) -> tupl
 def _tensor_records(tensors: list[tuple[str, torch.Tensor]]) -> list[tuple[bytes, bytes]]:
     """`_tensor_record` of each tensor, on up to 8 threads, leaving one core to whatever else runs (the training
     thread: a background write hashes while the next steps train)."""
-    workers = min(8, len(tensors), max(1, _cores() - 1))
+    workers = min(8, len(tensors), max(1, host_cpus() - 1))
     if workers <= 1:
         return [_tensor_record(place, value) for place, value in tensors]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweeplab-checksum") as pool:
         return list(pool.map(lambda record: _tensor_record(*record), tensors))
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
 
 
 def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
