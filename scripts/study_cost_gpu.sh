@@ -5,6 +5,9 @@
 #   bash scripts/study_cost_gpu.sh stopping     # unstopped and stopped default study, order A B B A, one GPU
 #   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
 #   bash scripts/study_cost_gpu.sh pagating_twice  # the same study twice with compile_cache=shared (the second loads)
+#   bash scripts/study_cost_gpu.sh bytecode     # compile sys.path's Python bytecode once, as pip install does
+#                                               # (an image with PYTHONDONTWRITEBYTECODE=1 and no .pyc compiles torch's
+#                                               # sources in every process: docs/study-cost.md, "Python's bytecode")
 #   DRY=1 bash scripts/study_cost_gpu.sh PART   # print the commands only
 #   BACKEND=cpu EXTRA="debug=smoke replicates=2" bash scripts/study_cost_gpu.sh stopping   # the plumbing, on a CPU
 #
@@ -12,7 +15,7 @@
 # wall time goes to $WORK/walls.txt, and scripts/study_cost.py prints the wall breakdown, the steps' share, the
 # verdict and each configuration's GPUs. Logs go to $OUT when set (the device tool's output folder), else $WORK.
 set -u
-PART=${1:?textbridge | stopping | pagating | pagating_twice}
+PART=${1:?textbridge | stopping | pagating | pagating_twice | bytecode}
 WORK=${WORK:-/tmp/study-cost}
 LOGS=${OUT:-$WORK}
 mkdir -p "$WORK" "$LOGS"
@@ -79,8 +82,22 @@ pagating | pagating_twice)
     report pg_study
   fi
   ;;
+bytecode)  # every folder on sys.path that holds packages (site-packages, a --target folder, src/), once
+  python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
+  [ -n "${DRY:-}" ] && exit 0
+  t0=$(date +%s.%N)
+  python - <<'PY'
+import compileall, os, sys
+folders = [p for p in sys.path if os.path.isdir(p)]
+for folder in folders:
+    compileall.compile_dir(folder, quiet=2, workers=0)
+print("compiled", *folders)
+PY
+  echo "bytecode compiled in $(python -c "print(round($(date +%s.%N) - $t0, 1))") s"
+  python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
+  ;;
 *)
-  echo "unknown part $PART: textbridge | stopping | pagating | pagating_twice" >&2
+  echo "unknown part $PART: textbridge | stopping | pagating | pagating_twice | bytecode" >&2
   exit 2
   ;;
 esac

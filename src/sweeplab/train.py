@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -10,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from sweeplab import CONF_DIR
-from sweeplab.core import channels, cli, interrupts, orphans, wall
+from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
 from sweeplab.families import missing_config_hint
@@ -39,6 +40,7 @@ def main(cfg: DictConfig) -> float | None:
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
     # anyway (read-only, locked, full), which mlflow_store reports in one line
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    _warn_uncached_bytecode()
 
     try:
         return train(cfg)
@@ -51,6 +53,15 @@ def main(cfg: DictConfig) -> float | None:
             record_failed_job(cfg, exc)
             return None
         exit_on_user_error(exc)
+
+
+@functools.cache
+def _warn_uncached_bytecode() -> None:
+    """Once, in the process the user started (its workers pay the same): a start slowed by uncompiled sources."""
+    if os.environ.get(channels.LAUNCHER_PID_ENV) == str(os.getpid()):
+        message = bytecode.uncached_warning(bytecode.uncached_packages())
+        if message:
+            log.warning(message)
 
 
 def composition_error(exc: Exception) -> UserError:

@@ -1,0 +1,62 @@
+"""Whether this Python compiles the heavy libraries' sources again at every start.
+
+Python caches each module's compiled bytecode in `__pycache__/*.pyc` and reads it at the next import. `pip install`
+writes those files at install time; a container image often ships none and sets `PYTHONDONTWRITEBYTECODE=1`
+(Docker's usual advice), so every process compiles torch's, Lightning's, sympy's... sources again. On an H100 host
+of that kind `import sweeplab.engine.training` took 14-23 s of which ~10 s was `compile()` (cProfile), in every
+`python -m sweeplab.train` and in every worker of a multi-GPU sweep (docs/study-cost.md, "Python's bytecode").
+
+This module imports no torch: it answers before the imports it is about.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+#: the packages whose import dominates a sweeplab process's start
+HEAVY_PACKAGES = ("torch", "lightning", "sympy")
+
+
+def _cache_writable(cached: str) -> bool:
+    """Whether this process could write `cached` (its __pycache__ folder, or the folder that would hold it)."""
+    folder = os.path.dirname(cached)
+    while folder and not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
+    return bool(folder) and os.access(folder, os.W_OK)
+
+
+def uncached_packages(packages: tuple[str, ...] = HEAVY_PACKAGES) -> list[str]:
+    """The installed `packages` whose bytecode is neither cached nor cacheable: each import compiles their sources.
+
+    A package counts when its `__init__`'s cached bytecode is missing and Python will not write it
+    (`sys.dont_write_bytecode`, i.e. PYTHONDONTWRITEBYTECODE or -B, or a read-only folder). A missing file Python may
+    write costs only the first process, so it does not count."""
+    found = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)  # a top-level name: found, not imported
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.cached or os.path.exists(spec.cached):
+            continue
+        if sys.dont_write_bytecode or not _cache_writable(spec.cached):
+            found.append(name)
+    return found
+
+
+def uncached_warning(packages: list[str]) -> str | None:
+    """One line for the log when `packages` (from `uncached_packages`) is not empty: what it costs and the fix."""
+    if not packages:
+        return None
+    why = "PYTHONDONTWRITEBYTECODE is set" if sys.dont_write_bytecode else "their __pycache__ folders are read-only"
+    site = os.path.dirname(os.path.dirname(importlib.util.find_spec(packages[0]).origin))
+    return (
+        f"Python compiles {', '.join(packages)}'s sources at every start here (no cached bytecode, and {why}): each "
+        f"sweeplab process and each sweep worker starts ~10 s slower on a GPU host; compile them once with "
+        f"`{os.path.basename(sys.executable)} -m compileall -q -j 0 {site}` (what pip install does)"
+    )

@@ -1,0 +1,60 @@
+"""A Python that compiles the heavy libraries' sources at every start is found, in a real interpreter with the real
+environment variable, and a compiled one is not (sweeplab.core.bytecode)."""
+
+from __future__ import annotations
+
+import compileall
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+CHECK = (
+    "import json, sys; from sweeplab.core import bytecode; "
+    "found = bytecode.uncached_packages(tuple(sys.argv[1:])); "
+    "print(json.dumps([found, bytecode.uncached_warning(found)]))"
+)
+
+
+def _check(tmp_path, *packages, env=None):
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), *sys.path])
+    environ.update(env or {})
+    out = subprocess.run([sys.executable, "-c", CHECK, *packages], env=environ, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def site(tmp_path):
+    package = tmp_path / "site" / "heavypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    return package
+
+
+def test_sources_without_bytecode_under_pythondontwritebytecode_are_found(tmp_path, site):
+    found, message = _check(tmp_path, "heavypkg", "no_such_package_here", env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert found == ["heavypkg"]
+    assert "PYTHONDONTWRITEBYTECODE" in message and "compileall" in message and str(site.parent) in message
+
+
+def test_compiled_once_they_are_not(tmp_path, site):
+    assert compileall.compile_dir(str(site), quiet=1)
+    assert _check(tmp_path, "heavypkg", env={"PYTHONDONTWRITEBYTECODE": "1"}) == [[], None]
+
+
+def test_a_python_that_may_write_them_pays_only_once(tmp_path, site):
+    assert _check(tmp_path, "heavypkg") == [[], None]
+
+
+def test_the_installed_torch_is_judged_where_its_cache_would_be(tmp_path):
+    """PYTHONPYCACHEPREFIX moves every cached file: an empty prefix folder plus PYTHONDONTWRITEBYTECODE is exactly a
+    container image's state for the real torch (found, not imported)."""
+    prefix = tmp_path / "pycache"
+    prefix.mkdir()
+    found, _ = _check(tmp_path, "torch", env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix)})
+    assert found == ["torch"]
+    assert _check(tmp_path, "torch") == [[], None]  # this checkout's virtualenv: pip compiled it
