@@ -86,13 +86,9 @@ bytecode)  # every folder on sys.path that holds packages (site-packages, a --ta
   python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
   [ -n "${DRY:-}" ] && exit 0
   t0=$(date +%s.%N)
-  python - <<'PY'
-import compileall, os, sys
-folders = [p for p in sys.path if os.path.isdir(p)]
-for folder in folders:
-    compileall.compile_dir(folder, quiet=2, workers=0)
-print("compiled", *folders)
-PY
+  read -r -a FOLDERS <<< "$(python -c 'import os, sys; print(*(p for p in sys.path if os.path.isdir(p)))')"
+  python -m compileall -qq -j 0 "${FOLDERS[@]}"  # errors (a site-packages test file in old syntax) are not ours
+  echo "compiled ${FOLDERS[*]}"
   echo "bytecode compiled in $(python -c "print(round($(date +%s.%N) - $t0, 1))") s"
   python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
   ;;
