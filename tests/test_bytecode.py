@@ -58,3 +58,14 @@ def test_the_installed_torch_is_judged_where_its_cache_would_be(tmp_path):
     found, _ = _check(tmp_path, "torch", env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix)})
     assert found == ["torch"]
     assert _check(tmp_path, "torch") == [[], None]  # this checkout's virtualenv: pip compiled it
+
+
+def test_the_warning_is_logged_once_per_process(tmp_path):
+    prefix = tmp_path / "pycache"
+    prefix.mkdir()
+    code = ("import logging; from sweeplab.core import bytecode; log = logging.getLogger('sweeplab'); "
+            "bytecode.warn_once(log); bytecode.warn_once(log)")
+    environ = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(prefix),
+                   PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True)
+    assert out.stderr.count("Python compiles torch, lightning, sympy's sources at every start here") == 1, out.stderr

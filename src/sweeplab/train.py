@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -40,7 +39,10 @@ def main(cfg: DictConfig) -> float | None:
     # INFO "Creating initial MLflow database tables"; ERROR: a traceback for every database error it then raises
     # anyway (read-only, locked, full), which mlflow_store reports in one line
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-    _warn_uncached_bytecode()
+    # once, in the process the user started (its workers pay the same); not a function of this module: a joblib
+    # worker unpickles main() by value, and what it calls from __main__ must be too
+    if os.environ.get(channels.LAUNCHER_PID_ENV) == str(os.getpid()):
+        bytecode.warn_once(log)
 
     try:
         return train(cfg)
@@ -53,15 +55,6 @@ def main(cfg: DictConfig) -> float | None:
             record_failed_job(cfg, exc)
             return None
         exit_on_user_error(exc)
-
-
-@functools.cache
-def _warn_uncached_bytecode() -> None:
-    """Once, in the process the user started (its workers pay the same): a start slowed by uncompiled sources."""
-    if os.environ.get(channels.LAUNCHER_PID_ENV) == str(os.getpid()):
-        message = bytecode.uncached_warning(bytecode.uncached_packages())
-        if message:
-            log.warning(message)
 
 
 def composition_error(exc: Exception) -> UserError:

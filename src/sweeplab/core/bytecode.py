@@ -11,7 +11,9 @@ This module imports no torch: it answers before the imports it is about.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import logging
 import os
 import sys
 
@@ -60,3 +62,11 @@ def uncached_warning(packages: list[str]) -> str | None:
         f"sweeplab process and each sweep worker starts ~10 s slower on a GPU host; compile them once with "
         f"`{os.path.basename(sys.executable)} -m compileall -q -j 0 {site}` (what pip install does)"
     )
+
+
+@functools.cache
+def warn_once(log: logging.Logger) -> None:
+    """`uncached_warning` as a log warning, once per process (a sweep's jobs in one process share it)."""
+    message = uncached_warning(uncached_packages())
+    if message:
+        log.warning(message)
