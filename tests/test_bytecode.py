@@ -69,3 +69,25 @@ def test_the_warning_is_logged_once_per_process(tmp_path):
                    PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True)
     assert out.stderr.count("Python compiles torch, lightning, sympy's sources at every start here") == 1, out.stderr
+
+
+@pytest.mark.slow  # ~25 s: the sweep's imports compiled from source on 2 cores
+def test_a_sweep_whose_python_compiles_its_libraries_says_so_in_its_log_its_run_and_its_report(
+        demo_dir, mlflow_uri, tmp_path):
+    """A container's state for real: PYTHONDONTWRITEBYTECODE and an empty cache folder (PYTHONPYCACHEPREFIX), two
+    jobs in one process. The warning comes once, the parent run names the packages, report.md says what it cost."""
+    from tests.test_sweeps_parallel import smoke, store_runs, sweep
+
+    prefix = tmp_path / "pycache"
+    prefix.mkdir()
+    result = sweep(tmp_path, "-m", *smoke(demo_dir, "data.batch_size=8,16"), f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert log.count("Python compiles torch, lightning, sympy's sources at every start here") == 1, log[-3000:]
+    assert not any(prefix.iterdir())  # nothing was written: the state a next process finds is the same
+    (parent,), children = store_runs(mlflow_uri)
+    assert len(children) == 2
+    assert parent.data.tags["sweep/uncached_bytecode"] == "torch, lightning, sympy"
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert "this Python compiled torch, lightning, sympy's sources at its start" in report

@@ -55,3 +55,10 @@ def test_the_page_folds_the_table_after_the_jobs():
     assert "<summary>where the jobs' time went</summary>" in page and 'id="time"' in page
     assert page.index("where the jobs' time went") > page.index('id="configurations"')
     assert "where the jobs" not in report_html.page("sweep", ("a verdict",), configurations)
+
+
+def test_a_start_that_compiled_the_libraries_sources_is_named_under_the_table():
+    table = cost.cost_table([_job(0, PARTS)], uncached_bytecode="torch, lightning")
+    assert table.below[-1].startswith("this Python compiled torch, lightning's sources at its start")
+    assert "compileall" in table.below[-1]
+    assert not any("compiled" in line for line in cost.cost_table([_job(0, PARTS)]).below)

@@ -67,6 +67,8 @@ SETUP_SPLIT_METRIC = "summary/setup_split/{segment}_s"  # the setup part in segm
                                                         # summing to it; MLflow's writes during the set-up in none
 
 SWEEP_PROCESS_WALL_METRIC = "sweep/process_wall_s"  # the sweep's parent run: its process's start to its report
+SWEEP_UNCACHED_BYTECODE_TAG = "sweep/uncached_bytecode"  # the parent run, when its Python compiled these packages'
+                                                         # sources at the start (sweeplab.core.bytecode)
 
 # --- what a compiled job's compilation found in torch inductor's caches (metrics; compile != off) ---
 COMPILE_CACHE_METRIC = "summary/compile_cache/{counter}"  # fxgraph_cache_hit/_miss, autograd_cache_hit/_miss

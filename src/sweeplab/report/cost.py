@@ -35,10 +35,12 @@ def _sums(jobs: Sequence[JobRecord], keys: dict[str, str]) -> tuple[dict[str, fl
     return total, largest
 
 
-def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None) -> report_html.Table | None:
+def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
+               uncached_bytecode: str | None = None) -> report_html.Table | None:
     """The parts' seconds over the jobs that recorded a breakdown (None when none did: an older or untracked sweep);
     `process_wall_s`: the sweep process's seconds from its start to its report (the parent run's
-    `sweep/process_wall_s`), which the training steps are also set against."""
+    `sweep/process_wall_s`), which the training steps are also set against; `uncached_bytecode`: the packages whose
+    sources the sweep's Python compiled at its start (the parent run's `sweep/uncached_bytecode`)."""
     recorded = [job for job in jobs if WALL_BREAKDOWN_METRIC.format(part="steps") in job.metrics]
     if not recorded:
         return None
@@ -60,5 +62,9 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None) -
     if top:
         below.append("set-up's largest segments (summary/setup_split/*): "
                      + ", ".join(f"{name} {segments[name]:.1f} s" for name in top))
+    if uncached_bytecode:
+        below.append(f"this Python compiled {uncached_bytecode}'s sources at its start (no cached bytecode, none "
+                     "written): process_start and each worker's start are seconds longer than they need be; "
+                     "`python -m compileall` once fixes it (docs/study-cost.md, \"Python's bytecode\")")
     return report_html.Table(("part", "s (all jobs)", "share", "s (largest job)"), rows, "part", above=above,
                              below=tuple(below))

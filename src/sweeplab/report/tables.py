@@ -36,7 +36,7 @@ from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import check_folder_path, write_text_atomic
-from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, TARGET_TAG, TOLERANCE_TAG
+from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG, TARGET_TAG, TOLERANCE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -397,7 +397,8 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(sweep.jobs)
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
     process_wall = sweep.parent.metrics.get(SWEEP_PROCESS_WALL_METRIC) if sweep.parent is not None else None
-    time_spent = report_cost.cost_table(sweep.jobs, process_wall)
+    uncached = sweep.parent.tags.get(SWEEP_UNCACHED_BYTECODE_TAG) if sweep.parent is not None else None
+    time_spent = report_cost.cost_table(sweep.jobs, process_wall, uncached)
     if time_spent is not None:
         markdown += f"\n### {report_cost.TITLE}\n\n{_table_markdown(time_spent)}\n"
     files: list[Path] = []

@@ -35,7 +35,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels, interrupts, schema, wall
+from sweeplab.core import bytecode, channels, interrupts, schema, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
@@ -164,6 +164,7 @@ class MLflowSweepCallback(Callback):
                 schema.SWEEP_OVERRIDES_TAG: naming.overrides_tag(overrides)[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
                 **verdict_option_tags(verdict_options(config)),
+                **_bytecode_tags(),
             }),
         )
         self.parent_run_id = run.info.run_id
@@ -350,6 +351,13 @@ def _in_multirun() -> bool:
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _bytecode_tags() -> dict[str, str]:
+    """The parent run's note that this Python compiled the heavy libraries' sources at its start (its report says
+    what that cost); none when their bytecode is cached."""
+    uncached = bytecode.uncached_packages()
+    return {schema.SWEEP_UNCACHED_BYTECODE_TAG: ", ".join(uncached)} if uncached else {}
 
 
 def _check_required(config: DictConfig) -> None:
