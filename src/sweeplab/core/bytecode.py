@@ -1,12 +1,12 @@
 """Whether this Python compiles the heavy libraries' sources again at every start.
 
 Python caches each module's compiled bytecode in `__pycache__/*.pyc` and reads it at the next import. `pip install`
-writes those files at install time; a container image often ships none and sets `PYTHONDONTWRITEBYTECODE=1`
-(Docker's usual advice), so every process compiles torch's, Lightning's, sympy's... sources again. On an H100 host
-of that kind a sweep's process took 39.5 s to reach its first job, against 14.9-18.5 s once the same environment's
-bytecode was compiled; in every `python -m sweeplab.train` and in every worker of a multi-GPU sweep
-(docs/study-cost.md, "Python's bytecode"). uv installs without bytecode unless told (`--compile-bytecode`,
-UV_COMPILE_BYTECODE=1).
+writes those files at install time; uv does not unless told (`--compile-bytecode`, UV_COMPILE_BYTECODE=1), and a
+container image often ships none and sets `PYTHONDONTWRITEBYTECODE=1` (a common Dockerfile line), so every process
+compiles torch's, Lightning's, sympy's... sources again. On an H100 host of that kind `import
+sweeplab.engine.training` took 14-24 s, ~10 s of it in `compile()`, and 10.5-12.6 s once the same environment's
+bytecode was compiled: in every `python -m sweeplab.train` and in every worker of a multi-GPU sweep
+(docs/study-cost.md, "Python's bytecode").
 
 This module imports no torch: it answers before the imports it is about.
 """
@@ -61,8 +61,8 @@ def uncached_warning(packages: list[str]) -> str | None:
     site = os.path.dirname(os.path.dirname(importlib.util.find_spec(packages[0]).origin))
     return (
         f"Python compiles {', '.join(packages)}'s sources at every start here (no cached bytecode, and {why}): each "
-        f"sweeplab process and sweep worker starts seconds slower (an H100 host: 39.5 s to a sweep's first job, "
-        f"15-18.5 s compiled); compile them once with `{os.path.basename(sys.executable)} -m compileall -q -j 0 "
+        f"sweeplab process and sweep worker starts seconds slower (an H100 host: its imports 14-24 s, 10.5-12.6 s "
+        f"compiled); compile them once with `{os.path.basename(sys.executable)} -m compileall -q -j 0 "
         f"{site}` (what pip install does; uv: --compile-bytecode)"
     )
 
