@@ -58,12 +58,12 @@ def uncached_warning(packages: list[str]) -> str | None:
     if not packages:
         return None
     why = "PYTHONDONTWRITEBYTECODE is set" if sys.dont_write_bytecode else "their __pycache__ folders are read-only"
-    site = os.path.dirname(os.path.dirname(importlib.util.find_spec(packages[0]).origin))
+    sites = dict.fromkeys(os.path.dirname(os.path.dirname(importlib.util.find_spec(name).origin)) for name in packages)
     return (
         f"Python compiles {', '.join(packages)}'s sources at every start here (no cached bytecode, and {why}): each "
         f"sweeplab process and sweep worker starts seconds slower (an H100 host: its imports 14-24 s, 10.5-12.6 s "
         f"compiled); compile them once with `{os.path.basename(sys.executable)} -m compileall -q -j 0 "
-        f"{site}` (what pip install does; uv: --compile-bytecode)"
+        f"{' '.join(sites)}` (what pip install does; uv: --compile-bytecode)"
     )
 
 
