@@ -8,6 +8,8 @@ timer's injectable clock, advanced only by the model's forward passes, so the nu
 
 from __future__ import annotations
 
+import time
+
 import lightning as L
 import pytest
 import torch
@@ -183,3 +185,34 @@ def test_a_job_starts_without_the_garbage_an_earlier_job_left(demo_dir, tmp_path
         gc.enable()
     assert collected() is None
     assert frozen > 100_000  # torch's, Lightning's and MLflow's objects: the job's own collections pass them over
+
+
+def test_the_host_probe_at_the_end_of_training_is_teardown_not_training_steps(demo_dir, mlflow_uri):
+    """The probe of the host's steadiness is sweeplab's own measurement: a 2 s probe at the end of training lands in
+    the wall breakdown's teardown; before, it ran inside Lightning's on_train_end while the part was still `steps`
+    (on the H100, 0.25 s a job: ~5 s of a 20-job TextBridge study's "training steps")."""
+    probe = 2.0
+    train(smoke_config(demo_dir, f"timing.host_probe_s={probe}"))
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    metrics = run.data.metrics
+    assert metrics["summary/wall_breakdown/teardown_s"] >= probe
+    assert metrics["summary/wall_breakdown/steps_s"] < probe  # 20 smoke steps: a fraction of a second
+    assert 0 <= metrics["summary/host_speed_spread"] < 10
+
+
+def test_a_start_probe_reuses_the_probe_a_job_of_this_process_just_ended_with(monkeypatch):
+    from sweeplab.callbacks import timing
+
+    seconds = 0.5
+    ended = timing.probe_host(seconds)  # a job's end probe
+    t0 = time.perf_counter()
+    assert timing.probe_host(seconds, reuse=True) == ended  # the next job's start: the same host, moments later
+    assert time.perf_counter() - t0 < seconds  # not run: a probe runs for its `seconds`, by construction
+    t0 = time.perf_counter()
+    timing.probe_host(seconds)  # an end probe always runs
+    assert time.perf_counter() - t0 >= seconds
+    monkeypatch.setattr(timing, "HOST_PROBE_REUSE_S", 0.0)  # too long ago: the start probe runs too
+    t0 = time.perf_counter()
+    timing.probe_host(seconds, reuse=True)
+    assert time.perf_counter() - t0 >= seconds

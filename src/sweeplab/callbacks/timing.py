@@ -57,6 +57,22 @@ from sweeplab.runtime.lightning_private import logging_step
 
 log = logging.getLogger(__name__)
 
+#: a start probe reuses a probe of this process that ended less than this many seconds ago (the previous job's end
+#: probe, in a sweep whose jobs run one after another in one process): the host it measured is the same one
+HOST_PROBE_REUSE_S = 30.0
+_last_host_probe: tuple[float, float | None] | None = None  # (time.monotonic() at its end, its spread)
+
+
+def probe_host(seconds: float, reuse: bool = False) -> float | None:
+    """devices.host_speed_spread over `seconds`; with `reuse`, the value of this process's last probe instead when it
+    ended less than HOST_PROBE_REUSE_S ago."""
+    global _last_host_probe
+    if reuse and _last_host_probe is not None and time.monotonic() - _last_host_probe[0] < HOST_PROBE_REUSE_S:
+        return _last_host_probe[1]
+    spread = host_speed_spread(seconds)
+    _last_host_probe = (time.monotonic(), spread)
+    return spread
+
 
 def batch_shape(batch, steps: int = 1) -> tuple:
     """The shapes of a batch's tensors, as one hashable key (a dict's in key order). A batch of `steps` optimizer
@@ -131,7 +147,8 @@ class StepTimer:
         device sync at every phase edge, logged as `profile/*` and written to profile.md; trace_steps: record that
         many steps right after warm-up with torch.profiler (trace.json.gz, untimed); profile_dir: where those
         files go (default: TimedFit.out_dir); host_probe_s: seconds of a pure-Python probe of the host's
-        steadiness (devices.host_speed_spread) when training starts and when it ends, untimed (0: off)."""
+        steadiness (devices.host_speed_spread) when training starts and when it ends, untimed (0: off; the start's is
+        the previous job's end probe when that ended less than HOST_PROBE_REUSE_S ago in this process)."""
         if warmup_steps < 0 or window < 1 or trace_steps < 0 or warmup_per_shape < 0 or host_probe_s < 0:
             raise ValueError(
                 f"timing: warmup_steps, warmup_per_shape, trace_steps and host_probe_s must be >= 0 and window >= 1, "
@@ -246,7 +263,7 @@ class StepTimer:
         self._accumulate, self._steps_per_batch = fit.accumulate, fit.steps_per_batch
         self.windows = []
         self._load_start = load_average()
-        self._host_spreads = [host_speed_spread(self.host_probe_s)] if self.host_probe_s else []
+        self._host_spreads = [probe_host(self.host_probe_s, reuse=True)] if self.host_probe_s else []
         self._timeline = self._new_timeline(fit.device)
         self._peak = fit.peak_flops if fit.peak_flops is not None else peak_flops(fit.device, fit.precision)
         self._memory = fit.memory if fit.memory is not None else TorchMemory(fit.device)
@@ -401,11 +418,17 @@ class StepTimer:
             self._stop_trace()
         self._peak_mem_mb = max(self._peak_mem_mb, self._memory.peak_mb())
         self.summary = self.summarize()
-        if self.host_probe_s:
-            self._host_spreads.append(host_speed_spread(self.host_probe_s))
         self.summary.update(self.host_summary(self._load_start, load_average(), self._host_spreads))
         if self.profiler is not None:
             self._write_profile(step)
+
+
+    def end_host_probe(self) -> None:
+        """The host-steadiness probe at the end of training, into `summary` (after `end`). A fit loop calls it once its
+        own wall part is the teardown: the probe is sweeplab's measurement, not a training step."""
+        if self.host_probe_s:
+            self._host_spreads.append(probe_host(self.host_probe_s))
+            self.summary.update(self.host_summary(self._load_start, load_average(), self._host_spreads))
 
     # --- profile and trace -------------------------------------------------------------------------
     def _out_dir(self) -> Path:
@@ -549,3 +572,7 @@ class ThroughputTimer(StepTimer, L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.end(trainer.global_step)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        # after every on_train_end (WallBreakdown's switch to the teardown) and Lightning's teardown
+        self.end_host_probe()

@@ -149,6 +149,7 @@ def fit(job: Job) -> FitResult:
         step = loop.run(loader, start)
     wall.clock().switch("teardown")
     timer.end(step)
+    timer.end_host_probe()
     task.model.load_state_dict(convert.state_dict(model))  # the trained weights, for the task's summary figures
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(None)}, 1)
     diverged = nonfinite_at_end(task.model, loop.last_values, step) if guard.mode == "off" else None
