@@ -426,7 +426,7 @@ class StepTimer:
     def end_host_probe(self) -> None:
         """The host-steadiness probe at the end of training, into `summary` (after `end`). A fit loop calls it once its
         own wall part is the teardown: the probe is sweeplab's measurement, not a training step."""
-        if self.host_probe_s:
+        if self.host_probe_s and self._fit is not None:  # None: training never started (a resumed job already done)
             self._host_spreads.append(probe_host(self.host_probe_s))
             self.summary.update(self.host_summary(self._load_start, load_average(), self._host_spreads))
 
