@@ -422,7 +422,6 @@ class StepTimer:
         if self.profiler is not None:
             self._write_profile(step)
 
-
     def end_host_probe(self) -> None:
         """The host-steadiness probe at the end of training, into `summary` (after `end`). A fit loop calls it once its
         own wall part is the teardown: the probe is sweeplab's measurement, not a training step."""
