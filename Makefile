@@ -19,7 +19,7 @@ CORPUS ?= reference
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install data sweep test test-all lint ui ui-check screenshots report bench bench-report profile export clean
+.PHONY: help install data sweep test test-all test-cluster lint ui ui-check screenshots report bench bench-report profile export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,8 +52,11 @@ sweep: data ## run the default sweep on the CPU and print the comparison table (
 test: $(STAMP) $(MINILM_STAMP) ## run the test suite (slow and GPU tests excluded)
 	$(PY) -m pytest -q $(ARGS)
 
-test-all: $(STAMP) $(MINILM_STAMP) ## run every CPU test, slow ones included
-	$(PY) -m pytest -q -m "not gpu" $(ARGS)
+test-all: $(STAMP) $(MINILM_STAMP) ## run every CPU test, slow ones included (not the cluster's)
+	$(PY) -m pytest -q -m "not gpu and not cluster" $(ARGS)
+
+test-cluster: $(STAMP) ## as root: install and start a one-host SLURM and an MLflow server on PostgreSQL, run tests/cluster, stop them
+	scripts/test_cluster.sh
 
 lint: $(STAMP) ## ruff, the import layers (pyproject's importlinter contracts) and duplicate code (6 lines; the MLX model ports excepted)
 	$(VENV)/bin/ruff check src tests
