@@ -17,6 +17,11 @@ skipped, an interrupted one resumes from its last checkpoint (`resume=true`), on
 replicates=auto: after the first `replicates_auto.first` rounds, each further round runs only the configurations
 whose intervals still straddle a decision (sweeplab.study.verdict.plan_replicates over the jobs so far; the baseline with
 them, as every comparison pairs with it), until none does or the budget of rounds or seconds is spent.
+
+With a submitit launcher (hydra/launcher=slurm) the sweeper submits each launch as one array and watches its jobs
+itself (submitit_jobs.py): a job the scheduler cancels, times out or loses is noticed within seconds, recorded as a
+KILLED or FAILED run (sweeplab.sweep.lost_jobs), and the other jobs go on; the sweep then ends with the continue
+command, and a job SLURM runs again (requeue, preemption, time limit) continues its own run.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from hydra_plugins.sweeplab_sweeper import submitit_jobs
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
+from sweeplab.sweep import lost_jobs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +130,22 @@ class SweeplabSweeper(BasicSweeper):
         if options is not None and "n_jobs" in options:
             options["n_jobs"] = replicated.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size)
 
+    def _run(self, batch: list, first_number: int, planned: list) -> list:
+        """Launch a batch and wait for it. With a submitit launcher (SLURM) the sweeper submits and watches the jobs
+        itself (submitit_jobs): a job the scheduler ends is recorded in MLflow and the others go on."""
+        if not submitit_jobs.drives(self.launcher):
+            results = self.launcher.launch(batch, initial_job_idx=first_number)
+            for result in results:
+                _ = result.return_value  # a job that raised raises here, as under BasicSweeper
+            return results
+        placed = {first_number + i: job for i, job in enumerate(planned)}
+        submitted = submitit_jobs.submit(self.launcher, batch, first_number)
+        results = submitit_jobs.watch(submitted, lambda lost: lost_jobs.record(self.config, lost, placed[lost.number]))
+        for result in results:
+            if not isinstance(result._return_value, submitit_jobs.LostJobError):
+                _ = result.return_value
+        return results
+
     def _launch_round(self, round_jobs: list, next_index: int, returns: list, round_size: int) -> int:
         launcher_config = OmegaConf.select(self.config, "hydra.launcher")
         if not round_jobs:  # a continued sweep's round whose jobs all finished before
@@ -134,9 +157,7 @@ class SweeplabSweeper(BasicSweeper):
             started = time.perf_counter()
             self.validate_batch_is_legal(batch)
             log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - started)
-            results = self.launcher.launch(batch, initial_job_idx=next_index)
-            for result in results:
-                _ = result.return_value  # a job that raised raises here, as under BasicSweeper
+            results = self._run(batch, next_index, chunk)
             next_index += len(batch)
             returns.append(results)
         return next_index

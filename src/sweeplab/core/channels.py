@@ -100,3 +100,9 @@ open_sweep: Any = None
 # Failed jobs of the last sweep in this process. Written by the sweep callback's on_multirun_end; read by the entry
 # point (sweeplab.train.run), which exits non-zero when it is > 0: Hydra's multirun returns nothing to the app.
 failed_jobs: int = 0
+
+# The jobs of this process's sweep that the scheduler ended before they could end themselves (cancelled, timed out,
+# a node failure), one "job N (scheduler job ID): STATE" each. Appended by the sweeplab sweeper's watch of its
+# submitit jobs (sweeplab.sweep.lost_jobs.record); read by the sweep callback's on_multirun_end, which ends the parent
+# run FAILED naming them and prints the continue command: the sweeper has no other way to hand it a finding.
+lost_jobs: list[str] = []

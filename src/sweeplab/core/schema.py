@@ -34,6 +34,9 @@ OBJECTIVE_TAG = "objective"        # the job's return value's metric name (the s
 OBJECTIVE_MODE_TAG = "objective_mode"
 STOP_REASON_TAG = "stop_reason"    # a job stopped early by stop.*: "target" (reached it) | "behind" (right-censored)
 STOP_STEP_TAG = "stop_step"        # optimizer steps done when it stopped
+SLURM_JOB_ID_TAG = "slurm_job_id"  # the job's SLURM id (`<array job id>_<index>` for an array task: sacct's, scancel's)
+SLURM_ARRAY_INDEX_TAG = "slurm_array_index"  # its index in the sweep's job array
+SLURM_RESTARTS_TAG = "slurm_restarts"  # times SLURM ran the job again (requeue, preemption, time limit) into this run
 
 # --- the sweep's own run (tags, metrics) ----------------------------------------------------------------------------
 TARGET_TAG = "report.target"       # what the sweep asked of its verdict
@@ -42,6 +45,8 @@ SWEEP_DIR_TAG = "sweep_dir"
 SWEEP_OVERRIDES_TAG = "sweep_overrides"
 JOBS_PLANNED = "jobs_planned"
 JOBS_NOT_RUN = "jobs_not_run"
+CONTINUE_COMMAND_TAG = "continue_command"  # the command that continues the sweep, its launcher settings included
+LOST_JOBS_TAG = "lost_jobs"        # jobs the scheduler ended before they could end themselves (sweep.lost_jobs)
 
 # --- params (the flattened resolved config) the study reads ---------------------------------------------------------
 BATCH_SIZE_PARAM = "data.batch_size"

@@ -65,7 +65,19 @@ def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
         **host_arch.host_tags(),
         **_preset_tags(),
         **_replicate_tags(p, sweep_dir),
+        **scheduler_tags(),
     }
+
+
+def scheduler_tags() -> dict[str, str]:
+    """The SLURM job this job runs as (none outside SLURM): its id as sacct and scancel name it, its array index, and
+    how many times SLURM ran it again (a requeued job continues its own run: hydra_plugins/sweeplab_sweeper)."""
+    array_job, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array_job}_{index}" if array_job and index else os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return {}
+    tags = {schema.SLURM_JOB_ID_TAG: job, schema.SLURM_RESTARTS_TAG: os.environ.get("SLURM_RESTART_COUNT") or "0"}
+    return tags | ({schema.SLURM_ARRAY_INDEX_TAG: index} if index else {})
 
 
 def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
@@ -250,6 +262,9 @@ def _tag_new_run(job: Job, target: resume.ResumePoint | None, continued: bool) -
             run.set_tag("mlflow.note.content", description)
         run.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
     run.set_tag(schema.OUTPUT_DIR_TAG, str(job.output_dir))
+    if continued:  # a job SLURM ran again into its own run: where it runs now
+        for key, value in scheduler_tags().items():
+            run.set_tag(key, value)
     if target is not None:
         run.set_tag("resumed_from", str(target.checkpoint))
         if target.extends:

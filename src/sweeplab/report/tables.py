@@ -177,6 +177,8 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
         if status == "FAILED":
             failed += 1
             status = f"FAILED: {tags.get(schema.ERROR_TAG, '')[:60]}"
+        elif status == "KILLED" and tags.get(schema.ERROR_TAG):  # stopped: by whom (a scheduler's cancel, a signal)
+            status = f"KILLED: {tags[schema.ERROR_TAG][:60]}"
         rate = m.get(schema.SAMPLES_PER_SEC)
         speedup = ""
         if rate and base_rate:
@@ -486,7 +488,9 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
                    if (c, k) not in present]
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
-    if tags.get(schema.SWEEP_DIR_TAG):
+    if tags.get(schema.CONTINUE_COMMAND_TAG):  # with the sweep's launcher settings (hydra/launcher=slurm ...)
+        lines.append("continue it with: " + tags[schema.CONTINUE_COMMAND_TAG])
+    elif tags.get(schema.SWEEP_DIR_TAG):
         lines.append("continue it with: " + naming.continue_command(
             naming.recorded_overrides(tags.get(schema.SWEEP_OVERRIDES_TAG, "")), tags[schema.SWEEP_DIR_TAG]))
     return tuple(lines)

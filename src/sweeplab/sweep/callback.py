@@ -110,6 +110,7 @@ class MLflowSweepCallback(Callback):
     # --- the launching process, before the first job ------------------------------------------------
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         channels.failed_jobs = 0
+        channels.lost_jobs = []
         try:
             self._start(config)
         except BaseException as exc:
@@ -141,7 +142,8 @@ class MLflowSweepCallback(Callback):
         client = mlflow_store.client(uri)
         choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
-        self.continue_command = naming.continue_command(overrides, sweep_dir)
+        self.continue_command = naming.continue_command(
+            overrides, sweep_dir, naming.launcher_overrides(OmegaConf.select(config, "hydra.overrides.hydra") or []))
         if config.get("resume") is True:
             if not runs_replicates(config):
                 raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
@@ -162,6 +164,7 @@ class MLflowSweepCallback(Callback):
                 "launcher": str(choices.get("hydra/launcher", "")),
                 "sweeper": str(choices.get("hydra/sweeper", "")),
                 schema.SWEEP_OVERRIDES_TAG: naming.overrides_tag(overrides)[:5000],
+                schema.CONTINUE_COMMAND_TAG: self.continue_command[:5000],
                 "mlflow.note.content": naming.sweep_description(overrides),
                 **verdict_option_tags(verdict_options(config)),
                 **_bytecode_tags(),
@@ -258,6 +261,12 @@ class MLflowSweepCallback(Callback):
                 channels.failed_jobs = report.failed
                 status = "FAILED"
                 client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
+            if channels.lost_jobs:  # ended by the scheduler (sweep.lost_jobs): the study is not done
+                status = "FAILED"
+                channels.failed_jobs = report.failed + sum(j.status == "KILLED" for j in sweep.jobs)
+                client.set_tag(self.parent_run_id, schema.LOST_JOBS_TAG, "; ".join(channels.lost_jobs)[:5000])
+                print(f"sweep: {len(channels.lost_jobs)} job(s) ended by the scheduler ({'; '.join(channels.lost_jobs)})"
+                      f"; the others ran. Continue the study with: {self.continue_command}", file=sys.stderr, flush=True)
             interrupts.check()  # a stop request swallowed where it landed in the report still ends the sweep KILLED
         except BaseException as exc:
             if is_interrupt(exc):  # Ctrl-C while the report is written: the sweep itself is over

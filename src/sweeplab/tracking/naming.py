@@ -46,10 +46,19 @@ def recorded_overrides(tag: str) -> list[str]:
         return tag.split()
 
 
-def continue_command(overrides: Iterable[str], sweep_dir: str | os.PathLike) -> str:
-    """The command that continues an interrupted sweep in `sweep_dir` under its own parent run."""
-    return shlex.join([*TRAIN_COMMAND.split(), "-m", *study_overrides(overrides), f"hydra.sweep.dir={sweep_dir}",
-                       "resume=true"])
+def continue_command(overrides: Iterable[str], sweep_dir: str | os.PathLike, launcher: Iterable[str] = ()) -> str:
+    """The command that continues an interrupted sweep in `sweep_dir` under its own parent run; `launcher`: the
+    sweep's launcher and sweeper overrides (`launcher_overrides`), so that it runs where the sweep ran."""
+    return shlex.join([*TRAIN_COMMAND.split(), "-m", *launcher, *study_overrides(overrides),
+                       f"hydra.sweep.dir={sweep_dir}", "resume=true"])
+
+
+def launcher_overrides(hydra_overrides: Iterable[str]) -> list[str]:
+    """Of a command's `hydra.overrides.hydra`: those choosing or setting the launcher and the sweeper
+    (`hydra/launcher=slurm`, `hydra.launcher.partition=gpu`, ...), in their order; not Hydra's own (`hydra.mode`)
+    nor the sweep's folder (the continue command names it)."""
+    kept = ("hydra/launcher", "hydra/sweeper", "hydra.launcher.", "hydra.sweeper.")
+    return [o for o in hydra_overrides if o.lstrip("+~").startswith(kept)]
 
 
 def name_value(value: Any) -> str:

@@ -1,0 +1,190 @@
+"""The sweeplab sweeper's own use of submitit, for the submitit launchers (hydra/launcher=slurm, submitit_slurm,
+submitit_local): a launch's jobs are submitted without blocking (one job array), then watched here every
+WATCH_PERIOD_S seconds until each has ended; a job the scheduler ended (cancelled, timed out, failed outside Python,
+a node failure, out of memory) is handed to `on_lost` and the others go on.
+
+Why not the launcher's own `launch()`: hydra-submitit-launcher blocks on `job.results()`, whose watcher asks `sacct`
+every age/2 seconds up to 10 minutes (a job cancelled 9 minutes into a sweep went unnoticed for minutes), and raises
+`UncompletedJobError` for the first job that produced no result, which ended the whole sweep with a traceback. The
+submission itself is the launcher's: the same executor, parameters, array and job callable
+(BaseSubmititLauncher.__call__, which runs the Hydra job), wrapped in `ResumingJob`.
+
+`ResumingJob` is what each SLURM job runs: submitit's checkpointable callable. When SLURM runs a job again
+(`scontrol requeue`, preemption, or submitit's own requeue at a time limit through `checkpoint()` with
+`hydra.launcher.max_num_timeout` > 0), the job finds its own output folder's last checkpoint and continues its own
+MLflow run from there (`resume=<its folder>`: sweeplab.engine.training resumes the run the checkpoint names, and
+its logger skips the steps that run already holds), rather than training again into a second run.
+"""
+
+# no `from __future__ import annotations`: Hydra scans this package with a loader under which dataclasses cannot
+# resolve string annotations
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+
+log = logging.getLogger(__name__)
+
+WATCH_PERIOD_S = 5.0  # how often the round's jobs are looked at (one forced `sacct` for all of them)
+RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"  # SLURM sets it in a job it runs again (requeue, preemption)
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """One job of a launch: Hydra's job number (its folder under the sweep dir), its overrides, submitit's Job."""
+
+    number: int
+    overrides: tuple[str, ...]
+    job: Any
+
+    @property
+    def scheduler_id(self) -> str:
+        """The scheduler's id of the job (`<array id>_<index>` for a SLURM array task: what sacct and scancel take)."""
+        return str(self.job.job_id)
+
+
+@dataclass(frozen=True)
+class LostJob:
+    """A job that ended without a result: the scheduler's final `state` (CANCELLED, TIMEOUT, NODE_FAIL,
+    OUT_OF_MEMORY, FAILED, ...; submitit_local: INTERRUPTED) and submitit's explanation, when it gave one."""
+
+    number: int
+    scheduler_id: str
+    state: str
+    overrides: tuple[str, ...]
+    reason: str = ""
+
+
+class LostJobError(RuntimeError):
+    """The return value of a lost job's JobReturn (status FAILED), as Hydra's launchers return a job's exception."""
+
+
+class ResumingJob:
+    """The launcher's job callable, run by submitit in the job; checkpointable, and resuming when run again."""
+
+    def __init__(self, launcher: Any) -> None:
+        self.launcher = launcher
+
+    def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: dict) -> JobReturn:
+        if int(os.environ.get(RESTART_COUNT_ENV) or 0) > 0:
+            folder = self._output_dir(sweep_overrides, job_dir_key, job_num, singleton_state)
+            sweep_overrides = resumed_overrides(sweep_overrides, folder)
+        return self.launcher(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit, at a time limit or preemption signal: run the same call again once requeued (it resumes)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+    def _output_dir(self, overrides: list[str], job_dir_key: str, job_num: int, singleton_state: dict) -> Path:
+        """The job's output folder, as Hydra's run_job computes it (`hydra.sweep.dir` / `hydra.sweep.subdir`)."""
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+        from omegaconf import OmegaConf, open_dict
+
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        config = self.launcher.hydra_context.config_loader.load_sweep_config(self.launcher.config, list(overrides))
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = job_num
+        return Path(str(OmegaConf.select(config, job_dir_key))) / str(OmegaConf.select(config, "hydra.sweep.subdir"))
+
+
+def resumed_overrides(overrides: Sequence[str], output_dir: Path) -> list[str]:
+    """A job run again by the scheduler: `resume=<its folder>` when that folder holds a last checkpoint (the run it
+    started continues there), unless it already continues an interrupted run (`resume=true`: found again the same
+    way); otherwise the overrides as they were (nothing to resume: it starts afresh)."""
+    if "resume=true" in overrides or not (output_dir / "checkpoints" / "last.ckpt").is_file():
+        return list(overrides)
+    log.info("resume: this job was started again by the scheduler; continuing its run from %s", output_dir)
+    return [*(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume"), f"resume='{output_dir}'"]
+
+
+def drives(launcher: Any) -> bool:
+    """The launcher is one of hydra-submitit-launcher's (SLURM, local): the sweeper submits and watches itself."""
+    try:
+        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+    except ImportError:
+        return False
+    return isinstance(launcher, BaseSubmititLauncher)
+
+
+def executor(launcher: Any) -> Any:
+    """submitit's executor with the launcher's settings, as BaseSubmititLauncher.launch builds it."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    kind, params = launcher._EXECUTOR, launcher.params
+    init_keys = {"max_num_timeout"}
+    built = submitit.AutoExecutor(cluster=kind, folder=params["submitit_folder"],
+                                  **{f"{kind}_{k}": v for k, v in params.items() if k in init_keys})
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())
+    built.update_parameters(**{k if k in shared else f"{kind}_{k}": v for k, v in params.items()
+                               if k not in init_keys | {"submitit_folder"}})
+    return built
+
+
+def submit(launcher: Any, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[SubmittedJob]:
+    """Submit a launch's jobs (one array) and return at once."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import filter_overrides
+
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if "mode" in launcher.config.hydra.sweep:
+        os.chmod(sweep_dir, mode=int(str(launcher.config.hydra.sweep.mode), 8))
+    numbers = [initial_job_idx + i for i in range(len(batch))]
+    for number, overrides in zip(numbers, batch):
+        log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
+    state = Singleton.get_state()
+    arguments = [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", state) for n, o in zip(numbers, batch)]
+    jobs = executor(launcher).map_array(ResumingJob(launcher), *zip(*arguments))
+    submitted = [SubmittedJob(n, tuple(o), j) for n, o, j in zip(numbers, batch, jobs)]
+    log.info("sweep: submitted jobs %s as %s (%s)", _span(numbers), ", ".join(s.scheduler_id for s in submitted),
+             launcher._EXECUTOR)
+    return submitted
+
+
+def watch(submitted: Sequence[SubmittedJob], on_lost: Callable[[LostJob], None],
+          period_s: float = WATCH_PERIOD_S) -> list[JobReturn]:
+    """Wait for every job; each one's JobReturn in submission order. A lost job is given to `on_lost` as soon as
+    it is seen (within `period_s` of the scheduler's record of its end) and returns a FAILED JobReturn."""
+    returns: dict[int, JobReturn] = {}
+    waiting = list(submitted)
+    while waiting:
+        for position, job in enumerate(list(waiting)):
+            # one forced sacct refreshes the watcher's states of every job of the sweep; the others read them
+            if not job.job.done(force_check=position == 0):
+                continue
+            waiting.remove(job)
+            returns[job.number] = _outcome(job, on_lost)
+        if waiting:
+            time.sleep(period_s)
+    return [returns[job.number] for job in submitted]
+
+
+def _outcome(job: SubmittedJob, on_lost: Callable[[LostJob], None]) -> JobReturn:
+    state = str(job.job.state or "UNKNOWN").split()[0]  # "CANCELLED by 0" -> CANCELLED
+    reason = ""
+    if job.job.paths.result_pickle.exists() or state in ("COMPLETED", "FINISHED"):
+        failure = job.job.exception()  # waits a little for a result file a shared filesystem shows late
+        if failure is None:
+            return job.job.result()
+        reason = str(failure).strip().splitlines()[0][:300]
+        state = state if state not in ("COMPLETED", "FINISHED") else "FAILED"
+    lost = LostJob(job.number, job.scheduler_id, state, job.overrides, reason)
+    on_lost(lost)
+    return JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED,
+                     _return_value=LostJobError(f"job {job.number} ({job.scheduler_id}) ended {state}"))
+
+
+def _span(numbers: Sequence[int]) -> str:
+    return f"{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else str(numbers[0])

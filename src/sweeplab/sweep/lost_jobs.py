@@ -1,0 +1,76 @@
+"""A sweep job the scheduler ended before it could close its own MLflow run (`scancel`, a time limit, a node failure,
+out of memory): recorded as a local job that was stopped or failed would be, so the study's counts, report and
+continue command see it.
+
+The sweeplab sweeper calls `record` as soon as its watch sees the job end (hydra_plugins/sweeplab_sweeper/
+submitit_jobs.py). The job's run is found by its scheduler id (tag `slurm_job_id`, written by the job at its start)
+and ended KILLED (cancelled, timed out, preempted) or FAILED (any other end) with the scheduler's state in its `error`
+tag; a job that never started gets a run of that status, nested under the sweep, with its place in the study.
+The sweep's end (sweep.callback) reads `channels.lost_jobs`: the parent run is FAILED, its `lost_jobs` tag names them,
+and the continue command is printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+
+from omegaconf import DictConfig
+
+from sweeplab.core import channels, schema
+from sweeplab.tracking import mlflow_store, naming
+
+log = logging.getLogger(__name__)
+
+STOPPED_STATES = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "INTERRUPTED")  # KILLED, as a stopped local job
+
+
+def record(config: DictConfig, lost, planned=None) -> str | None:
+    """Record `lost` (submitit_jobs.LostJob) in the sweep's store; `planned` (replicates.PlannedJob): its place in
+    the study. Returns the run id (None without a store or parent run). Never raises: the other jobs go on."""
+    status = "KILLED" if lost.state in STOPPED_STATES else "FAILED"
+    what = f"job {lost.number} (scheduler job {lost.scheduler_id})"
+    channels.lost_jobs.append(f"{what}: {lost.state}")
+    error = f"{lost.state}: ended by the scheduler (job {lost.scheduler_id})" + (f": {lost.reason}" if lost.reason else "")
+    logger = config.get("logger") or {}
+    parent = os.environ.get(channels.PARENT_RUN_ENV)
+    run_id = None
+    if parent and logger.get("enabled", True):
+        try:
+            run_id = _record_run(mlflow_store.resolve_uri(logger.get("tracking_uri")), parent, lost, planned, status,
+                                 error)
+        except Exception as exc:  # bookkeeping: the sweep and its other jobs go on
+            log.warning("could not record the lost %s in MLflow: %s", what, exc)
+    log.warning("sweep: %s ended %s%s; recorded as %s, the other jobs go on", what, lost.state,
+                f" ({lost.reason})" if lost.reason else "", status)
+    return run_id
+
+
+def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -> str:
+    client = mlflow_store.client(uri)
+    runs = [r for r in mlflow_store.sweep_jobs(uri, parent, store=client)
+            if r.data.tags.get(schema.SLURM_JOB_ID_TAG) == lost.scheduler_id]
+    for run in runs:  # the job's own run: the scheduler's word on why it ended; closed if the job could not
+        client.set_tag(run.info.run_id, schema.ERROR_TAG, error)
+        if run.info.status == "RUNNING":
+            client.set_terminated(run.info.run_id, status)
+    if runs:
+        return runs[0].info.run_id
+    parent_run = client.get_run(parent)
+    tags = {
+        "mlflow.parentRunId": parent,
+        schema.SLURM_JOB_ID_TAG: lost.scheduler_id,
+        schema.HYDRA_JOB_TAG: str(lost.number),
+        schema.SWEEP_ID_TAG: parent_run.data.tags.get(schema.SWEEP_ID_TAG, ""),
+        schema.ERROR_TAG: error,
+        "mlflow.note.content": shlex.join([*naming.TRAIN_COMMAND.split(),
+                                           *(o for o in lost.overrides if not o.startswith("hydra."))]),
+    }
+    if planned is not None:
+        tags |= {schema.CONFIG_INDEX_TAG: str(planned.config_index), schema.REPLICATE_TAG: str(planned.replicate),
+                 schema.ROUND_TAG: str(planned.round)}
+    run = client.create_run(parent_run.info.experiment_id, run_name=f"job {lost.number} ({lost.state.lower()} "
+                            "before it started)", tags=tags)
+    client.set_terminated(run.info.run_id, status)
+    return run.info.run_id

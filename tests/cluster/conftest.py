@@ -1,0 +1,140 @@
+"""The cluster tests' world: a real one-host SLURM with accounting and an MLflow server on PostgreSQL, started by
+scripts/cluster/start.sh (`make test-cluster`), which exports where they are. Every study here is tiny (debug=smoke
+on the session's small demo data, one CPU per job: the node runs two at once) and is judged from the MLflow store."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+TRACKING_ENV = "SWEEPLAB_CLUSTER_TRACKING_URI"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/cluster/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> dict[str, str]:
+    if not os.environ.get(TRACKING_ENV):
+        pytest.skip("needs the one-host SLURM and tracking server: run `make test-cluster` (as root)")
+    return {"uri": os.environ[TRACKING_ENV], "partition": os.environ.get("SWEEPLAB_CLUSTER_PARTITION", "debug"),
+            "postgres": os.environ.get("SWEEPLAB_CLUSTER_POSTGRES_URI", "")}
+
+
+@pytest.fixture
+def experiment() -> str:
+    """An experiment of the test's own on the shared server."""
+    return f"cluster-{uuid.uuid4().hex[:8]}"
+
+
+def slurm(cluster: dict[str, str], name: str, *overrides: str) -> list[str]:
+    """hydra/launcher=slurm sized for this node (2 CPUs, no GPU): one CPU per job, so two run at once."""
+    return ["hydra/launcher=slurm", f"hydra.launcher.partition={cluster['partition']}",
+            "hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=1", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10", f"hydra.launcher.name={name}", *overrides]
+
+
+def tiny(demo_dir: Path, experiment: str, *overrides: str) -> list[str]:
+    """A smoke job (20 steps, validation at 10), a last checkpoint every 5 steps, no system metrics."""
+    return ["backend=cpu", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "checkpoint.every_n_steps=5",
+            "logger.system_metrics_after_s=null", f"logger.experiment_name={experiment}", *overrides]
+
+
+@dataclass
+class Sweep:
+    """A `python -m sweeplab.train -m ...` running in the background; its output lines with the time each came."""
+
+    process: subprocess.Popen
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait(self, timeout: float) -> int:
+        status = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return status
+
+    @property
+    def output(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, text: str) -> float | None:
+        """When the first line holding `text` came (time.monotonic)."""
+        return next((at for at, line in self.lines if text in line), None)
+
+
+def start_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None) -> Sweep:
+    process = subprocess.Popen([sys.executable, "-m", "sweeplab.train", "-m", *args], cwd=cwd, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
+    sweep = Sweep(process)
+    sweep.reader = threading.Thread(target=sweep._read, daemon=True)
+    sweep.reader.start()
+    return sweep
+
+
+def run_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None, timeout: float = 600) -> Sweep:
+    sweep = start_sweep(cwd, args, uri, env)
+    sweep.wait(timeout)
+    return sweep
+
+
+def pasted(command_line: str) -> list[str]:
+    """The arguments of a printed `python -m sweeplab.train -m ...` command, as bash would split it."""
+    words = shlex.split(command_line)
+    assert words[:4] == ["python", "-m", "sweeplab.train", "-m"], command_line
+    return words[4:]
+
+
+def wait_for(condition, timeout: float, what: str, period: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := condition()):
+            return found
+        time.sleep(period)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def squeue(name: str, states: str = "R") -> list[str]:
+    """Ids of the jobs named `name` in these states (`<array id>_<index>`)."""
+    out = subprocess.run(["squeue", "-h", "-n", name, "-t", states, "-o", "%i"], capture_output=True, text=True,
+                         check=True).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def restarts(job_id: str) -> int:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    for word in out.split():
+        if word.startswith("Restarts="):
+            return int(word.partition("=")[2])
+    return 0
+
+
+def sweep_runs(uri: str, experiment: str):
+    """(the parent runs, the job runs) of an experiment."""
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], max_results=1000) if found else []
+    parents = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    jobs = [r for r in runs if r.data.tags.get("sweeplab.role") not in ("sweep", "configuration")
+            and r.data.tags.get("mlflow.parentRunId")]
+    return parents, jobs
+
+
+def logged_steps(uri: str, run_id: str, metric: str = "train/loss") -> list[int]:
+    return [m.step for m in MlflowClient(uri).get_metric_history(run_id, metric)]

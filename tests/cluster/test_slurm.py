@@ -1,0 +1,153 @@
+"""Studies on a real SLURM (hydra/launcher=slurm) writing to an MLflow server on PostgreSQL: a replicated study that
+loses a job to `scancel` and is finished by its printed continue command, a job requeued mid-fit, a job at its time
+limit, a replicates=auto study, and the `postgresql://` store as users write it. Each outcome is read from the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import (
+    logged_steps,
+    pasted,
+    restarts,
+    run_sweep,
+    slurm,
+    squeue,
+    start_sweep,
+    sweep_runs,
+    tiny,
+    wait_for,
+)
+from mlflow.tracking import MlflowClient
+
+NOTICE_LIMIT_S = 60  # a job the scheduler ended is noticed within this long
+
+
+def _pause(tmp_path: Path, seconds: int) -> dict[str, str]:
+    """Every job pauses at its first validation inside fit (step 10) for `seconds`, or until the file goes."""
+    return {"SWEEPLAB_FAULT_PAUSE_IN": "validation", "SWEEPLAB_FAULT_PAUSE_S": str(seconds),
+            "SWEEPLAB_FAULT_PAUSED_FILE": str(tmp_path / "paused")}
+
+
+def _assert_each_step_once(uri: str, run) -> None:
+    steps = logged_steps(uri, run.info.run_id)
+    assert steps and len(steps) == len(set(steps)), (run.info.run_name, steps)
+    assert max(steps) >= 15, (run.info.run_name, steps)  # trained to the end (log every 5 of 20 steps)
+
+
+def test_a_cancelled_job_is_recorded_the_others_go_on_and_the_continue_command_finishes_the_study(
+        cluster, experiment, demo_dir, tmp_path):
+    uri, name = cluster["uri"], f"cancel-{experiment}"
+    study = [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16", "replicates=2"),
+             f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    sweep = start_sweep(tmp_path, study, uri, _pause(tmp_path, 15))
+    wait_for(lambda: (tmp_path / "paused").exists(), 300, "a job to reach its pause")
+    (victim, *_) = wait_for(lambda: squeue(name), 30, "a running job")
+    subprocess.run(["scancel", victim], check=True)
+    cancelled_at = time.monotonic()
+    assert sweep.wait(600) == 1, sweep.output[-4000:]
+
+    noticed = sweep.first(f"(scheduler job {victim}) ended CANCELLED")
+    assert noticed is not None, sweep.output[-4000:]
+    print(f"cancel noticed {noticed - cancelled_at:.1f} s after scancel")
+    assert noticed - cancelled_at < NOTICE_LIMIT_S
+    (parent,), jobs = sweep_runs(uri, experiment)
+    assert parent.info.status == "FAILED" and victim in parent.data.tags["lost_jobs"]
+    assert parent.data.metrics["jobs_done"] == 3 and parent.data.metrics["jobs_killed"] == 1
+    (lost,) = [r for r in jobs if r.data.tags.get("slurm_job_id") == victim]
+    assert lost.info.status == "KILLED" and "CANCELLED" in lost.data.tags["error"]
+    assert sorted(r.info.status for r in jobs) == ["FINISHED"] * 3 + ["KILLED"]
+    assert f"KILLED: {lost.data.tags['error'][:30]}" in sweep.output  # the report's row names the lost job
+    assert all(r.data.tags["slurm_array_index"].isdigit() for r in jobs)
+    assert len({r.data.tags["slurm_job_id"].partition("_")[0] for r in jobs}) == 1  # the study is one array
+    (line,) = [text for _, text in sweep.lines if "Continue the study with: " in text]
+    command = pasted(line.partition("Continue the study with: ")[2])
+    assert "hydra/launcher=slurm" in command and f"hydra.launcher.partition={cluster['partition']}" in command
+
+    continued = run_sweep(tmp_path, command, uri)  # pasted: no pause this time
+    assert continued.process.returncode == 0, continued.output[-4000:]
+    (parent,), jobs = sweep_runs(uri, experiment)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 4
+    assert sorted(r.info.status for r in jobs) == ["FINISHED"] * 4  # the cancelled job resumed into its own run
+    again = MlflowClient(uri).get_run(lost.info.run_id)
+    assert again.info.status == "FINISHED" and again.data.tags["slurm_job_id"] != victim  # ran in the new array
+    for run in jobs:
+        _assert_each_step_once(uri, run)
+
+
+def test_a_requeued_job_continues_its_own_run_from_its_checkpoint(cluster, experiment, demo_dir, tmp_path):
+    uri, name = cluster["uri"], f"requeue-{experiment}"
+    paused = tmp_path / "paused"
+    sweep = start_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16")], uri,
+                        _pause(tmp_path, 60))
+    wait_for(paused.exists, 300, "a job to reach its pause")
+    (job_id, *_) = wait_for(lambda: squeue(name), 30, "a running job")
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    paused.unlink()  # the job stops at its next step (SIGTERM), KILLED, and SLURM starts it again
+    while sweep.process.poll() is None:  # the other job, and the requeued one again: no more pauses
+        if paused.exists() and restarts(job_id) >= 1:
+            paused.unlink(missing_ok=True)
+        time.sleep(0.5)
+    assert sweep.wait(600) == 0, sweep.output[-4000:]
+
+    (parent,), jobs = sweep_runs(uri, experiment)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 2
+    assert len(jobs) == 2 and all(r.info.status == "FINISHED" for r in jobs)  # no second run for the requeued job
+    (requeued,) = [r for r in jobs if r.data.tags["slurm_job_id"] == job_id]
+    assert requeued.data.tags["slurm_restarts"] == "1" and "resumed_from" in requeued.data.tags
+    for run in jobs:
+        _assert_each_step_once(uri, run)
+
+
+def test_a_job_at_its_time_limit_is_requeued_by_submitit_and_continues_its_own_run(
+        cluster, experiment, demo_dir, tmp_path):
+    uri, name = cluster["uri"], f"timeout-{experiment}"
+    paused = tmp_path / "paused"
+    # 2 minutes, the USR2 warning 30 s before (SLURM may send it up to a minute early), one requeue allowed
+    limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=1"]
+    sweep = start_sweep(tmp_path, [*slurm(cluster, name, *limits), *tiny(demo_dir, experiment)], uri,
+                        _pause(tmp_path, 150))
+    wait_for(paused.exists, 300, "the job to reach its pause")
+    (job_id,) = wait_for(lambda: squeue(name), 30, "the running job")
+    while sweep.process.poll() is None:  # paused until the time limit's signal; once started again, no pause
+        if paused.exists() and restarts(job_id) >= 1:
+            paused.unlink(missing_ok=True)
+        time.sleep(0.5)
+    assert sweep.wait(600) == 0, sweep.output[-4000:]
+
+    (parent,), (job,) = sweep_runs(uri, experiment)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 1
+    assert job.info.status == "FINISHED" and job.data.tags["slurm_restarts"] == "1"
+    assert "resumed_from" in job.data.tags
+    _assert_each_step_once(uri, job)
+
+
+def test_a_replicates_auto_study_submits_one_array_per_round_and_finishes(cluster, experiment, demo_dir, tmp_path):
+    uri = cluster["uri"]
+    study = [*slurm(cluster, f"auto-{experiment}"),
+             *tiny(demo_dir, experiment, "data.batch_size=8,16", "replicates=auto", "replicates_auto.first=2",
+                   "replicates_auto.most=3")]
+    sweep = run_sweep(tmp_path, study, uri)
+    assert sweep.process.returncode == 0, sweep.output[-4000:]
+    (parent,), jobs = sweep_runs(uri, experiment)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == len(jobs)
+    assert all(r.info.status == "FINISHED" for r in jobs) and 4 <= len(jobs) <= 6
+    arrays = {r.data.tags["round"]: r.data.tags["slurm_job_id"].partition("_")[0] for r in jobs}
+    assert len(set(arrays.values())) == len(arrays)  # one array per round
+    placed = [(r.data.tags["config_index"], r.data.tags["replicate"]) for r in jobs]
+    assert len(placed) == len(set(placed))  # each job of the study once
+
+
+def test_postgresql_uri_as_users_write_it(cluster, experiment, demo_dir, tmp_path):
+    """A job writing straight to `postgresql://user:pw@host/db` (psycopg 3, from the dev extra)."""
+    result = subprocess.run([sys.executable, "-m", "sweeplab.train", *tiny(demo_dir, experiment),
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "MLFLOW_TRACKING_URI": cluster["postgres"]})
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(cluster["postgres"])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert run.info.status == "FINISHED" and logged_steps(cluster["postgres"], run.info.run_id)
