@@ -184,6 +184,21 @@ def test_a_page_in_chunks_gets_the_script_and_its_length():
         assert asyncio.run(call(ui_server.TrainingModeIndex(app), method, path))[1]["more_body"] is True
 
 
+def test_health_answers_with_the_token_make_ui_gave_the_server_and_nothing_else_changes():
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"OK", "more_body": False})
+
+    from sweeplab.core import channels
+
+    start, body = asyncio.run(call(ui_server.TrainingModeIndex(app, token="t0ken"), "GET", "/health"))
+    assert start["headers"] == [(b"content-length", b"2"), (channels.UI_TOKEN_HEADER.lower().encode(), b"t0ken")]
+    assert body["body"] == b"OK"
+    assert asyncio.run(call(ui_server.TrainingModeIndex(app), "GET", "/health"))[0]["headers"] == [
+        (b"content-length", b"2")]  # no token given: MLflow's answer as it is
+    assert len(asyncio.run(call(ui_server.TrainingModeIndex(app, token="t0ken"), "GET", "/api/x"))[0]["headers"]) == 1
+
+
 async def call(app, method: str, path: str) -> list[dict]:
     sent = []
 
@@ -197,14 +212,24 @@ async def call(app, method: str, path: str) -> list[dict]:
     return sent
 
 
-def test_an_install_without_the_entry_point_serves_mlflows_app_and_says_so(monkeypatch, tmp_path, capsys):
+def test_an_install_without_the_entry_point_serves_mlflows_app_and_says_so(monkeypatch, tmp_path, capsys,
+                                                                          _empty_mlflow_db):
     started = []
+
+    class Server:
+        pid = 0
+
+        def poll(self):
+            return 0
+
     monkeypatch.setattr(ui, "app_installed", lambda: False)
-    monkeypatch.setattr(ui.subprocess, "Popen", lambda command, **kwargs: started.append(command) or "server")
-    monkeypatch.setattr(ui, "wait_until_answering", lambda server, base: True)
+    monkeypatch.setattr(ui.subprocess, "Popen", lambda command, **kwargs: started.append(command) or Server())
+    monkeypatch.setattr(ui, "wait_until_answering", lambda server, base, **kwargs: True)
     monkeypatch.setattr(ui, "serve_until_stopped", lambda server: 0)
+    monkeypatch.setattr(ui, "_stop", lambda server: None)
+    shutil.copy(_empty_mlflow_db, tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert ui.main(["--port", "5999"]) == 0
+    assert ui.main(["--port", str(free_port())]) == 0
     assert "--app-name" not in started[0]
     assert "not installed" in capsys.readouterr().out.splitlines()[-1]
     monkeypatch.setattr(ui, "app_installed", lambda: True)

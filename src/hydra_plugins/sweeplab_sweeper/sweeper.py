@@ -96,7 +96,8 @@ class SweeplabSweeper(BasicSweeper):
             return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
         more, plan = rounds.undecided_configurations(rounds.read_open_sweep(self.config),
                                                      rounds.verdict_options(self.config))
-        jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s)
+        jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s,
+                                           plan.rounds_needed if plan is not None else 0)
         for decision in plan.open_decisions if plan is not None else ():
             log.info("sweep: replicates=auto: %s: %s", "open" if stop is None else "stayed open", decision)
         if stop is None:

@@ -86,6 +86,14 @@ FAULT_KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
 FAULT_PAUSE_IN_ENV = "SWEEPLAB_FAULT_PAUSE_IN"  # a stage (setup, validation, checkpointing, export, report): pause there once
 FAULT_PAUSE_S_ENV = "SWEEPLAB_FAULT_PAUSE_S"  # how long that pause lasts (seconds; the file's removal ends it early)
 
+# --- environment: `make ui` (sweeplab.ui) -> the MLflow server it starts ---------------------------------------------
+# A random token per start. Written by sweeplab.ui.start_server into the server's environment; read by the server's
+# app (tracking/ui_server.create_app, in every worker), which answers `GET /health` with it as the header
+# UI_TOKEN_HEADER; sweeplab.ui prints its address only when /health answers with its own token, so another program
+# holding the port (another UI on another store, any HTTP server) is never taken for the server it started.
+UI_TOKEN_ENV = "SWEEPLAB_UI_TOKEN"
+UI_TOKEN_HEADER = "X-Sweeplab-UI"
+
 # --- module attributes: between parts of one process ---------------------------------------------------------------
 # The MLflow run of the job this process ran last. Written by tracking/mlflow_store.JobRun when it creates or
 # reopens a run (None again via mlflow_store.forget_current_run); read by the sweep callback's on_job_end, which

@@ -41,6 +41,8 @@ SLURM_RESTARTS_TAG = "slurm_restarts"  # times SLURM ran the job again (requeue,
 # --- the sweep's own run (tags, metrics) ----------------------------------------------------------------------------
 TARGET_TAG = "report.target"       # what the sweep asked of its verdict
 TOLERANCE_TAG = "report.quality_tolerance"
+INDIFFERENCE_TAG = "report.indifference"  # the verdict may name the fastest or one within this ratio of it
+LOOKS_TAG = "report.looks"  # how many times replicates=auto may read the verdict: its intervals hold at each
 SWEEP_DIR_TAG = "sweep_dir"
 SWEEP_OVERRIDES_TAG = "sweep_overrides"
 JOBS_PLANNED = "jobs_planned"

@@ -5,7 +5,6 @@ Everything around the step (data, task, recording the run) is sweeplab.engine.jo
 
 from __future__ import annotations
 
-import os
 
 import lightning as L
 import torch
@@ -18,7 +17,7 @@ from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.callbacks.wall import WallBreakdown
-from sweeplab.core import channels, interrupts, wall
+from sweeplab.core import interrupts, wall
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.core.schema import COMPILE_CACHE_METRIC
 from sweeplab.data.sampling import ResumableDataCheck
@@ -217,10 +216,7 @@ __all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]
 def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecided:
     """stop.at_target / stop.behind (engine/stopping.py), with this job's round board and its place in the grid."""
     p = job.plan
-    index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
-    rule = stopping.StopRule(p.stop, p.stop_target, p.family.monitor_mode,
-                             stopping.RoundBoard.of_this_job(job.sweep_dir), is_baseline=index in ("", "0"),
-                             config_index=index)
+    rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir)
 
     def record(tags: dict[str, str]) -> None:
         if job.run is not None:

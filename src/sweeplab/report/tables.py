@@ -36,7 +36,7 @@ from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import check_folder_path, write_text_atomic
-from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG, TARGET_TAG, TOLERANCE_TAG
+from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -531,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="how much worse than the baseline's final metric still keeps quality (metric units; "
                              "default: the sweep's report.quality_tolerance, else the family's, else the "
                              "baseline's replicate spread)")
+    parser.add_argument("--indifference", type=float, default=None,
+                        help="a ratio >= 1: the verdict may name the fastest or one within this factor of it "
+                             "(default: the sweep's report.indifference, else 1: only the fastest)")
     parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
     args = parser.parse_args(argv)
     quiet_libraries()  # matplotlib's note on building its font cache, on a first run
@@ -546,7 +549,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     picked = [name for name in ("sweep", "multirun_dir", "experiment") if getattr(args, name)]
     if args.experiment_name is not None and picked:
         raise UserError(f"--experiment-name picks the latest sweep; it does nothing with --{picked[0].replace('_', '-')}")
-    for name in ("target", "quality_tolerance"):
+    for name in ("target", "quality_tolerance", "indifference"):
         value = getattr(args, name)
         if value is not None and not math.isfinite(value):
             raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
@@ -559,10 +562,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
     """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
     an experiment's runs), else the defaults."""
-    target = args.target if args.target is not None else tags.get(TARGET_TAG)
-    tolerance = args.quality_tolerance if args.quality_tolerance is not None else tags.get(TOLERANCE_TAG)
-    return VerdictOptions(None if target is None else float(target), None if tolerance is None else float(tolerance),
-                          args.baseline)
+    return VerdictOptions.from_tags(tags, target=args.target, quality_tolerance=args.quality_tolerance,
+                                    indifference=args.indifference, baseline_run=args.baseline)
 
 
 def _report(args: argparse.Namespace) -> int:

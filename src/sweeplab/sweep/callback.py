@@ -39,7 +39,6 @@ from sweeplab.core import bytecode, channels, interrupts, schema, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
-from sweeplab.core.schema import TARGET_TAG, TOLERANCE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
 from sweeplab.report.tables import sweep_report
@@ -432,10 +431,7 @@ def _check_replicates(config: DictConfig) -> None:
 def verdict_option_tags(options: VerdictOptions) -> dict[str, str]:
     """The sweep's `report.target` and `report.quality_tolerance` as its run's tags: `python -m sweeplab.report` run
     again on the sweep asks the same question unless its flags say otherwise."""
-    tags = {} if options.quality_tolerance is None else {TOLERANCE_TAG: repr(options.quality_tolerance)}
-    if options.target is not None:
-        tags[TARGET_TAG] = repr(options.target)
-    return tags
+    return options.tags()
 
 
 

@@ -325,11 +325,22 @@ UI_DEFAULT = ("127.0.0.1", 5000)
 
 
 def ui_address() -> tuple[str, int]:
-    """(host, port) `make ui` serves on: $SWEEPLAB_UI_URL's, else UI_DEFAULT."""
+    """(host, port) `make ui` serves on: $SWEEPLAB_UI_URL's (port 5000 when it names none), else UI_DEFAULT. A value
+    that is no `http(s)://host[:port]` address is one UserError line, not ignored."""
     from urllib.parse import urlsplit
 
-    url = urlsplit(os.environ.get(UI_URL_ENV, ""))
-    return url.hostname or UI_DEFAULT[0], url.port or UI_DEFAULT[1]
+    text = os.environ.get(UI_URL_ENV, "").strip()
+    if not text:
+        return UI_DEFAULT
+    url = urlsplit(text)
+    try:
+        port = url.port
+    except ValueError:  # a port past 65535, or not a number
+        port = -1
+    if url.scheme not in ("http", "https") or not url.hostname or port == -1 or port == 0 or url.path.strip("/"):
+        raise UserError(f"{UI_URL_ENV}={text!r} is not an address like http://127.0.0.1:5000 (http, a host, a port "
+                        "from 1 to 65535); fix or unset it")
+    return url.hostname, port or UI_DEFAULT[1]
 
 
 def ui_base(uri: str, host: str | None = None, port: int | None = None) -> str | None:

@@ -9,7 +9,9 @@ runs table, a run's parent) drop it, so on a browser that never touched the swit
 address of the UI loads the index page first (the UI routes after `#`), so a script there, run before the UI's
 bundle, stores `"machine_learning"` when no choice is stored: a browser whose user picked GenAI keeps it.
 
-Only the index (GET, 200, text/html) changes: the script goes in before its first `<script>`, Content-Length follows,
+`GET /health` answers as MLflow's does, with one header more: the token `make ui` gave this server
+(channels.UI_TOKEN_ENV, as channels.UI_TOKEN_HEADER), by which sweeplab.ui tells its own server from another program
+holding the port. Only the index (GET, 200, text/html) changes: the script goes in before its first `<script>`, Content-Length follows,
 and its ETag gets a suffix naming the script, so a browser that cached the page from a plain `mlflow server` on the
 same address revalidates to the page with the script; assets, the API, `/health` and everything else pass untouched.
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+
+from sweeplab.core import channels
 
 STORAGE_KEY = "mlflow.workflowType_v1"  # MLflow 3.17's useLocalStorage key: f"{key}_v{version}"
 TRAINING_MODE = "machine_learning"
@@ -38,7 +42,8 @@ def create_app():
     from mlflow.server.fastapi_app import app
     from mlflow.server.handlers import STATIC_PREFIX_ENV_VAR
 
-    return TrainingModeIndex(app, index_path=os.environ.get(STATIC_PREFIX_ENV_VAR, "").rstrip("/") + "/")
+    return TrainingModeIndex(app, index_path=os.environ.get(STATIC_PREFIX_ENV_VAR, "").rstrip("/") + "/",
+                             token=os.environ.get(channels.UI_TOKEN_ENV, ""))
 
 
 def inject(html: bytes) -> bytes | None:
@@ -53,13 +58,18 @@ def inject(html: bytes) -> bytes | None:
 
 
 class TrainingModeIndex:
-    """Pure ASGI middleware (streaming, lifespan and websockets pass through): SCRIPT into the index page."""
+    """Pure ASGI middleware (streaming, lifespan and websockets pass through): SCRIPT into the index page; the
+    token (when given) as a header of `/health`'s answer."""
 
-    def __init__(self, app, index_path: str = "/"):
+    def __init__(self, app, index_path: str = "/", token: str = ""):
         self.app = app
         self.index_path = index_path
+        self.token = token.encode()
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.token and scope["path"] == self.index_path + "health":
+            await self.app(scope, receive, _TokenSender(send, self.token))
+            return
         if scope["type"] != "http" or scope["method"] != "GET" or scope["path"] != self.index_path:
             await self.app(scope, receive, send)
             return
@@ -87,6 +97,20 @@ def _with_etag_suffix(headers: list) -> list:
         return value[:-1] + ETAG_SUFFIX + b'"' if value.endswith(b'"') else value + ETAG_SUFFIX
 
     return [(name, suffixed(value) if name.lower() == b"etag" else value) for name, value in headers]
+
+
+class _TokenSender:
+    """A response with the token header added to its start."""
+
+    def __init__(self, send, token: bytes):
+        self.send = send
+        self.token = token
+
+    async def __call__(self, message):
+        if message["type"] == "http.response.start":
+            header = (channels.UI_TOKEN_HEADER.lower().encode(), self.token)
+            message = {**message, "headers": [*message.get("headers", []), header]}
+        await self.send(message)
 
 
 class _IndexSender:
