@@ -81,26 +81,74 @@ def _job(config: str, r: int, rate: float, reach_at: float | None, stopped_at: f
 def test_a_stopped_configuration_is_slower_on_its_bound_never_faster_or_tied():
     jobs = []
     for r in range(5):
-        jobs += [_job("a", r, 100.0 * (1 + 0.01 * r), 500.0), _job("b", r, 100.0 * (1 - 0.01 * r), 500.0),
+        ahead = 1 + 0.02 * (r % 2)  # a and b take turns being a little ahead: equal
+        jobs += [_job("a", r, 100.0 * ahead, 500.0), _job("b", r, 100.0 * (1.02 / ahead), 500.0),
                  _job("slow", r, 40.0, None, stopped_at=300.0)]  # stopped behind: time to target > 300/40 = 7.5 s
     summary = verdict.summarize(jobs, baseline="a", target=0.9, metric_name="m")
     slow = summary.config("slow")
     assert slow.speedup_to_target.bounded and slow.speedup_to_target.interval.high < 1
     assert "slow" not in summary.verdict.fastest and set(summary.verdict.fastest) == {"a", "b"}
+    assert summary.selection.beaten_by["slow"] == ("a", "b")
     assert any("slow" in line and "slower" in line for line in summary.verdict.lines)
 
 
-def test_a_bound_that_does_not_clear_the_leader_leaves_the_configuration_undecided_not_tied():
+def test_a_bound_that_does_not_clear_the_leader_says_nothing_for_either():
+    """Stopped before the leader's time: its bound (4 s) lies below the leader's 5 s, so a round says neither is
+    faster. The baseline is not crowned by the stopped configuration's bound: the fastest stays open between them."""
     jobs = []
     for r in range(5):
         jobs += [_job("a", r, 100.0, 500.0), _job("late", r, 100.0, None, stopped_at=400.0)]  # bound 4 s < 5 s
     summary = verdict.summarize(jobs, baseline="a", target=0.9, metric_name="m")
-    late = summary.config("late")
-    assert late.speedup_to_target.bounded and late.speedup_to_target.interval.high > 1
-    # the baseline is not crowned by the stopped configuration's absence: the fastest stays open between them
+    late = summary.selection.comparison("late", "a")
+    assert late.censored == 5 and late.mean == 0.0
     assert summary.verdict.kind == "tie" and set(summary.verdict.fastest) == {"a", "late"}
-    assert any(line.startswith("undecided") and "late" in line for line in summary.verdict.lines)
-    assert any("at most" in line and "late" in line for line in summary.verdict.lines)
+
+
+def test_a_job_that_reached_the_target_is_never_stopped_behind(tmp_path):
+    """Its metric dipped below the target again after it reached it: its time to target is known and not behind,
+    so its own posted time is not used against it (it was stopped and counted towards "stopped for good")."""
+    board = stopping.RoundBoard(tmp_path / "round-0.json")
+    rule = stopping.StopRule(stopping.StopConfig(behind=1.5), 0.5, "max", board, is_baseline=False)
+    assert rule.at_validation(0.55, 1.0, samples_seen=100) is None  # reached at 1 s: posts it, it leads
+    assert rule.at_validation(0.45, 2.0, samples_seen=200) is None  # 2 s > 1.5 x 1 s, below the target again
+    assert rule.at_validation(0.40, 9.0, samples_seen=900) is None
+
+
+def test_the_leader_posts_its_curve_past_its_target_and_a_better_slower_learner_keeps_training(tmp_path):
+    """The protection follows the leader's curve past its target: a job that is better than the leader at the same
+    samples seen there is not stopped behind (the leader used to post its curve only up to its target)."""
+    board = stopping.RoundBoard(tmp_path / "round-0.json")
+    leader = stopping.StopRule(stopping.StopConfig(behind=1.5), 0.5, "max", board, is_baseline=True,
+                               config_index="0")
+    for samples, value in ((100, 0.3), (200, 0.5), (300, 0.52), (400, 0.53)):
+        leader.at_validation(value, samples / 100, samples_seen=samples)
+    assert board.leader_curve()[-1] == (400.0, 0.53)
+    slow = stopping.StopRule(stopping.StopConfig(behind=1.5), 0.6, "max", board, is_baseline=False,
+                             config_index="1")
+    assert slow.at_validation(0.55, 4.0, samples_seen=400) is None  # better than the leader's 0.53 at 400
+    assert slow.at_validation(0.50, 4.0, samples_seen=400) == "behind"
+
+
+def test_the_quality_round_is_never_stopped(tmp_path, monkeypatch):
+    """stop.quality_round: round 0 trains every configuration to its last step, so every configuration's quality is
+    measured once even when its other jobs stop at the target or behind."""
+    from sweeplab.core import channels
+
+    board = stopping.RoundBoard(tmp_path / "round-0.json")
+    board.post(1.0, "0", [(100, 0.5)])
+    for round_, expected in (("0", None), ("1", "behind")):
+        monkeypatch.setenv(channels.ROUND_ENV, round_)
+        monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "1")
+        rule = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, behind=1.5), 0.5, "max", tmp_path)
+        rule.board = board
+        assert rule.at_validation(0.1, 3.0, samples_seen=300) == expected
+        assert rule.at_validation(0.9, 4.0, samples_seen=400) in (None, "target")
+    off = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, quality_round=False), 0.5, "max",
+                                         tmp_path)
+    monkeypatch.setenv(channels.ROUND_ENV, "0")
+    assert stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True), 0.5, "max",
+                                          tmp_path).at_validation(0.9, 1.0, 100) is None
+    assert off.at_validation(0.9, 1.0, 100) == "target"
 
 
 def test_a_job_better_than_the_leader_at_equal_samples_is_not_stopped_behind(tmp_path):

@@ -7,8 +7,13 @@
   without reaching it stops. Its time to target is only known to be longer than its training time (right-censored);
   the verdict treats it as such (sweeplab.study.verdict: such a configuration can be "slower", never faster or tied).
   The baseline (configuration index 0) is never stopped this way, so every round keeps the pair the comparisons need.
-  Nor is a job whose metric is better than the leader's was at the same samples seen (the leader posts its curve up
-  to the target): slower to the target but perhaps better in quality, it keeps training (two objectives).
+  Nor is a job whose metric is better than the leader's at the same samples seen (the leader posts its curve at
+  every validation, past its target too): slower to the target but perhaps better in quality, it keeps training
+  (two objectives). Nor is a job that reached the target once and dipped below it again: its time to target is
+  known, and it is not behind.
+- `stop.quality_round` (default true): round 0 is never stopped, so every configuration's quality is measured on one
+  job that trained to its last step (the report's quality column and its Pareto front read it); a configuration that
+  learns more slowly but ends better is then on the front even when its later jobs are stopped.
 
 The round's leader time is posted on a small board in the sweep's directory (`stop/round-<r>.json`, written
 atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
@@ -42,6 +47,7 @@ class StopConfig:
     at_target: bool = False  # stop once the monitored metric reached report.target
     confirm: int = 0  # more validations that must stay at the target before the job stops
     behind: float | None = None  # k > 1: stop a job k × the round leader's time to target without reaching it
+    quality_round: bool = True  # round 0 trains every configuration to its last step (its quality measured once)
 
     def __post_init__(self) -> None:
         if self.confirm < 0:
@@ -97,6 +103,16 @@ class RoundBoard:
         """The leader's (samples seen, metric) up to its target."""
         return [(float(s), float(v)) for s, v in self._read().get("curve", [])]
 
+    def extend(self, config_index: str, curve: list[tuple[float, float]]) -> None:
+        """The leader's curve past its target, so that a slower job is compared with it at equal samples seen there
+        too (a job that is not the leader changes nothing)."""
+        from filelock import FileLock
+
+        with FileLock(str(self.path) + ".lock"):
+            posted = self._read()
+            if posted.get("configuration") == config_index:
+                write_text_atomic(self.path, json.dumps({**posted, "curve": list(curve)}))
+
     def post(self, seconds: float, config_index: str, curve: list[tuple[float, float]] = ()) -> None:
         """Record a job's time to target and its curve so far; the board keeps the shortest time's."""
         from filelock import FileLock
@@ -119,9 +135,20 @@ class StopRule:
     board: RoundBoard | None
     is_baseline: bool
     config_index: str = ""
+    measures_quality: bool = False  # round 0 under stop.quality_round: never stopped
     _reached: int = 0  # consecutive validations at the target
+    _ever_reached: bool = False
     _posted: bool = False
     _curve: list = dataclasses.field(default_factory=list)  # (samples seen, value) at each validation
+
+    @classmethod
+    def for_this_job(cls, stop: StopConfig, target: float, mode: str, sweep_dir: str | Path | None) -> StopRule:
+        """The rule of the job this process runs: its round's board, its place in the grid (index 0, or none: the
+        baseline), and whether it is in the quality round (round 0 under stop.quality_round)."""
+        index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
+        in_quality_round = stop.quality_round and os.environ.get(channels.ROUND_ENV, "") == "0"
+        return cls(stop, target, mode, RoundBoard.of_this_job(sweep_dir), is_baseline=index in ("", "0"),
+                   config_index=index, measures_quality=in_quality_round)
 
     def reached(self, value: float) -> bool:
         return math.isfinite(value) and (value >= self.target if self.mode == "max" else value <= self.target)
@@ -129,16 +156,20 @@ class StopRule:
     def at_validation(self, value: float, training_seconds: float | None, samples_seen: float = 0.0) -> Reason | None:
         """The reason to stop now, or None. `training_seconds`: samples seen ÷ samples per second so far."""
         self._curve.append((samples_seen, value))
+        if self._posted and self.board is not None:
+            self.board.extend(self.config_index, self._curve)
         if self.reached(value):
             self._reached += 1
+            self._ever_reached = True
             if not self._posted and self.board is not None and training_seconds is not None:
                 self.board.post(training_seconds, self.config_index, self._curve)
                 self._posted = True
-            if self.stop.at_target and self._reached > self.stop.confirm:
+            if self.stop.at_target and self._reached > self.stop.confirm and not self.measures_quality:
                 return "target"
             return None
         self._reached = 0
-        if self.stop.behind is None or self.is_baseline or self.board is None or training_seconds is None:
+        if (self.stop.behind is None or self.is_baseline or self.measures_quality or self._ever_reached
+                or self.board is None or training_seconds is None):
             return None
         leader = self.board.leader_seconds()
         if leader is None or training_seconds <= self.stop.behind * leader:

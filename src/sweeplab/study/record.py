@@ -6,6 +6,7 @@ without them gets "one replicate: no verdict".
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.labels import label
 from sweeplab.families import get_family
-from sweeplab.study import verdict
+from sweeplab.study import selection, verdict
 from sweeplab.study.sweep import Sweep
 from sweeplab.tracking import naming
 
@@ -28,13 +29,47 @@ NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (",
 
 @dataclass(frozen=True)
 class VerdictOptions:
-    """What the report's verdict is asked (`report.target`, `report.quality_tolerance` of the sweep's config, or
-    the flags of `python -m sweeplab.report`). baseline_run: a run whose configuration is the baseline (None: the
-    first configuration of the grid)."""
+    """What the report's verdict is asked (`report.target`, `report.quality_tolerance`, `report.indifference` of
+    the sweep's config, or the flags of `python -m sweeplab.report`). baseline_run: a run whose configuration is the
+    baseline (None: the first configuration of the grid). looks: how many times the study may read its verdict to
+    decide whether to run more (replicates=auto: its rounds from `first` to `most`), so that its intervals hold at
+    every look; recorded on the sweep run, so a report run again reads the same intervals."""
 
     target: float | None = None
     quality_tolerance: float | None = None  # None: the family's quality_tolerance, else derived from the spread
     baseline_run: str | None = None
+    indifference: float = 1.0
+    looks: selection.Looks | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.indifference) and self.indifference >= 1.0):
+            raise UserError(f"{schema.INDIFFERENCE_TAG}: expected a ratio >= 1 (1.1: the verdict may name the "
+                            f"fastest or one within 1.1x of it; 1: none), got {self.indifference}")
+
+    def tags(self) -> dict[str, str]:
+        """As the sweep run's tags: `python -m sweeplab.report` run again on the sweep asks the same question unless
+        its flags say otherwise."""
+        tags = {} if self.quality_tolerance is None else {schema.TOLERANCE_TAG: repr(self.quality_tolerance)}
+        if self.target is not None:
+            tags[schema.TARGET_TAG] = repr(self.target)
+        if self.indifference != 1.0:
+            tags[schema.INDIFFERENCE_TAG] = repr(self.indifference)
+        if self.looks is not None:
+            tags[schema.LOOKS_TAG] = f"{self.looks.first}-{self.looks.most}"
+        return tags
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str], *, target: float | None = None,
+                  quality_tolerance: float | None = None, indifference: float | None = None,
+                  baseline_run: str | None = None) -> VerdictOptions:
+        """The options a sweep ran with (its run's tags), each overridden where a flag gives one."""
+        def number(given: float | None, key: str) -> float | None:
+            return given if given is not None else (float(tags[key]) if key in tags else None)
+
+        first, _, most = tags.get(schema.LOOKS_TAG, "").partition("-")
+        looks = selection.Looks(int(first), int(most)) if first.isdigit() and most.isdigit() else None
+        return cls(number(target, schema.TARGET_TAG), number(quality_tolerance, schema.TOLERANCE_TAG), baseline_run,
+                   number(indifference, schema.INDIFFERENCE_TAG) or 1.0, looks)
 
 
 @dataclass(frozen=True)
@@ -112,7 +147,8 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
         summary = verdict.summarize(
             jobs, baseline=baseline_config(sweep, jobs, options.baseline_run), mode=sweep.mode, target=options.target,
             quality_tolerance=tolerance, tolerance_source=tolerance_source, metric_name=sweep.metric,
-            pair_by=pair_by(jobs), smoke_budget=smoke_budget(sweep), names=names,
+            pair_by=pair_by(jobs), smoke_budget=smoke_budget(sweep), names=names, looks=options.looks,
+            indifference=options.indifference,
         )
     except ValueError as exc:  # e.g. no final metric to derive a target from
         return VerdictReport(None, (f"no verdict: {exc}",))

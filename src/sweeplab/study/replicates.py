@@ -73,19 +73,33 @@ def is_auto(config: Mapping[str, Any]) -> bool:
     return config.get("replicates", 1) == AUTO
 
 
+# More rounds are not run when the open comparisons would need more than this many times the budget of rounds at the
+# measured difference and noise (verdict.ReplicatePlan.rounds_needed): a difference that small is not what the study
+# can tell. Stopping for futility never adds a false claim; the factor, and judging only from FUTILITY_FROM rounds
+# past `first` (a spread measured on 3 pairs is itself far from the truth), leave room for a noisy early estimate.
+FUTILE_BEYOND_BUDGET = 2
+FUTILITY_FROM = 3
+
+
 def auto_round(
     round_jobs: Sequence[PlannedJob], more: Sequence[int], setting: AutoReplicates, round_number: int,
-    elapsed_s: float,
+    elapsed_s: float, rounds_needed: int | None = 0,
 ) -> tuple[list[PlannedJob], str | None]:
     """The jobs of round `round_number` that replicates=auto runs: all of them for the first rounds, then those of
     the configurations in `more` (indices into the grid; the still undecided ones). The second value says why the
-    sweep stops here (None: it goes on)."""
+    sweep stops here (None: it goes on). `rounds_needed`: about how many rounds in all the open comparisons would
+    need (None: no difference measured that any number would likely separate)."""
     if round_number < setting.first:
         return list(round_jobs), None
     if not more:
         return [], f"decided after {round_number} rounds"
     if round_number >= setting.most:
         return [], f"the budget of {setting.most} rounds is spent"
+    futile = rounds_needed is None or rounds_needed > FUTILE_BEYOND_BUDGET * setting.most
+    if futile and round_number >= setting.first + FUTILITY_FROM:
+        needed = "no difference measured" if rounds_needed is None else f"about {rounds_needed} rounds needed"
+        return [], (f"more rounds are unlikely to decide within the budget of {setting.most} ({needed} at the "
+                    f"measured noise; {round_number} rounds run)")
     if setting.budget_s is not None and elapsed_s >= setting.budget_s:
         return [], f"the time budget of {setting.budget_s:g} s is spent ({round_number} rounds)"
     chosen = set(more)

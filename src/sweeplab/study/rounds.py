@@ -17,6 +17,7 @@ from sweeplab.core import channels, schema
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions, sweep_verdict
+from sweeplab.study.selection import Looks
 from sweeplab.study.sweep import Sweep, read_sweep
 from sweeplab.study.verdict import ReplicatePlan, plan_replicates
 from sweeplab.tracking import mlflow_store
@@ -60,14 +61,22 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 
 def verdict_options(config: DictConfig) -> VerdictOptions:
-    """The config's `report.target` and `report.quality_tolerance` (the report's CLI has the same as flags)."""
+    """The config's `report.target`, `report.quality_tolerance` and `report.indifference` (the report's CLI has the
+    same as flags), and the looks replicates=auto takes at the verdict (its rounds from `first` to `most`)."""
     target = OmegaConf.select(config, schema.TARGET_TAG, default=None)
     tolerance = OmegaConf.select(config, schema.TOLERANCE_TAG, default=None)
+    indifference = OmegaConf.select(config, schema.INDIFFERENCE_TAG, default=None)
+    looks = None
+    if replicates.is_auto(config):
+        auto = replicates.auto_setting(config)
+        looks = Looks(auto.first, auto.most)
     try:
         return VerdictOptions(None if target is None else float(target),
-                              None if tolerance is None else float(tolerance))
+                              None if tolerance is None else float(tolerance),
+                              indifference=1.0 if indifference is None else float(indifference), looks=looks)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"config error: report.target and report.quality_tolerance must be numbers ({exc})") from None
+        raise UserError(f"config error: report.target, report.quality_tolerance and report.indifference must be "
+                        f"numbers ({exc})") from None
 
 
 def read_open_sweep(config: DictConfig) -> Sweep | None:

@@ -80,6 +80,12 @@ class JobRecord:
     def final_metric(self) -> float | None:
         return self.curve[-1].value if self.curve else None
 
+    def best_metric(self, mode: verdict.Mode) -> float | None:
+        """Its best validation in the monitored direction: the value of the checkpoint it keeps (best-step*.ckpt)."""
+        if not self.curve:
+            return None
+        return (max if mode == "max" else min)(p.value for p in self.curve)
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -106,7 +112,8 @@ class Sweep:
         """The finished jobs with a throughput, a batch size and replicate tags, as the verdict's records."""
         return [verdict.Job(config=j.config, replicate=j.replicate, round=j.round, samples_per_sec=j.samples_per_sec,
                             final_metric=j.final_metric, curve=list(j.curve), host=j.host,
-                            concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples)
+                            concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples,
+                            best_metric=j.best_metric(self.mode), stopped_at_target=j.stop_reason == "target")
                 for j in self.jobs
                 if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
                 and j.replicate is not None]

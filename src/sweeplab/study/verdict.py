@@ -26,14 +26,16 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Literal
 
 import numpy as np
 
+from sweeplab.study import selection as mcb
+from sweeplab.study.tdist import student_t_cdf, student_t_quantile  # noqa: F401 (re-exported)
+
 Mode = Literal["max", "min"]
 PairBy = Literal["round", "host"]
-Quality = Literal["baseline", "keeps", "unclear", "loses", "unknown"]
+Quality = Literal["baseline", "keeps", "unclear", "loses", "unknown", "at target"]
 VerdictKind = Literal["fastest", "tie", "undecided", "no verdict"]
 
 CONFIDENCE = 0.95
@@ -63,12 +65,16 @@ class Job:
         round on the same host are paired. Usually equal to `replicate`; a resumed study may run a replicate later.
     samples_per_sec: training throughput with validation and checkpoint pauses left out.
     final_metric: the monitored metric at the end of training (None: the job has none, e.g. it failed).
+    best_metric: its best value in the monitored direction, the one its kept checkpoint holds (None: use
+        final_metric). Quality and the default target read this one: the checkpoint a user exports is the best.
     curve: the validation points, in any order (tuples `(samples_seen, value[, wall_seconds])` are accepted).
     host: where it ran (None: one machine). Pairs never cross hosts.
     concurrent_jobs: how many jobs shared the host (or its GPU) while this one was timed; above 1 its timing is
         disturbed by the others, and the verdict says so.
     censored_samples: the samples seen when the job was stopped behind its round's leader without reaching the
         target (engine/stopping.py, `stop.behind`); its time to target is then only known to be longer than that.
+    stopped_at_target: `stop.at_target` stopped it at its first validation past the target: its metric is the
+        target's give or take the validation grid, so it says nothing about the quality it would have ended at.
     """
 
     config: str
@@ -80,6 +86,13 @@ class Job:
     host: str | None = None
     concurrent_jobs: int = 1
     censored_samples: float | None = None
+    best_metric: float | None = None
+    stopped_at_target: bool = False
+
+    @property
+    def kept_metric(self) -> float | None:
+        """The metric of the checkpoint the job keeps: its best validation, else its final one."""
+        return self.best_metric if self.best_metric is not None else self.final_metric
 
     def validation_points(self) -> list[ValidationPoint]:
         """The curve as ValidationPoints, in the order training saw them."""
@@ -138,9 +151,11 @@ class ConfigSummary:
     the comparisons with the baseline carry the sweep's simultaneous level (`Interval.level`).
 
     speedup: its samples/s ÷ the baseline's, paired. speedup_to_target: the baseline's time to target ÷ its own,
-    paired (above 1: it gets there sooner). quality_difference: its final metric − the baseline's, paired, in the
-    metric's units. quality: "keeps" (the whole interval within tolerance of the baseline), "loses" (the whole
-    interval beyond it), "unclear" (straddles), "baseline", or "unknown" (no final metrics).
+    paired (above 1: it gets there sooner). final_metric: the metric of each job's kept checkpoint (its best
+    validation). quality_difference: that metric − the baseline's, paired, in the metric's units. quality: "keeps"
+    (the whole interval within tolerance of the baseline), "loses" (the whole interval beyond it), "unclear"
+    (straddles), "baseline", "unknown" (no kept metric paired with the baseline's), or "at target" (stop.at_target
+    stopped every job at the target: its quality is the target's, not compared).
     within_tolerance: the point estimate of the quality difference is within tolerance (descriptive: candidacy for
     the verdict and the default target read `quality`, where only "loses" and "unknown" leave a configuration out).
     """
@@ -163,11 +178,14 @@ class ConfigSummary:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The sweep's answer. kind: "fastest" (one configuration), "tie" (`fastest` names several that the intervals
-    cannot order; they are not ranked), "undecided" (the one that could be fastest has a quality interval that
-    straddles the tolerance: `fastest` is empty, `reason` names it), "no verdict" (`reason` says why). `lines`: its
-    text, first line first. caveat: why this study cannot carry a verdict at all (fewer than 3 replicates, a
-    debug=smoke budget), the first line when set; "" otherwise."""
+    """The sweep's answer, read from the multiple comparisons with the best (sweeplab.study.selection). kind:
+    "fastest" (`fastest` names one: the fastest, or with `within` > 1 the fastest or at most `within`× slower than
+    it), "tie" (`fastest` names the configurations that could be the fastest; they are not ranked), "no verdict"
+    (`reason` says why). "undecided" is no longer said: a quality not yet certain is its own line beside the speed
+    answer. `lines`: its text, first line first. caveat: why this study cannot carry a verdict at all (fewer than 3
+    replicates, a debug=smoke budget), the first line when set; "" otherwise. `to_decide`: for each comparison that
+    keeps it open, about how many replicates would decide it at the measured noise (None: more than 1,000 or no
+    difference measured)."""
 
     kind: VerdictKind
     fastest: tuple[str, ...]
@@ -176,6 +194,8 @@ class Verdict:
     reason: str
     lines: tuple[str, ...]
     caveat: str = ""
+    within: float = 1.0
+    to_decide: Mapping[str, int | None] = field(default_factory=dict)
 
     def text(self) -> str:
         return "\n".join(self.lines)
@@ -189,8 +209,10 @@ class Verdict:
 @dataclass(frozen=True)
 class SweepSummary:
     """Everything `summarize` found. `comparisons`: how many configurations were compared with the baseline (K);
-    `speed_level`: the level of each speedup and speedup-to-target interval (a family of 2K); `quality_level`: that
-    of each quality difference (a family of K)."""
+    `speed_level`: the level of each speedup and speedup-to-target interval of the table (a family of 2K, against
+    the baseline); `quality_level`: that of each quality difference (a family of K). `selection`: the multiple
+    comparisons with the best that the verdict is read from (None when there is no verdict to read); `looks`: how
+    many times the study may look at it (replicates=auto), `indifference`: the zone δ (1: none)."""
 
     baseline: str
     metric_name: str
@@ -209,70 +231,12 @@ class SweepSummary:
     notes: tuple[str, ...]
     tolerance_source: str = ""
     names: Mapping[str, str] = field(default_factory=dict)  # configuration -> the short label its lines use
+    selection: mcb.Selection | None = None
+    looks: mcb.Looks | None = None
+    indifference: float = 1.0
 
     def config(self, name: str) -> ConfigSummary:
         return next(c for c in self.configs if c.config == name)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Student's t without scipy (numpy has no t quantile; scipy is not a dependency)
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes §6.4)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 500):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return fraction
-
-
-def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    # The fraction converges fast on this side of the mean; the other side goes through the symmetry I_x = 1 - I_1-x.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    """P(T ≤ t) for Student's t with `df` degrees of freedom."""
-    tail = 0.5 * _regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-@lru_cache(maxsize=1024)
-def student_t_quantile(p: float, df: float) -> float:
-    """The t with P(T ≤ t) = p, by bisection on the CDF (to ~1e-12; cached: a sweep asks for few distinct ones)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if p < 0.5:
-        return -student_t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    for _ in range(100):
-        middle = 0.5 * (low + high)
-        low, high = (middle, high) if student_t_cdf(middle, df) < p else (low, middle)
-        if high - low < 1e-12 * max(1.0, high):
-            break
-    return 0.5 * (low + high)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -393,8 +357,10 @@ def _interpolate_crossing(before: ValidationPoint, at: ValidationPoint, target: 
 
 
 def default_target(final_by_config: Mapping[str, Sequence[float]], candidates: Iterable[str], mode: Mode) -> float:
-    """The worst final metric of any job of `candidates` (the configurations that keep quality): a quality every one
-    of their jobs had reached by its last validation, so each has a finite time to it and every round gives a pair.
+    """The worst kept (best) metric of any job of `candidates` (the configurations that keep quality): a quality
+    every one of their jobs reached at some validation, so each has a finite time to it and every round gives a pair.
+    The best, not the last: a metric that overfits (val/ppl rising after its best) would otherwise set a target every
+    job passed on its way down, and judge each by a value no one exports.
 
     Not the worst *median* final metric: that one is, by construction, reached by only about half the replicates of
     the configuration that sets it, and a round where one side never reaches the target opens that comparison's
@@ -467,6 +433,8 @@ def summarize(
     adjust_for_multiple_comparisons: bool = True,
     smoke_budget: bool = False,
     names: Mapping[str, str] | None = None,
+    looks: mcb.Looks | None = None,
+    indifference: float = 1.0,
 ) -> SweepSummary:
     """Per-configuration answers and the verdict from a sweep's jobs.
 
@@ -480,7 +448,12 @@ def summarize(
     names: configuration -> the short label its verdict lines and notes use (the tables' `bs=64 α=0.7`); the
     summary's records keep the configurations' own names.
     adjust_for_multiple_comparisons: False only to see what the Bonferroni adjustment buys (tests, docs).
+    looks: the looks a study may take at this verdict to decide whether to run more (replicates=auto: after its
+    rounds `first` to `most`); the verdict's intervals then hold at every one of them. None: a fixed-size study. indifference: δ ≥ 1, the
+    verdict may name a configuration "the fastest, or within δ× of it" (1: only the fastest).
     """
+    if not (indifference >= 1.0 and math.isfinite(indifference)):
+        raise ValueError(f"indifference must be a ratio >= 1, got {indifference}")
     by_config = _group_by_config(jobs, baseline)
     if quality_tolerance is None:
         quality_tolerance = derived_tolerance(by_config[baseline])
@@ -497,6 +470,9 @@ def summarize(
                        pair_by)
         for name, name_jobs in by_config.items()
     }
+    stopped_at_target = any(j.stopped_at_target for js in by_config.values() for j in js)
+    if stopped_at_target:  # each job's metric is the target's give or take the validation grid: not compared
+        quality = {name: (q if name == baseline else (q[0], "at target", True)) for name, q in quality.items()}
     target, target_source = _choose_target(by_config, quality, target, mode, metric_name, _namer(names))
     at_target = {name: [job_at_target(j, target, mode) for j in name_jobs] for name, name_jobs in by_config.items()}
     configs = tuple(
@@ -505,17 +481,58 @@ def summarize(
         for name in by_config
     )
     target_text = f"{metric_name} {'≥' if mode == 'max' else '≤'} {target:.4g}"
-    tolerance_text = f"quality tolerance: {quality_tolerance:.4g} {metric_name} worse than the baseline ({tolerance_source})"
+    tolerance_text = _tolerance_text(quality_tolerance, tolerance_source, metric_name, stopped_at_target)
+    stopped_behind = {name for name, js in by_config.items() if all(j.censored_samples is not None for j in js)}
+    candidates = _candidates(configs, baseline, stopped_behind)
+    selection = mcb.select({c.config: _times(at_target[c.config], pair_by) for c in candidates},
+                           confidence=confidence, looks=looks, indifference=indifference) if candidates else None
     verdict = decide(configs, baseline, target_text, target_source, tolerance_text=tolerance_text,
-                     smoke_budget=smoke_budget, names=names)
+                     smoke_budget=smoke_budget, names=names, selection=selection)
     return SweepSummary(
         baseline=baseline, metric_name=metric_name, mode=mode, target=target, target_source=target_source,
         quality_tolerance=quality_tolerance, confidence=confidence, comparisons=comparisons, speed_level=speed_level,
         quality_level=quality_level,
         pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
-        verdict=verdict, notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names),
-        tolerance_source=tolerance_source, names=dict(names or {}),
+        verdict=verdict,
+        notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names, mode, metric_name,
+                     quality_tolerance),
+        tolerance_source=tolerance_source, names=dict(names or {}), selection=selection, looks=looks,
+        indifference=indifference,
     )
+
+
+def _tolerance_text(tolerance: float, source: str, metric_name: str, stopped_at_target: bool) -> str:
+    if stopped_at_target:
+        return (f"quality not compared: stop.at_target stopped jobs at their first validation past the target, so "
+                f"each one's {metric_name} is the target's give or take the validation grid (stop.quality_round's "
+                "whole jobs give the quality column and the Pareto front; run without stop.at_target to compare "
+                "the quality the configurations end at)")
+    return f"quality tolerance: {tolerance:.4g} {metric_name} worse than the baseline ({source})"
+
+
+def _candidates(configs: Sequence[ConfigSummary], baseline: str, stopped_behind: set[str]) -> list[ConfigSummary]:
+    """The configurations the selection compares: every one that could keep quality (not shown to lose it, its
+    kept metric paired with the baseline's) with at least two replicates paired with the baseline. One whose every
+    job was stopped behind has no quality measured, yet is compared: its bounds can only show it slower."""
+    return [c for c in configs if (c.config == baseline or c.speedup_to_target.n >= 2)
+            and (_left_out_reason(c) is None or c.config in stopped_behind)]
+
+
+def _times(at_target: Sequence[JobAtTarget], pair_by: PairBy) -> dict[tuple, mcb.TimeAtTarget]:
+    """A configuration's time to target per pair key, as the selection compares them: log seconds, or a lower bound
+    of them (censored) for a job that never reached the target (its training time) or was stopped behind (its stop).
+    Several jobs in one key (pair_by="host"): their mean log time, censored when any of them is (then a lower
+    bound of that mean)."""
+    grouped: dict[tuple, list[mcb.TimeAtTarget]] = defaultdict(list)
+    for at in at_target:
+        if math.isfinite(at.time_to_target) and at.time_to_target > 0:
+            grouped[_pair_key(at.job, pair_by)].append(mcb.TimeAtTarget(math.log(at.time_to_target)))
+            continue
+        bound = at.time_bound if at.time_bound is not None else at.bracket[0] / at.job.samples_per_sec
+        if bound > 0:
+            grouped[_pair_key(at.job, pair_by)].append(mcb.TimeAtTarget(math.log(bound), censored=True))
+    return {key: mcb.TimeAtTarget(math.fsum(t.log_seconds for t in times) / len(times),
+                                  any(t.censored for t in times)) for key, times in grouped.items()}
 
 
 def derived_tolerance(baseline_jobs: Sequence[Job]) -> float:
@@ -564,10 +581,11 @@ def _quality(
 
 
 def _finals(jobs: Iterable[Job]) -> list[tuple[Job, float]]:
-    """The final metrics the quality comparison uses: not those of jobs stopped behind (engine/stopping.py), whose
-    last value is wherever they were stopped, not the end of their training."""
-    return [(j, j.final_metric) for j in jobs
-            if j.final_metric is not None and math.isfinite(j.final_metric) and j.censored_samples is None]
+    """The kept metrics (each job's best validation) the quality comparison uses: not those of jobs stopped behind
+    (engine/stopping.py) or at the target, whose values are wherever they were stopped, not what training ends at."""
+    return [(j, j.kept_metric) for j in jobs
+            if j.kept_metric is not None and math.isfinite(j.kept_metric) and j.censored_samples is None
+            and not j.stopped_at_target]
 
 
 def _choose_target(
@@ -582,8 +600,9 @@ def _choose_target(
     finals = {name: [v for _, v in _finals(jobs)] for name, jobs in by_config.items()}
     value = default_target(finals, keepers, mode)
     worst = next(name for name in keepers if value in finals[name])
-    return value, (f"default: the worst final {metric_name} of any job of the {len(keepers)} configuration(s) "
-                   f"that could keep quality (one of {show(worst)}'s), so every one of their jobs reached it")
+    return value, (f"default: the worst best-{metric_name} of any job of the {len(keepers)} configuration(s) "
+                   f"that could keep quality (one of {show(worst)}'s; each job's best validation, the one its kept "
+                   "checkpoint holds), so every one of their jobs reached it")
 
 
 def _config_summary(
@@ -639,7 +658,8 @@ def _validation_resolution(at_target: list[JobAtTarget]) -> float:
 
 
 def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairBy,
-           names: Mapping[str, str] | None = None) -> tuple[str, ...]:
+           names: Mapping[str, str] | None = None, mode: Mode = "max", metric_name: str = "metric",
+           tolerance: float = 0.0) -> tuple[str, ...]:
     show = _namer(names)
     notes = []
     if pair_by == "host":
@@ -655,7 +675,37 @@ def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairB
     unknown = [show(c.config) for c in configs if c.quality == "unknown"]
     if unknown:
         notes.append(f"no paired final metric, quality unknown: {', '.join(unknown)}")
+    overfit = overfitting(jobs, mode, metric_name, tolerance, show)
+    if overfit:
+        notes.append(f"{metric_name} got worse after its best validation (overfitting): {'; '.join(overfit)}; "
+                     "quality and the default target use each job's best, the checkpoint it keeps")
     return tuple(notes)
+
+
+def overfitting(jobs: Sequence[Job], mode: Mode, metric_name: str, tolerance: float, show=str) -> list[str]:
+    """Per configuration whose jobs mostly ended worse than their best by more than the quality tolerance: how much
+    (median over those jobs; a ratio for a positive metric that falls, such as a perplexity) and where the best
+    was (median samples seen)."""
+    by_config: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for job in jobs:
+        points = job.validation_points()
+        if len(points) < 2 or job.stopped_at_target or job.censored_samples is not None:
+            continue
+        best = (max if mode == "max" else min)(points, key=lambda p: p.value)
+        by_config[job.config].append((best.value, points[-1].value, best.samples_seen))
+    found = []
+    for config, values in by_config.items():
+        worse = [(b, f, s) for b, f, s in values if (b - f if mode == "max" else f - b) > max(tolerance, 0.0)]
+        if len(worse) * 2 <= len(values):
+            continue
+        best, final, samples = (float(np.median(column)) for column in zip(*worse))
+        if mode == "min" and best > 0:
+            change = f"rose {final / best:.1f}× ({best:.4g} to {final:.4g})"
+        else:
+            change = f"{'fell' if mode == 'max' else 'rose'} by {abs(final - best):.3g} ({best:.4g} to {final:.4g})"
+        found.append(f"{show(config)}'s {metric_name} {change} after its best at {samples:,.0f} samples "
+                     f"({len(worse)} of {len(values)} jobs)")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -669,20 +719,20 @@ ONE_REPLICATE = (
 
 
 def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, target_source: str = "", *,
-           tolerance_text: str = "", smoke_budget: bool = False,
-           names: Mapping[str, str] | None = None) -> Verdict:
-    """The fastest configuration to the target among those that could keep quality, or the tie among the ones that
-    could be the fastest (not ranked), or "undecided" when the one that could be fastest has an unclear quality, or
-    why there is no verdict. `names`: configuration -> the short label the lines use (`bs=64 α=0.7`).
+           tolerance_text: str = "", smoke_budget: bool = False, names: Mapping[str, str] | None = None,
+           selection: mcb.Selection | None = None) -> Verdict:
+    """The fastest configuration to the target among those that could keep quality, read from `selection` (the
+    multiple comparisons with the best over them: sweeplab.study.selection), or the configurations that could be the
+    fastest (a tie, not ranked), or why there is no verdict. `names`: configuration -> the short label the lines use.
 
-    Candidates: every configuration whose quality is not shown to be lost ("keeps", "unclear" or the baseline: a
-    quality interval that straddles the tolerance is not a loss, and dropping it would crown a winner by
-    elimination), median time to target finite, a speed to the target against the baseline, and at least two pairs
-    with the baseline (configurations with fewer are named as undetermined). Tied for fastest: every candidate
-    whose speedup-to-target interval does not lie wholly below another candidate's; they all overlap the interval
-    of the one with the highest point. Intervals that do not overlap, all covering together, put the two in that
-    order: that is the only "faster" said, so on the event that every interval covers (at least 95 %), the truly
-    fastest candidate is in the tie. Every configuration left out is named with its reason."""
+    Candidates: every configuration whose quality is not shown to be lost ("keeps", "unclear", "at target" or the
+    baseline) with at least two replicates paired with the baseline (configurations with fewer are named as
+    undetermined). A time to target that is only bounded (a job that never reached the target, or was stopped
+    behind) enters the comparisons as a bound, so no configuration needs most of its jobs to reach the target to be
+    compared, and none is left out on a count. On the event that the best's comparisons hold (at least 95 %), the
+    fastest named is the fastest (or within the indifference zone of it), the truly fastest is in a tie, and every
+    configuration called slower is. Speed and quality are separate statements: a quality not yet certain is said
+    beside the speed answer. Every configuration left out is named with its reason."""
     show = _namer(names)
     if max(c.jobs for c in configs) <= 1:
         return Verdict("no verdict", (), {}, tuple(c.config for c in configs), ONE_REPLICATE, (ONE_REPLICATE,))
@@ -690,62 +740,67 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     head = [caveat] if caveat else []
     context = ([f"target: {target_text}, {target_source}"] if target_source else []) + (
         [tolerance_text] if tolerance_text else [])
+    by_name = {c.config: c for c in configs}
     undetermined = tuple(c.config for c in configs if c.config != baseline and c.speedup_to_target.n < 2)
     left_out: dict[str, tuple[str, str]] = {}  # configuration -> (why, in a group's words; its own figures)
-    candidates, bounded = [], []
     for config in configs:
-        if config.config in undetermined:
-            continue
-        if config.speedup_to_target.bounded:  # jobs stopped behind: a bound says "slower", never "faster" or "tied"
-            bounded.append(config)
-            continue
-        reason = _left_out_reason(config)
-        if reason is None:
-            candidates.append(config)
-        else:
+        compared = selection is not None and config.config in selection.configs
+        reason = _left_out_reason(config) if config.config not in undetermined and not compared else None
+        if reason is not None:
             left_out[config.config] = reason
-    if not candidates:
-        left_out |= {c.config: (BOUNDED_UNDECIDED, _bound_text(c)) for c in bounded}
-        reason = f"no verdict: no configuration could keep quality and reach {target_text} in most of its replicates"
+    if selection is None or not selection.configs:
+        reason = f"no verdict: no configuration could keep quality and be compared on its time to {target_text}"
         return Verdict("no verdict", (), {}, undetermined, reason,
                        (*head, reason, *context, *_exclusion_lines(left_out, undetermined, show)), caveat)
-    # Could-be-fastest: no other candidate's interval lies wholly above its own. The leader (highest point) always
-    # is; one that overlaps the leader but lies wholly below another (often the baseline's exact 1) is not.
-    tied = sorted((c for c in candidates if not any(_beats(other, c) for other in candidates)),
-                  key=lambda c: -c.speedup_to_target.point)
-    leaders = ", ".join(show(c.config) for c in tied)
-    for config in candidates:
-        if config not in tied:
-            left_out[config.config] = (f"slower to the target than {leaders} (intervals apart)", "")
-    # a configuration whose jobs were stopped behind: slower where even its bound lies below every could-be-fastest
-    # interval; otherwise it stays in the tie, not ranked, so nothing is crowned by its absence
-    floor = min(c.speedup_to_target.interval.low for c in tied)
-    open_bounded = [c for c in bounded if c.speedup_to_target.interval.high >= floor]
-    for config in bounded:
-        if config not in open_bounded:
-            left_out[config.config] = (f"slower to the target than {leaders} (jobs stopped behind their round's "
-                                       "leader; time to target only bounded)", _bound_text(config))
-    exclusions = _exclusion_lines(left_out, undetermined, show)
-    exclusions += [f"{BOUNDED_UNDECIDED}: {show(c.config)} {_bound_text(c)}" for c in open_bounded]
-    if len(tied) == 1 and tied[0].quality == "unclear":
-        leader = tied[0]
-        reason = (f"undecided: quality unclear: {show(leader.config)} could be the fastest to {target_text} "
-                  f"({_speedup_text(leader, baseline)}), but its quality difference from the baseline "
-                  f"{_difference_text(leader)} straddles the tolerance; more replicates decide it")
-        return Verdict("undecided", (), {leader.config: leader.speedup_to_target}, undetermined, reason,
-                       (*head, reason, *context, *exclusions), caveat)
-    tied += open_bounded
-    kind: VerdictKind = "fastest" if len(tied) == 1 else "tie"
-    lines = [*head, _headline(kind, tied, candidates + open_bounded, baseline, target_text, show)]
-    lines += [f"  {show(c.config)}: {_speedup_text(c, baseline)}" for c in tied] if kind == "tie" else []
+    for config, faster in selection.beaten_by.items():
+        left_out[config] = (f"slower to the target than {', '.join(show(c) for c in faster)} (beyond the noise)", "")
+    could_be = [by_name[c] for c in mcb.sorted_by_speed(selection, selection.could_be_fastest)]
+    named = selection.named
+    level = f"{selection.confidence_text()}, each pair's interval at {2 * selection.level - 1:.2%}"
+    if named is not None:
+        kind: VerdictKind = "fastest"
+        tied = [by_name[named]]
+        lines = [*head, _named_headline(by_name[named], baseline, target_text, selection, show)]
+        if selection.fastest is not None and selection.margin(named) > 1:
+            lines.append(f"  at least {format_ratio(selection.margin(named))} as fast as every other configuration "
+                         f"compared (every pair compared, {level})")
+        elif selection.within is not None:
+            rest = [c for c in could_be if c.config != named]
+            lines.append(f"  {', '.join(show(c.config) for c in rest)} could be faster, by at most "
+                         f"{format_ratio(selection.indifference)} (every pair compared, {level})")
+    else:
+        kind = "tie"
+        tied = could_be
+        lines = [*head, _headline(kind, tied, selection.configs, target_text, show)]
+        lines += [f"  {show(c.config)}: {_speedup_text(c, baseline)}" for c in tied]
+        lines.append(f"  (every pair compared, {level})")
     lines += context
     unclear = [c for c in tied if c.quality == "unclear"]
     if unclear:
         lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
                      + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
-    lines += exclusions
+    to_decide = _to_decide(selection, configs)
+    lines += [_to_decide_line(pair, n, show) for pair, n in to_decide.items()]
+    lines += _exclusion_lines(left_out, undetermined, show)
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
-                   "", tuple(lines), caveat)
+                   "", tuple(lines), caveat, within=selection.indifference if selection.within else 1.0,
+                   to_decide={f"{a} vs {b}": n for (a, b), n in to_decide.items()})
+
+
+def _to_decide(selection: mcb.Selection, configs: Sequence[ConfigSummary]) -> dict[tuple[str, str], int | None]:
+    """(leader, other) -> about how many replicates a study of this size would need to decide it (fixed size)."""
+    return {(c.first, c.second): mcb.replicates_to_decide(c, selection.confidence, len(selection.configs),
+                                                          selection.indifference)
+            for c in mcb.open_pairs(selection)}
+
+
+def _to_decide_line(pair: tuple[str, str], replicates: int | None, show) -> str:
+    first, second = (show(c) for c in pair)
+    if replicates is None:
+        return (f"to decide {first} against {second}: no difference measured that more replicates would likely "
+                f"separate (over {mcb.MOST_REPLICATES_SUGGESTED} at this noise)")
+    return (f"to decide {first} against {second}: about {replicates} replicates would (80 % power at the measured "
+            f"difference and noise; replicates={replicates})")
 
 
 FEWEST_REPLICATES = 3
@@ -778,23 +833,7 @@ def _left_out_reason(config: ConfigSummary) -> tuple[str, str] | None:
         return "final metric worse than the baseline's beyond the tolerance", _difference_text(config)
     if config.quality == "unknown":
         return "no final metric paired with the baseline's (quality unknown)", ""
-    if not math.isfinite(config.time_to_target.point):
-        return "target not reached in most replicates", f"{config.reached_target}/{config.jobs} reached it"
-    if not config.speedup_to_target.point > 0:
-        # point 0 or NaN: as many pairs where only it never reached the target as pairs where only the baseline did
-        return ("no speed to the target against the baseline: its pairs with the baseline are half infinite (one "
-                "side never reached the target)", f"{config.speedup_to_target.n} pairs")
     return None
-
-
-BOUNDED_UNDECIDED = ("undecided (jobs stopped behind their round's leader; time to target only bounded, and the bound "
-                     "does not clear the fastest)")
-
-
-def _bound_text(config: ConfigSummary) -> str:
-    estimate = config.speedup_to_target
-    return (f"(at most {format_ratio(estimate.point)} the baseline's speed to the target, upper bound "
-            f"{format_ratio(estimate.interval.high)}, {estimate.n} pairs)")
 
 
 def _difference_text(config: ConfigSummary) -> str:
@@ -802,19 +841,17 @@ def _difference_text(config: ConfigSummary) -> str:
     return f"(Δ {difference.point:+.3g}, {difference.interval.low:+.3g} to {difference.interval.high:+.3g})"
 
 
-def _beats(one: ConfigSummary, other: ConfigSummary) -> bool:
-    """Faster to the target beyond both simultaneous intervals."""
-    return one.speedup_to_target.interval.low > other.speedup_to_target.interval.high
+def _named_headline(config: ConfigSummary, baseline: str, target_text: str, selection: mcb.Selection, show) -> str:
+    zone = "" if selection.fastest else f", or within {format_ratio(selection.indifference)} of the fastest"
+    return f"fastest to {target_text}{zone}: {show(config.config)}, {_speedup_text(config, baseline)}"
 
 
-def _headline(kind: VerdictKind, tied: Sequence[ConfigSummary], candidates: Sequence[ConfigSummary], baseline: str,
-              target_text: str, show) -> str:
-    if kind == "fastest":
-        return f"fastest to {target_text}: {show(tied[0].config)}, {_speedup_text(tied[0], baseline)}"
+def _headline(kind: VerdictKind, tied: Sequence[ConfigSummary], compared: Sequence[str], target_text: str,
+              show) -> str:
     names = ", ".join(show(c.config) for c in tied)
-    if len(tied) == len(candidates):
-        return f"tie for fastest to {target_text}: all of {names} (intervals overlap: not ranked)"
-    return f"tie for fastest to {target_text}: {names} (intervals overlap: not ranked; the rest are slower)"
+    if len(tied) == len(compared):
+        return f"tie for fastest to {target_text}: all of {names} (the noise cannot order them: not ranked)"
+    return f"tie for fastest to {target_text}: {names} (the noise cannot order them: not ranked; the rest are slower)"
 
 
 def _speedup_text(config: ConfigSummary, baseline: str) -> str:
@@ -824,6 +861,9 @@ def _speedup_text(config: ConfigSummary, baseline: str) -> str:
     if estimate.bounded:
         return (f"at most {format_ratio(estimate.point)} the baseline's speed to the target (upper bound "
                 f"{format_ratio(estimate.interval.high)}: its jobs were stopped behind, so its time is only bounded)")
+    if not_measured(estimate):
+        return (f"{format_ratio(estimate.point)} the baseline's speed to the target (interval not measured, "
+                f"n = {estimate.n})")
     return (f"{format_ratio(estimate.point)} the baseline's speed to the target "
             f"({format_ratio(estimate.interval.low)}–{format_ratio(estimate.interval.high)}, "
             f"{estimate.interval.level:.1%} simultaneous interval, {estimate.n} pairs)")
@@ -881,73 +921,64 @@ class ReplicatePlan:
     """Where another round of replicates would decide something.
 
     more: the configurations to run again (the baseline is among them whenever another is: the pairs need it).
-    dominated: clearly slower to the target than a candidate and not clearly better in quality: no more replicates.
-    decided: nothing about them is open (e.g. quality lost beyond the interval; the lone fastest).
+    dominated: slower to the target than the fastest beyond the noise (the selection's intervals hold at every look,
+        so dropping them is safe): no more replicates.
+    decided: nothing about them is open (e.g. quality lost beyond the interval; the named fastest).
     open_decisions: in words, what the `more` ones would settle; when the budget is spent, these stayed open.
+    rounds_needed: about how many rounds in all would decide every open comparison at the measured difference and
+        noise (80 % power, the study's looks counted); None when no difference was measured that any number would
+        likely separate. 0 when nothing is open.
     """
 
     more: tuple[str, ...]
     dominated: tuple[str, ...]
     decided: tuple[str, ...]
     open_decisions: tuple[str, ...]
+    rounds_needed: int | None = 0
 
 
 def plan_replicates(summary: SweepSummary) -> ReplicatePlan:
-    """Which configurations still straddle a decision (the fastest tie, keeps quality, too few pairs), which are
-    clearly dominated, and which are decided. The caller runs `more` until it is empty or the budget is spent."""
+    """Which configurations still straddle a decision (could be the fastest while none is named, the named one's
+    quality not yet certain, too few pairs), which are slower beyond the noise, and which are decided. The caller
+    runs `more` until it is empty, `rounds_needed` is beyond its budget, or the budget is spent."""
+    show = _namer(summary.names)
+    selection = summary.selection
     open_by_config: dict[str, list[str]] = {}
-    dominated, decided = [], []
-    verdict = summary.verdict
-    candidates = [c for c in summary.configs if _could_keep_quality(c) and c.speedup_to_target.n >= 2]
-    for config in summary.configs:
-        reasons = _open_decisions(config, summary, verdict)
-        if reasons:
-            open_by_config[config.config] = reasons
-        elif config.config != summary.baseline and _dominator(config, candidates, summary.mode) is not None:
-            dominated.append(config.config)
-        else:
-            decided.append(config.config)
-    more = list(open_by_config)
+    for name in summary.verdict.undetermined:
+        open_by_config[name] = ["fewer than two replicates paired with the baseline"]
+    if summary.verdict.kind == "tie":
+        for name in summary.verdict.fastest:
+            others = ", ".join(show(o) for o in summary.verdict.fastest if o != name)
+            open_by_config.setdefault(name, []).append(f"could be the fastest, with {others}")
+    for name in summary.verdict.fastest:
+        config = summary.config(name)
+        if config.quality == "unclear":
+            difference = config.quality_difference
+            open_by_config.setdefault(name, []).append(
+                f"keeps quality? difference {difference.point:+.4g} ({difference.interval.low:+.4g} to "
+                f"{difference.interval.high:+.4g}) against tolerance {summary.quality_tolerance:g}")
+    dominated = list(selection.slower()) if selection is not None else []
+    more = [c.config for c in summary.configs if c.config in open_by_config]
     if more and summary.baseline not in more:
         more.insert(0, summary.baseline)
-        decided.remove(summary.baseline)
-    show = _namer(summary.names)
+    decided = [c.config for c in summary.configs if c.config not in more and c.config not in dominated]
     open_decisions = tuple(f"{show(name)}: {reason}" for name, reasons in open_by_config.items() for reason in reasons)
-    return ReplicatePlan(tuple(more), tuple(dominated), tuple(decided), open_decisions)
+    return ReplicatePlan(tuple(more), tuple(dominated), tuple(decided), open_decisions,
+                         _rounds_needed(summary, open_by_config))
 
 
-def _open_decisions(config: ConfigSummary, summary: SweepSummary, verdict: Verdict) -> list[str]:
-    if config.config != summary.baseline and config.speedup_to_target.n < 2:
-        return ["fewer than two replicates paired with the baseline"]
-    reasons = []
-    if verdict.kind == "tie" and config.config in verdict.fastest:
-        others = ", ".join(_namer(summary.names)(name) for name in verdict.fastest if name != config.config)
-        reasons.append(f"tied for fastest with {others}")
-    candidates = [c for c in summary.configs if _could_keep_quality(c) and c.speedup_to_target.n >= 2]
-    if config.quality == "unclear" and _dominator(config, candidates, summary.mode) is None:
-        difference = config.quality_difference
-        reasons.append(f"keeps quality? difference {difference.point:+.4g} ({difference.interval.low:+.4g} to "
-                       f"{difference.interval.high:+.4g}) against tolerance {summary.quality_tolerance:g}")
-    return reasons
-
-
-def _could_keep_quality(config: ConfigSummary) -> bool:
-    return config.quality not in ("loses", "unknown")
-
-
-def _dominator(config: ConfigSummary, candidates: Sequence[ConfigSummary], mode: Mode) -> str | None:
-    """A candidate that is faster to the target than `config` beyond both intervals while `config` is not better in
-    quality beyond both intervals; None if there is none."""
-    sign = 1.0 if mode == "max" else -1.0
-    for other in candidates:
-        if other.config == config.config:
-            continue
-        slower = config.speedup_to_target.interval.high < other.speedup_to_target.interval.low
-        ours, theirs = config.quality_difference.interval, other.quality_difference.interval
-        better = min(sign * ours.low, sign * ours.high) > max(sign * theirs.low, sign * theirs.high)
-        if slower and not better:
-            return other.config
-    return None
+def _rounds_needed(summary: SweepSummary, open_by_config: Mapping[str, list[str]]) -> int | None:
+    """The most rounds any open speed comparison would need (mcb.replicates_to_decide at the study's looks)."""
+    selection = summary.selection
+    if not open_by_config:
+        return 0
+    if selection is None or summary.verdict.kind != "tie":
+        return max((c.jobs for c in summary.configs), default=0) + 1  # quality or pairs: one more round to see
+    needed = [mcb.replicates_to_decide(pair, summary.confidence, len(selection.configs), selection.indifference,
+                                       summary.looks) for pair in mcb.open_pairs(selection)]
+    if not needed or any(n is None for n in needed):
+        return None
+    return max(needed)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -993,6 +1024,27 @@ def table_cells(config: ConfigSummary) -> list[str]:
     ]
 
 
+# An interval of a positive figure (a speedup, a time) whose bounds lie more than this factor from its point says
+# nothing a person can use: "not measured (n = 2)" says what it means.
+SANE_SPAN = 1e4
+
+
+def not_measured(estimate: Estimate) -> bool:
+    """The interval of a positive figure spans more than SANE_SPAN on either side of its point (a 2-replicate t
+    interval at a simultaneous level). An open side (∞: a job that never reached the target) is a bound, not this."""
+    point, low, high = estimate.point, estimate.interval.low, estimate.interval.high
+    if not (math.isfinite(point) and point > 0 and low >= 0):
+        return False
+    return (math.isfinite(high) and high > point * SANE_SPAN) or low < point / SANE_SPAN
+
+
+def interval_text(estimate: Estimate, show) -> str:
+    """`(low–high)` with `show` for each bound, or `(not measured, n = N)`."""
+    if not_measured(estimate):
+        return f"(not measured, n = {estimate.n})"
+    return f"({show(estimate.interval.low)}–{show(estimate.interval.high)})"
+
+
 def estimate_text(estimate: Estimate, number: str) -> str:
     def show(value: float) -> str:
         if math.isinf(value):
@@ -1001,4 +1053,4 @@ def estimate_text(estimate: Estimate, number: str) -> str:
         # a fixed-point format of a huge bound (a 2-replicate interval's t quantile) would print dozens of digits
         return shown if len(shown) <= 9 else f"{value:.3g}"
 
-    return f"{show(estimate.point)} ({show(estimate.interval.low)}–{show(estimate.interval.high)})"
+    return f"{show(estimate.point)} {interval_text(estimate, show)}"

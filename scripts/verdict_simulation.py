@@ -1,0 +1,298 @@
+"""The verdict's error rates and power on simulated studies, through the project's own code: `summarize` and
+`plan_replicates` (sweeplab.study.verdict), the stop rule (sweeplab.engine.stopping.StopRule) and the rounds a
+configuration stopped behind loses (sweeplab.study.rounds.ROUNDS_BEHIND_FOR_GOOD). docs/verdict.md's tables.
+
+    python scripts/verdict_simulation.py aa [--studies 2000] [--workers N]
+    python scripts/verdict_simulation.py power [--studies 2000]
+    python scripts/verdict_simulation.py stopping [--studies 2000]
+
+Noise model (as tests/test_verdict.py): each job's samples/s is lognormal around its configuration's (σ), times a
+drift shared by the round's jobs (20 %), and with `--outliers` one job in ten is slowed 1.5-3x; a replicate's seed
+moves the samples a configuration needs by 10 %, alike in every configuration of the round (common random numbers).
+The metric rises as plateau·(1 − exp(−samples/scale)), validated every 2,000 samples to 100,000; each job's
+plateau varies by `plateau_sd` around its configuration's. With an explicit target at the mean plateau, about half
+the jobs reach it.
+
+aa: K identical configurations; a study errs when any verdict it prints (every look, for replicates=auto) makes an
+ordering claim: a fastest, a configuration left out as slower, or a tie that leaves out a compared configuration.
+power: K = 3, B truly faster (1.3x or 2x), C equal to A; B named (the fastest, or within the indifference zone),
+a wrong one named, and whether every pairwise interval covers its true log ratio.
+stopping: stop.behind = 2 (and stop.at_target), σ 0.3: an equal configuration dropped for good, and a configuration
+1.5x slower to the target with a better plateau on the reported Pareto front.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sweeplab.engine.stopping import StopConfig, StopRule
+from sweeplab.study import replicates as replicated
+from sweeplab.study import rounds as study_rounds
+from sweeplab.study import verdict
+
+SAMPLES = np.arange(2000, 100_001, 2000, dtype=float)
+SPEED, SCALE, PLATEAU = 1000.0, 5000.0, 0.95
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    speed: float = 1.0  # samples/s relative to the baseline's
+    scale: float = 1.0  # samples the curve needs, relative
+    plateau: float = PLATEAU
+
+
+@dataclass(frozen=True)
+class Noise:
+    sigma: float = 0.1
+    outliers: bool = True
+    drift: float = 0.20
+    seed_effect: float = 0.10
+    plateau_sd: float = 0.0  # per job, around its configuration's plateau (an explicit target: half reach it)
+    final_noise: float = 0.002  # the kept metric's noise around the curve's best
+
+
+class MemoryBoard:
+    """The round board of engine/stopping.py (RoundBoard) in memory: the shortest posted time and its curve."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+        self.curve: list = []
+        self.poster = ""
+
+    def leader_seconds(self) -> float | None:
+        return self.seconds
+
+    def leader_curve(self) -> list:
+        return self.curve
+
+    def post(self, seconds: float, config_index: str, curve=()) -> None:
+        if self.seconds is None or seconds < self.seconds:
+            self.seconds, self.curve, self.poster = seconds, list(curve), config_index
+
+    def extend(self, config_index: str, curve=()) -> None:
+        if config_index == self.poster:
+            self.curve = list(curve)
+
+
+@dataclass
+class Study:
+    configs: list[Config]
+    noise: Noise
+    target: float | None = None
+    stop: StopConfig | None = None
+    jobs: list = field(default_factory=list)
+    behind_rounds: dict = field(default_factory=dict)
+
+
+def run_round(study: Study, rng: np.random.Generator, r: int, names: list[str]) -> None:
+    noise = study.noise
+    drift, seed_effect = rng.normal(0.0, noise.drift), rng.normal(0.0, noise.seed_effect)
+    board = MemoryBoard()
+    order = [c for c in study.configs if c.name in names]
+    for index, config in enumerate(order if r % 2 == 0 else order[::-1]):
+        job_noise = rng.normal(0.0, noise.sigma)
+        if noise.outliers and rng.random() < 0.10:
+            job_noise -= math.log(rng.uniform(1.5, 3.0))
+        speed = SPEED * config.speed * math.exp(drift + job_noise)
+        scale = SCALE * config.scale * math.exp(seed_effect + rng.normal(0.0, 0.02))
+        plateau = config.plateau + rng.normal(0.0, noise.plateau_sd)
+        values = plateau * (1.0 - np.exp(-SAMPLES / scale))
+        points = list(zip(SAMPLES.tolist(), values.tolist()))
+        censored, at_target = None, False
+        if study.stop is not None and study.stop.enabled:
+            rule = StopRule(study.stop, study.target, "max", board, config.name == study.configs[0].name,
+                            config.name)
+            for i, (samples, value) in enumerate(points):
+                reason = rule.at_validation(value, samples / speed, samples)
+                if reason is not None:
+                    points = points[: i + 1]
+                    censored = samples if reason == "behind" else None
+                    at_target = reason == "target"
+                    break
+        if censored is not None:
+            study.behind_rounds.setdefault(config.name, set()).add(r)
+        best = max(v for _, v in points) + rng.normal(0.0, noise.final_noise)
+        study.jobs.append(verdict.Job(config.name, r, r, speed, points[-1][1], points, censored_samples=censored,
+                                      best_metric=best, stopped_at_target=at_target))
+        del index
+
+
+def summary_of(study: Study, looks: verdict.mcb.Looks | None = None, indifference: float = 1.0, tolerance: float = 0.01):
+    return verdict.summarize(study.jobs, baseline=study.configs[0].name, target=study.target, metric_name="val/cos",
+                             quality_tolerance=tolerance, looks=looks, indifference=indifference)
+
+
+def ordering_claim(summary) -> bool:
+    """The verdict orders two configurations: a fastest, a configuration called slower, or a tie short of all."""
+    selection = summary.selection
+    if selection is None:
+        return False
+    return summary.verdict.kind == "fastest" or bool(selection.beaten_by) or (
+        len(selection.could_be_fastest) < len(selection.configs))
+
+
+def fixed_study(configs, noise, n, rng, target=None, stop=None) -> Study:
+    study = Study(configs, noise, target, stop)
+    names = [c.name for c in configs]
+    for r in range(n):
+        if stop is not None and stop.behind is not None and r >= study_rounds.ROUNDS_BEHIND_FOR_GOOD:
+            names = [c for c in names if len(study.behind_rounds.get(c, ())) < study_rounds.ROUNDS_BEHIND_FOR_GOOD
+                     or c == configs[0].name]
+        run_round(study, rng, r, names)
+    return study
+
+
+def auto_study(configs, noise, rng, first=3, most=12, target=None, stop=None, indifference=1.0,
+               on_look=None):
+    """replicates=auto as the sweeper runs it: `first` rounds, then the plan's `more` until decided, the budget of
+    rounds is spent or more rounds are unlikely to decide (replicates.auto_round)."""
+    study = Study(configs, noise, target, stop)
+    setting = replicated.AutoReplicates(first, most, None)
+    looks = verdict.mcb.Looks(first, most)
+    index = {c.name: i for i, c in enumerate(configs)}
+    names = [c.name for c in configs]
+    summary = None
+    for r in range(most + 1):
+        if r >= first:
+            summary = summary_of(study, looks, indifference)
+            if on_look is not None:
+                on_look(summary)
+            plan = verdict.plan_replicates(summary)
+            planned = [replicated.PlannedJob(index[n], r, r, r, ()) for n in names]
+            chosen, stop_why = replicated.auto_round(planned, [index[n] for n in plan.more], setting, r, 0.0,
+                                                     plan.rounds_needed)
+            if stop_why is not None:
+                return study, summary, r
+            names = [configs[j.config_index].name for j in chosen]
+        run_round(study, rng, r, names)
+    return study, summary, most
+
+
+# --- the experiments ------------------------------------------------------------------------------------------------
+
+def aa_cell(args) -> dict:
+    k, sigma, n, target_kind, stopping, studies, seed = args
+    rng = np.random.default_rng([seed, k, int(sigma * 100), n or 0, {'default': 0, 'explicit': 1}[target_kind], stopping])
+    configs = [Config(f"c{i}") for i in range(k)]
+    explicit = target_kind == "explicit"
+    noise = Noise(sigma=sigma, outliers=True, plateau_sd=0.005 if explicit else 0.0)
+    target = PLATEAU if explicit else None
+    stop = StopConfig(at_target=True, behind=2.0) if stopping else None
+    claims = fastest = quality_loss = 0
+    rounds_run = reached = 0
+    for _ in range(studies):
+        if n is None:
+            said: list[bool] = []
+            study, summary, r = auto_study(configs, noise, rng, target=target, stop=stop,
+                                           on_look=lambda s, said=said: said.append(ordering_claim(s)))
+            claims += any(said)
+            rounds_run += r
+        else:
+            study = fixed_study(configs, noise, n, rng, target, stop)
+            summary = summary_of(study)
+            claims += ordering_claim(summary)
+            rounds_run += n
+        fastest += summary.verdict.kind == "fastest"
+        quality_loss += any(c.quality == "loses" for c in summary.configs)
+        reached += sum(a.samples_to_target < math.inf for a in summary.jobs_at_target) / len(summary.jobs_at_target)
+    return {"K": k, "sigma": sigma, "n": "auto" if n is None else n, "target": target_kind,
+            "stop": "at_target+behind=2" if stopping else "off", "claims": claims / studies,
+            "fastest": fastest / studies, "quality loses": quality_loss / studies,
+            "rounds": rounds_run / studies, "reached": reached / studies}
+
+
+def power_cell(args) -> dict:
+    effect, sigma, n, outliers, indifference, studies, seed = args
+    rng = np.random.default_rng([seed, int(effect * 10), int(sigma * 100), n or 0, outliers, int(indifference * 100)])
+    configs = [Config("A"), Config("B", speed=effect), Config("C")]
+    noise = Noise(sigma=sigma, outliers=outliers)
+    truth = {("B", "A"): math.log(effect), ("B", "C"): math.log(effect), ("A", "C"): 0.0}
+    named = wrong = covered = rounds_run = 0
+    for _ in range(studies):
+        if n is None:
+            study, summary, r = auto_study(configs, noise, rng, indifference=indifference)
+            rounds_run += r
+        else:
+            summary = summary_of(fixed_study(configs, noise, n, rng), indifference=indifference)
+            rounds_run += n
+        said = summary.verdict.fastest if summary.verdict.kind == "fastest" else ()
+        named += said == ("B",)
+        wrong += bool(said) and said != ("B",)
+        selection = summary.selection
+        covered += selection is not None and all(
+            selection.comparison(a, b).low <= value <= selection.comparison(a, b).high
+            for (a, b), value in truth.items() if (a, b) in selection.comparisons)
+    return {"effect": effect, "sigma": sigma, "n": "auto" if n is None else n, "outliers": outliers,
+            "indifference": indifference, "B named": named / studies, "wrong named": wrong / studies,
+            "all cover": covered / studies, "rounds": rounds_run / studies}
+
+
+def stopping_cell(args) -> dict:
+    at_target, sigma, studies, seed = args
+    rng = np.random.default_rng([seed, at_target, int(sigma * 100)])
+    equal = [Config("A"), Config("B"), Config("X", speed=1 / 1.5, plateau=PLATEAU + 0.02)]
+    stop = StopConfig(at_target=at_target, behind=2.0)
+    dropped = on_front = 0
+    for _ in range(studies):
+        study = fixed_study(equal, Noise(sigma=sigma, outliers=False), 5, rng, target=0.9, stop=stop)
+        dropped += len(study.behind_rounds.get("B", ())) >= study_rounds.ROUNDS_BEHIND_FOR_GOOD
+        summary = summary_of(study)
+        on_front += "X" in verdict.speed_quality_front(summary)
+    return {"stop.at_target": at_target, "sigma": sigma, "equal dropped for good": dropped / studies,
+            "slower-but-better on the front": on_front / studies}
+
+
+def run(cells, function, workers: int) -> list[dict]:
+    rows = []
+    with ProcessPoolExecutor(workers) as pool:
+        for row in pool.map(function, cells):
+            rows.append(row)
+            print("| " + " | ".join(f"{v:.1%}" if isinstance(v, float) and k not in ("sigma", "rounds", "effect",
+                                                                                      "indifference") else
+                                    (f"{v:.2f}" if isinstance(v, float) else str(v)) for k, v in row.items()) + " |",
+                  flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", choices=["aa", "power", "stopping"])
+    parser.add_argument("--studies", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", type=int, default=48)
+    parser.add_argument("--quick", action="store_true", help="fewer cells (n = 3 and 5, K = 2 and 4)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    if args.experiment == "aa":
+        ks, ns = ((2, 4), (3, 5)) if args.quick else ((2, 4, 8), (2, 3, 5, 10, None))
+        cells = [(k, sigma, n, target, stopping, args.studies, args.seed)
+                 for k in ks for sigma in (0.1, 0.3) for n in ns for target in ("default", "explicit")
+                 for stopping in ((False, True) if target == "explicit" else (False,))]
+        print("| K | σ | n | target | stop | any ordering claim | named fastest | a quality 'loses' | rounds | "
+              "jobs reached the target |\n|---|---|---|---|---|---|---|---|---|---|")
+        run(cells, aa_cell, args.workers)
+    elif args.experiment == "power":
+        cells = [(effect, 0.1, n, outliers, indifference, args.studies, args.seed)
+                 for effect in (1.3, 2.0) for outliers in (False, True) for indifference in (1.0, 1.1)
+                 for n in (5, 10, None)]
+        print("| true effect | σ | n | outliers | indifference | B named | a wrong one named | all pairs covered | "
+              "rounds |\n|---|---|---|---|---|---|---|---|---|")
+        run(cells, power_cell, args.workers)
+    else:
+        cells = [(at_target, 0.3, args.studies, args.seed) for at_target in (False, True)]
+        print("| stop.at_target | σ | equal configuration dropped for good | slower-but-better on the front |\n"
+              "|---|---|---|---|")
+        run(cells, stopping_cell, args.workers)
+    print(f"({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

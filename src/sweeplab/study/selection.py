@@ -1,0 +1,261 @@
+"""Which configuration reaches the target fastest, chosen with a guarantee: simultaneous intervals for every pair.
+
+The verdict's claims are orderings: "B is the fastest", "A is slower than B", "these could be the fastest" (which
+says the others are slower). Each is read from one family of intervals, one per pair of configurations, for the
+mean log advantage of one over the other (log of the ratio of their times to the target, paired by round), all of
+them simultaneous: each at the two-sided level 1 − α/(K(K − 1)/2) (Bonferroni over the pairs). On the event that
+every one of them holds (probability at least 1 − α), every claim read from them is true, whatever the truth is:
+
+- `beaten_by[i]`: the configurations faster than i (the pair's interval above 0); i is slower than them.
+- `could_be_fastest` (G): the configurations no other beats; the truly fastest is among them.
+- `fastest`: the one configuration that beats every other.
+- `within`: with an indifference zone δ ≥ 1 (`report.indifference`), a member of G whose advantage over every other
+  is above −log δ: it is the fastest, or at most δ× slower than the fastest.
+
+Why every pair and not Hsu's multiple comparisons with the best (MCB; Hsu 1984), which needs only K − 1 one-sided
+comparisons: MCB's guarantee is about `log speed_i − max_{j≠i} log speed_j`, and its "not the best" for i is the
+non-strict "i is not faster than every other". Among equal configurations that is true of every one of them, so MCB
+may leave equal configurations out of the tie while keeping its guarantee: on simulated A/A studies of 5
+configurations × 5 replicates it left one out in 7.5 % of them. A user reads "left out: slower" as strict, and the
+study's promise is that no ordering is said between configurations that are equal (at most 5 % of A/A studies), so
+the claims need the strict family: every pair (measured in docs/verdict.md).
+
+Pairs are rounds (or hosts): in each, `advantage` = log(their time to target) − log(ours), so the round's drift and
+the seed's effect on learning (shared by a round's configurations) cancel. A time that is only bounded (a job that
+never reached the target is censored at its training time; one stopped behind its round's leader at its stop) gives
+the bound where it fixes the sign of the round (the censored one is slower by at least that much) and 0 where it
+does not: a censored round never speaks for the censored configuration.
+
+replicates=auto looks again after every round; a fixed-size interval read at every look does not keep its error
+rate (optional stopping). Its looks are planned (rounds `first` to `most`, L of them), so the error α is spent
+over them (Bonferroni over the looks, `Looks.share`): look k of L (k = 1 at round `first`) gets α·2k/(L(L + 1)),
+less at the early looks, where a few replicates could decide little anyway, more at the late ones. The shares add
+up to α, so the guarantee holds at every look, whenever the study stops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sweeplab.study.tdist import normal_quantile, student_t_quantile
+
+# Power for "would likely decide it": the replicates at which an effect of the measured size clears the interval
+# in 80 % of studies.
+POWER = 0.80
+MOST_REPLICATES_SUGGESTED = 1000
+
+
+@dataclass(frozen=True)
+class TimeAtTarget:
+    """One configuration's time to the target in one pair key (round or host): log seconds, or a lower bound of
+    them when `censored`."""
+
+    log_seconds: float
+    censored: bool = False
+
+
+def advantage(ours: TimeAtTarget, theirs: TimeAtTarget) -> float:
+    """How much faster we were in one round, in log time (positive: faster). A censored side counts only where its
+    bound fixes the sign (then by the bound: at least that much slower); otherwise the round says nothing (0)."""
+    if not ours.censored and not theirs.censored:
+        return theirs.log_seconds - ours.log_seconds
+    if ours.censored and not theirs.censored and ours.log_seconds >= theirs.log_seconds:
+        return theirs.log_seconds - ours.log_seconds
+    if theirs.censored and not ours.censored and theirs.log_seconds >= ours.log_seconds:
+        return theirs.log_seconds - ours.log_seconds
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Looks:
+    """The looks replicates=auto takes at the verdict: after rounds `first`, `first` + 1, ..., `most`."""
+
+    first: int
+    most: int
+
+    @property
+    def count(self) -> int:
+        return self.most - self.first + 1
+
+    def share(self, rounds: int) -> float:
+        """The part of the error α the look after `rounds` rounds may spend (they add up to 1 over the looks)."""
+        k = min(max(rounds - self.first, 0), self.count - 1) + 1
+        return 2.0 * k / (self.count * (self.count + 1))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`first` against `second` over their common pair keys: the mean log advantage of `first` (positive:
+    faster), its standard deviation over the pairs, and `half_width` at the selection's one-sided level (inf with
+    fewer than two pairs). `censored`: pairs where a side's time was only bounded."""
+
+    first: str
+    second: str
+    n: int
+    mean: float
+    sd: float
+    half_width: float
+    censored: int
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The answer over `configs` (docstring of the module). `level`: each side of each pair's interval; `looks`: how
+    many looks it is valid over (None: a fixed-size study); `share`: the part of α this look spends; `indifference`: δ (1: none). `lower`: the lowest bound of a configuration's log
+    advantage over any other (its worst case against the rest)."""
+
+    configs: tuple[str, ...]
+    confidence: float
+    level: float
+    looks: Looks | None
+    share: float
+    indifference: float
+    could_be_fastest: tuple[str, ...]
+    fastest: str | None
+    within: str | None
+    beaten_by: Mapping[str, tuple[str, ...]]
+    lower: Mapping[str, float]
+    comparisons: Mapping[tuple[str, str], Comparison]
+
+    def confidence_text(self) -> str:
+        looks = f" over its {self.looks.count} looks" if self.looks is not None else ""
+        return f"{self.confidence:.0%} simultaneous{looks}"
+
+    @property
+    def named(self) -> str | None:
+        """The configuration the verdict names: the fastest, else the one within the indifference zone."""
+        return self.fastest or self.within
+
+    def comparison(self, first: str, second: str) -> Comparison:
+        return self.comparisons[(first, second)]
+
+    def slower(self) -> tuple[str, ...]:
+        return tuple(c for c in self.configs if c not in self.could_be_fastest)
+
+    def margin(self, config: str) -> float:
+        """It is at least this many times as fast as every other configuration (above 1 only for the fastest)."""
+        return math.exp(self.lower[config])
+
+
+def pair_level(confidence: float, configs: int, share: float = 1.0) -> float:
+    """Each side of each pair's interval: K(K − 1) one-sided bounds (both sides of K(K − 1)/2 pairs) sharing this
+    look's part of the error (Bonferroni)."""
+    return 1.0 - (1.0 - confidence) * share / max(configs * (configs - 1), 1)
+
+
+def half_width(sd: float, n: int, level: float) -> float:
+    """One-sided t half-width of a mean of n paired values at `level` (inf below two)."""
+    if n < 2:
+        return math.inf
+    return student_t_quantile(level, n - 1) * sd / math.sqrt(n)
+
+
+def compare(first: str, second: str, ours: Mapping[Hashable, TimeAtTarget],
+            theirs: Mapping[Hashable, TimeAtTarget], level: float) -> Comparison:
+    keys = sorted(ours.keys() & theirs.keys(), key=repr)
+    values = np.array([advantage(ours[k], theirs[k]) for k in keys], dtype=float)
+    censored = sum(ours[k].censored or theirs[k].censored for k in keys)
+    if values.size == 0:
+        return Comparison(first, second, 0, math.nan, math.nan, math.inf, 0)
+    sd = float(values.std(ddof=1)) if values.size > 1 else math.nan
+    return Comparison(first, second, int(values.size), float(values.mean()), sd, half_width(sd, values.size, level),
+                      censored)
+
+
+def select(times: Mapping[str, Mapping[Hashable, TimeAtTarget]], *, confidence: float = 0.95,
+           looks: Looks | None = None, indifference: float = 1.0) -> Selection:
+    """MCB over the configurations of `times` (configuration -> pair key -> its time to target there)."""
+    configs = tuple(times)
+    rounds = max((len(by_key) for by_key in times.values()), default=0)
+    share = looks.share(rounds) if looks is not None else 1.0
+    level = pair_level(confidence, len(configs), share)
+    comparisons: dict[tuple[str, str], Comparison] = {}
+    for i, first in enumerate(configs):
+        for second in configs[i + 1:]:
+            forward = compare(first, second, times[first], times[second], level)
+            comparisons[(first, second)] = forward
+            comparisons[(second, first)] = Comparison(second, first, forward.n, -forward.mean, forward.sd,
+                                                      forward.half_width, forward.censored)
+
+    def others(config: str) -> list[str]:
+        return [c for c in configs if c != config]
+
+    beaten_by = {c: tuple(o for o in others(c) if comparisons[(o, c)].low > 0) for c in configs}
+    could_be = tuple(c for c in configs if not beaten_by[c])
+    lower = {c: min((_nan_low(comparisons[(c, o)]) for o in others(c)), default=0.0) for c in configs}
+    fastest = could_be[0] if len(could_be) == 1 else None  # the truly fastest is never beaten: it is this one
+    within = None
+    if fastest is None and indifference > 1.0:
+        zone = [c for c in could_be if lower[c] > -math.log(indifference)]
+        within = max(zone, key=lambda c: lower[c]) if zone else None
+    beaten_by = {c: faster for c, faster in beaten_by.items() if faster}
+    return Selection(configs, confidence, level, looks, share, indifference, could_be, fastest, within, beaten_by, lower,
+                     comparisons)
+
+
+def _nan_low(comparison: Comparison) -> float:
+    return -math.inf if math.isnan(comparison.low) else comparison.low
+
+
+def replicates_to_decide(comparison: Comparison, confidence: float, configs: int, indifference: float = 1.0,
+                         looks: Looks | None = None) -> int | None:
+    """About how many pairs would decide this comparison (its interval clear of 0, or within the indifference zone
+    for the leader) in 80 % of studies, were the measured spread the truth and the difference one standard error
+    larger than measured; None when that is more than MOST_REPLICATES_SUGGESTED or nothing was measured."""
+    if not (comparison.n >= 2 and math.isfinite(comparison.sd)):
+        return None
+    # optimistic by one standard error: a difference measured on 3-4 pairs is itself noisy, and a plan that gives up
+    # on a real effect because its first rounds drew it small costs the study its answer
+    effect = (abs(comparison.mean) + comparison.sd / math.sqrt(comparison.n)
+              + (math.log(indifference) if indifference > 1.0 else 0.0))
+    if not effect > 0:
+        return None
+    if comparison.sd == 0:
+        return max(comparison.n, 2)
+    def level(n: int) -> float:
+        return pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
+
+    power = normal_quantile(POWER)
+
+    def decides(n: int) -> bool:
+        return effect * math.sqrt(n) / comparison.sd >= student_t_quantile(level(n), n - 1) + power
+
+    low, high = max(2, comparison.n), MOST_REPLICATES_SUGGESTED
+    if not decides(high):
+        return None
+    while low < high:  # the left side grows and the quantile falls with n: the first n that decides, by bisection
+        middle = (low + high) // 2
+        low, high = (low, middle) if decides(middle) else (middle + 1, high)
+    return low
+
+
+def open_pairs(selection: Selection) -> list[Comparison]:
+    """The comparisons that keep the verdict open: with no configuration named, the leader (the member of G with the
+    highest lower bound) against each other member of G."""
+    if selection.named is not None or len(selection.could_be_fastest) < 2:
+        return []
+    leader = max(selection.could_be_fastest, key=lambda c: (selection.lower[c], _mean_advantage(selection, c)))
+    return [selection.comparison(leader, other) for other in selection.could_be_fastest if other != leader]
+
+
+def _mean_advantage(selection: Selection, config: str) -> float:
+    means = [selection.comparison(config, o).mean for o in selection.configs if o != config]
+    means = [m for m in means if math.isfinite(m)]
+    return min(means) if means else -math.inf
+
+
+def sorted_by_speed(selection: Selection, configs: Sequence[str]) -> list[str]:
+    """`configs` fastest first by their worst mean advantage over the others (for reading; not a ranking claim)."""
+    return sorted(configs, key=lambda c: -_mean_advantage(selection, c))
