@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from console_formats import foreign_lines
@@ -19,8 +20,13 @@ FAST = ("debug=smoke", "model.out_dim=64", "trainer.max_steps=4", "trainer.val_c
 
 
 def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(demo_dir, mlflow_uri, tmp_path):
+    """On a host with SLURM's `srun` on PATH too (a cluster's login node: Lightning hinted at srun for every job)."""
     sweep_dir = tmp_path / "multirun" / "2026-01-02" / "03-04-05"
-    env = {**os.environ, "SWEEPLAB_UI_URL": "http://127.0.0.1:5123", "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    env = {**os.environ, "SWEEPLAB_UI_URL": "http://127.0.0.1:5123", "MPLCONFIGDIR": str(tmp_path / "mpl"),
+           "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [sys.executable, "-m", "sweeplab.train", "-m", *FAST, f"data.path={demo_dir}", "data.batch_size=8,16",
          f"hydra.sweep.dir={sweep_dir}"],
@@ -132,6 +138,26 @@ def test_the_import_notes_of_torchao_and_torch_are_dropped_and_other_warnings_st
         torch_logger.removeHandler(kept)
     assert kept.lines == ["something else from torch"]
     assert [r.getMessage() for r in caplog.records if r.name == "torchao"] == ["something else from torchao"]
+
+
+def test_make_data_prints_no_progress_bar_of_transformers(tmp_path):
+    """The teacher's weights load without transformers' "Loading weights" bar (make data printed it)."""
+    from importlib import metadata
+
+    from sweeplab.families.textbridge import minilm
+
+    try:
+        metadata.distribution(minilm.MINILM_WHEEL)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{minilm.MINILM_WHEEL} is not installed (make install installs it)")
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeplab.families.textbridge.prepare", "--teacher", "minilm", "--out",
+         str(tmp_path / "data"), "--n-sentences", "16"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    assert "Loading weights" not in output and "it/s" not in output, output
+    assert [line for line in output.splitlines() if not line.startswith(("teacher: ", "wrote "))] == [], output
 
 
 def test_progress_into_a_file_is_plain_lines_at_every_tenth(tmp_path):

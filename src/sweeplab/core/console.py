@@ -52,11 +52,18 @@ _IGNORED_WARNINGS = (
     r"The number of training batches \(\d+\) is smaller than the logging interval",
     # Lightning, when a job's checkpoint folder holds files: a resumed job continues in its own folder on purpose
     r"Checkpoint directory .+ exists and is not empty",
+    # Lightning, on any host with SLURM's `srun` on PATH (a cluster's login node) for a process not started by srun:
+    # sweeplab decided where its jobs run (this process, its workers, or SLURM tasks through hydra/launcher=slurm,
+    # where srun is used and Lightning detects SLURM), so the hint to prepend srun is never the user's to follow
+    r"The `srun` command is available on your system but is not used",
 )
 # Kineto (torch.profiler's tracer, C++) writes `USDT: ... profiler_start` / `profiler_stop` around every trace at its
 # default level; above its highest level (5) it writes nothing. Read once, when the process first profiles; a value
 # the user sets wins.
 _KINETO_QUIET = ("KINETO_LOG_LEVEL", "6")
+# Hugging Face's progress bars (transformers' "Loading weights" in `make data`'s teacher, the hub's): read when
+# huggingface_hub is first imported; sweeplab's own progress (console.progress) is its own. A value the user sets wins.
+_HF_BARS_OFF = ("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 _said: set[tuple[str, str]] = set()
 
 
@@ -72,6 +79,7 @@ class _DropLines(logging.Filter):
 def quiet_libraries() -> None:
     """Install the filters (idempotent) and route Lightning's log lines through the root logger only once."""
     os.environ.setdefault(*_KINETO_QUIET)
+    os.environ.setdefault(*_HF_BARS_OFF)
     for pattern in _IGNORED_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
     for name, prefixes in _DROPPED_LOG_LINES.items():
