@@ -13,7 +13,9 @@ from sweeplab import CONF_DIR
 from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
+from sweeplab.engine import settings
 from sweeplab.families import missing_config_hint
+from sweeplab.study import replicates
 from sweeplab.sweep import callback as sweep_callback
 
 log = logging.getLogger("sweeplab")
@@ -29,10 +31,6 @@ def _in_multirun() -> bool:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
-    # installed the signal handlers before they load
-    from sweeplab.engine.training import record_failed_job, train
-
     wall.count_from_process_start()  # the job's wall breakdown starts with the process (a worker's too)
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
     orphans.watch_launcher(channels.LAUNCHER_PID_ENV)  # a loky worker ends with the sweep that started it
@@ -45,10 +43,18 @@ def main(cfg: DictConfig) -> float | None:
         bytecode.warn_once(log)
 
     try:
+        settings.check_config(cfg)  # every setting's value, in milliseconds, before the heavy imports
+        replicates.replicates_setting(cfg)  # a single job's too: replicates=sometimes means nothing anywhere
+        # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
+        # installed the signal handlers before they load
+        from sweeplab.engine.training import train
+
         return train(cfg)
     except Exception as exc:
         expected = is_user_error(exc)
         if _in_multirun():
+            from sweeplab.engine.training import record_failed_job
+
             # One failed job must not end the sweep: it is recorded as a FAILED run (reason in its `error` tag),
             # the other jobs run, the report lists it and the sweep's exit code says so.
             log.error("job failed: %s", user_message(exc) if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)

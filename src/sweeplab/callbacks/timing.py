@@ -38,7 +38,7 @@ from typing import Annotated
 
 import lightning as L
 import torch
-from annotated_types import Ge
+from annotated_types import Ge, Interval
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
 from sweeplab.core import schema
@@ -137,7 +137,7 @@ class StepTimer:
         profile: bool = False,
         trace_steps: Annotated[int, Ge(0)] = 0,
         profile_dir: str | None = None,
-        host_probe_s: Annotated[float, Ge(0)] = 0.25,
+        host_probe_s: Annotated[float, Interval(ge=0, le=60)] = 0.25,  # a literal bound: read from source too
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
         timeline: Callable[[torch.device], object] | None = None,

@@ -13,12 +13,15 @@ every `<`/`>` check written for it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import inspect
 import math
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import annotated_types
@@ -89,10 +92,15 @@ def _matches(value: Any, tp: Any) -> bool:
 
 def bind(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Check `values` against `cls`'s parameters: unknown keys, wrong types. Returns the keyword arguments."""
-    accepted = _accepted(cls)
+    return check_values(_accepted(cls), values, where, ignore)
+
+
+def check_values(accepted: Mapping[str, Any], values: Mapping[str, Any], where: str,
+                 ignore: frozenset[str] = frozenset(), unknown_keys: bool = True) -> dict[str, Any]:
+    """`bind` against parameter name -> annotation; `unknown_keys=False` lets keys `accepted` lacks pass unchecked."""
     kwargs = {}
     for key, value in values.items():
-        if key in _META_KEYS or key in ignore:
+        if key in _META_KEYS or key in ignore or (not unknown_keys and key not in accepted):
             continue
         if key not in accepted:
             close = [k for k in accepted if k.startswith(key[:3])]
@@ -105,6 +113,45 @@ def bind(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str
             raise ConfigError(f"{where}.{key}", problem)
         kwargs[key] = value
     return kwargs
+
+
+def source_accepted(target: str) -> dict[str, Any]:
+    """Parameter name -> annotation of the class a "package.module:Name" target names, read from its module's source
+    without importing the module (which may import torch: seconds), so a wrong value fails in milliseconds. Only
+    annotations made of builtins, `Literal`, `Annotated` and `annotated_types` bounds are read; any other is `Any`
+    (the full check, `bind`, sees it when the job is planned). {} when the source cannot be found."""
+    module_name, _, name = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module_name)
+        tree = ast.parse(Path(spec.origin).read_text()) if spec is not None and spec.origin else None
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return {}
+    node = next((n for n in getattr(tree, "body", ()) if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if node is None:
+        return {}
+    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is not None:
+        arguments = [*init.args.args[1:], *init.args.kwonlyargs]
+        return {a.arg: _annotation(a.annotation) for a in arguments}
+    return {n.target.id: _annotation(n.annotation) for n in node.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and "ClassVar" not in ast.unparse(n.annotation)}
+
+
+_ANNOTATION_NAMES = {
+    "int": int, "float": float, "bool": bool, "str": str, "None": type(None), "Any": Any, "Literal": Literal,
+    "Annotated": Annotated, "list": list, "tuple": tuple, "dict": dict, "Mapping": Mapping,
+    **{name: getattr(annotated_types, name) for name in ("Ge", "Gt", "Le", "Lt", "Interval", "Len", "MinLen", "MaxLen")},
+}
+
+
+def _annotation(node: ast.expr | None) -> Any:
+    if node is None:
+        return Any
+    try:
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+        return eval(compile(text, "<annotation>", "eval"), {"__builtins__": {}}, _ANNOTATION_NAMES)  # noqa: S307
+    except Exception:  # a name this reader does not know (a class, a type alias): checked when the job is planned
+        return Any
 
 
 def build(cls: type, values: Mapping[str, Any], where: str, ignore: frozenset[str] = frozenset()) -> Any:

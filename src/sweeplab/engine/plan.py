@@ -22,7 +22,7 @@ from sweeplab.core import host_arch
 from sweeplab.core.config import bind, build
 from sweeplab.core.console import once
 from sweeplab.core.errors import ConfigError
-from sweeplab.engine import rules, stopping, tuning
+from sweeplab.engine import rules, settings, stopping, tuning
 from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
 from sweeplab.runtime import backends
@@ -124,9 +124,6 @@ def check_data_path(path: Any) -> None:
         raise ConfigError("data.path", f"{path}: no such file or directory")
 
 
-MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces with a traceback
-
-
 def _family_name(model: dict) -> str:
     """The model group's `family:`; one line saying what to add when the group has none (a family's own
     model/<name>.yaml must name its family: the record is found by that name, not by the file's)."""
@@ -148,28 +145,6 @@ def _model_choice() -> str | None:
         return None
 
 
-COMPILE_CACHES = ("study", "shared")  # compile_cache: one cache per study, or torch's own for every study
-
-
-def _compile_switches(container: dict, family: Any, compile_mode: str) -> tuple[str, bool, str]:
-    """compile_scope, compile_validation and compile_cache, checked; regions need a model that declares them (its
-    class, when the record names one: a record without `model` is checked when its task is built)."""
-    from sweeplab.tasks.base import COMPILE_SCOPES, check_compile_regions
-
-    scope = container.get("compile_scope", "whole")
-    if scope not in COMPILE_SCOPES:
-        raise ConfigError("compile_scope", f"{scope!r} is not one of {', '.join(COMPILE_SCOPES)}")
-    validation = container.get("compile_validation", False)
-    if not isinstance(validation, bool):
-        raise ConfigError("compile_validation", f"expected true or false, got {validation!r}")
-    cache = container.get("compile_cache", "study")
-    if cache not in COMPILE_CACHES:
-        raise ConfigError("compile_cache", f"{cache!r} is not one of {', '.join(COMPILE_CACHES)}")
-    if scope == "regions" and compile_mode != "off" and family.model is not None:
-        check_compile_regions(family.target("model"), family.name)
-    return scope, validation, cache
-
-
 def plan(cfg: DictConfig) -> JobPlan:
     """Check every group before any work happens; a mistake raises ConfigError naming the key."""
     host_arch.check_native()  # `python -m` refused already; a notebook or another program calling train() here
@@ -179,13 +154,11 @@ def plan(cfg: DictConfig) -> JobPlan:
         raise ConfigError(getattr(exc, "full_key", "config") or "config", str(exc).splitlines()[0]) from None
     container.pop("hydra", None)
     family = get_family(_family_name(container["model"]))
+    settings.check_values(container)  # every value against the annotations, before anything heavy is built
     check_contract(family, container)  # a record missing a piece is named now, before anything is built
     model_config = family.build_model_config(container["model"])
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
-    seed = container.get("seed", 0)
-    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
-        raise ConfigError("seed", f"expected an integer in [0, {MAX_SEED}], got {seed!r}")
     if optim.warmup_steps > trainer.max_steps:
         # A warning, not an error: short throughput runs (the bench's rows, a smoke check) stop inside the warm-up on
         # purpose and the schedule does not matter there; elsewhere the run never trains at the lr it records.
@@ -203,16 +176,13 @@ def plan(cfg: DictConfig) -> JobPlan:
     build(NonFiniteGuard, guard, "guard")  # its own range checks
     checkpoint = build(CheckpointConfig, container.get("checkpoint", {}), "checkpoint")
     tune = build(tuning.TuneConfig, container.get("tune") or {}, "tune")
-    if not isinstance(container.get("resume", False), (bool, str)) and container.get("resume") is not None:
-        raise ConfigError("resume", f"expected true, false or a checkpoint path, got {container['resume']!r}")
-    compile_mode = str(container.get("compile", "off"))
-    compile_scope, compile_validation, compile_cache = _compile_switches(container, family, compile_mode)
+    compile_mode, compile_scope, compile_validation, compile_cache = settings.check_top_level(container)
+    if compile_scope == "regions" and compile_mode != "off" and family.model is not None:
+        from sweeplab.tasks.base import check_compile_regions
+
+        check_compile_regions(family.target("model"), family.name)
     cuda_graph = container.get("cuda_graph", False)
-    if not isinstance(cuda_graph, bool):
-        raise ConfigError("cuda_graph", f"expected true or false, got {cuda_graph!r}")
     steps_per_batch = container.get("steps_per_batch", 1)
-    if type(steps_per_batch) is not int or steps_per_batch < 1:
-        raise ConfigError("steps_per_batch", f"expected an integer >= 1, got {steps_per_batch!r}")
     backend = backends.resolve_backend(backend_config.name)
     backends.check_combination(
         backend,

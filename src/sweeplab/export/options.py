@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
+
+from annotated_types import Interval
 
 from sweeplab.core.config import build
 
@@ -44,7 +46,8 @@ class ExportOptions:
     nbits: int = 6  # palettize: bits per weight
     palettize_mode: str = "kmeans"  # kmeans | uniform
     weight_threshold: int = 2048  # compress only weights with more elements than this
-    batch_size: int = 1
+    # the package's fixed batch; bounded: the checks allocate batch x context inputs and outputs (1e8 asked 95 GiB)
+    batch_size: Annotated[int, Interval(ge=1, le=4096)] = 1
     seq_len: int | None = None  # static sequence length; null: the model's context (max_len / block_size)
     seq_lens: list[int] | None = None  # EnumeratedShapes over these lengths (seq_len is the default shape)
     tracer: str = "auto"  # auto (torch.export, then torch.jit.trace) | export | jit

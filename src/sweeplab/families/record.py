@@ -133,6 +133,9 @@ class Family:
     # sweep's report.quality_tolerance is null; None: derived from the replicates' spread (the standard deviation of
     # the baseline's final metric: docs/verdict.md)
     quality_tolerance: float | None = None
+    # the values `monitor` can take, (low, high) (a cosine: (-1, 1)); a report.target outside is refused before
+    # training, as no job could reach it. None: any value
+    monitor_range: tuple[float, float] | None = None
     # --- what the family is made of ("module:Name" targets) ---------------------------------------------------
     model_config: Target | None = None  # a dataclass; the `model` group builds it from a named size plus its keys
     model: Target | None = None  # the plain-torch nn.Module, built as Model(model_config)

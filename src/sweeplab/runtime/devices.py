@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from sweeplab.core import interrupts
 from sweeplab.core.stability import deciles
 from sweeplab.runtime.backends import import_mlx
 
@@ -240,6 +241,7 @@ def host_speed_spread(seconds: float, slice_s: float = 0.01) -> float | None:
     development VM: 0.98-1.10). None when `seconds` leaves fewer than 5 slices."""
     rates, end = [], time.perf_counter() + seconds
     while True:
+        interrupts.check()  # a safe point every slice: a stop requested while the probe runs ends it at once
         start = now = time.perf_counter()
         if now >= end:
             break

@@ -39,6 +39,7 @@ from sweeplab.core import bytecode, channels, interrupts, schema, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.engine import settings
 from sweeplab.families import get_family
 from sweeplab.report import plots, ui_links
 from sweeplab.report.tables import sweep_report
@@ -117,19 +118,21 @@ class MLflowSweepCallback(Callback):
                 self._close("FAILED")
             if not isinstance(exc, UserError):
                 raise
-            # expected mistakes: one line, no traceback, no job started
-            log.error("%s", exc)
+            # expected mistakes: one line, no traceback, no job started (printed once: a log line would repeat it)
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
         _check_required(config)
-        if "data.path" not in naming.swept_keys(config):  # one missing path for every job: no sweep run at all
+        swept = naming.swept_keys(config)
+        if (values := _unswept_values(config, swept)) is not None:  # the swept ones: each job checks its own
+            settings.check_values(values)  # report.target among them: a wrong one fails now, not after the sweep
+        _check_replicates(config)
+        verdict_options(config)
+        if "data.path" not in swept:  # one missing path for every job: no sweep run at all
             from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
 
             check_data_path(OmegaConf.select(config, "data.path", default=None))
-        _check_replicates(config)
-        verdict_options(config)  # a wrong report.target fails now, not after the sweep
         os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
         os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
         uri, experiment, enabled = self._settings(config)
@@ -366,6 +369,20 @@ def _bytecode_tags() -> dict[str, str]:
     what that cost); none when their bytecode is cached."""
     uncached = bytecode.uncached_packages()
     return {schema.SWEEP_UNCACHED_BYTECODE_TAG: ", ".join(uncached)} if uncached else {}
+
+
+def _unswept_values(config: DictConfig, swept: list[str]) -> dict | None:
+    """The sweep's config as plain values, without `hydra` and the swept keys; None where an interpolation cannot
+    resolve yet (each job's plan names it)."""
+    values = settings.plain_values(config)
+    for key in swept if values is not None else ():
+        *parents, last = key.lstrip("+~").split(".")
+        node = values
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return values
 
 
 def _check_required(config: DictConfig) -> None:

@@ -35,6 +35,7 @@ FAMILY = Family(
     "pagating_lm",
     monitor="val/ppl",
     monitor_mode="min",
+    monitor_range=(1.0, float("inf")),  # a perplexity
     model_config="sweeplab.models.gpt:GPTConfig",
     model="sweeplab.models.gpt:GPT",
     datamodule="sweeplab.families.pagating_lm.data:LMDataModule",

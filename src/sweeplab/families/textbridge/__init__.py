@@ -36,7 +36,8 @@ FAMILY = Family(
     "textbridge",
     monitor="val/cos",
     monitor_mode="max",
-    quality_tolerance=0.01,  # val/cos: a hundredth of cosine to the teacher (what conf/sweep/default.yaml asked)
+    quality_tolerance=0.01,
+    monitor_range=(-1.0, 1.0),  # a cosine  # val/cos: a hundredth of cosine to the teacher (what conf/sweep/default.yaml asked)
     model_config="sweeplab.models.textbridge:TextBridgeConfig",
     model="sweeplab.models.textbridge:TextBridgeEncoder",
     datamodule="sweeplab.families.textbridge.data:TextBridgeDataModule",

@@ -63,6 +63,7 @@ FAMILY = Family(
     "textbridge_decoder",
     monitor="val/loss",
     monitor_mode="min",
+    monitor_range=(0.0, float("inf")),  # a cross-entropy
     model_config="sweeplab.models.textbridge_decoder:DecoderConfig",
     model="sweeplab.models.textbridge_decoder:TextBridgeDecoder",
     datamodule="sweeplab.families.textbridge.data:TextBridgeDataModule",
