@@ -62,6 +62,10 @@ runuser -u postgres -- psql -q -tc "SELECT 1 FROM pg_roles WHERE rolname='mlflow
   runuser -u postgres -- psql -q -c "CREATE USER mlflow WITH PASSWORD 'mlflowpw';"
 runuser -u postgres -- psql -q -c "DROP DATABASE IF EXISTS $PG_DB;" -c "CREATE DATABASE $PG_DB OWNER mlflow;"
 PG_URI="postgresql://mlflow:mlflowpw@127.0.0.1:5432/$PG_DB"
+if curl -s -o /dev/null "http://127.0.0.1:$MLFLOW_PORT/"; then
+  echo "error: port $MLFLOW_PORT is taken (another MLflow server? scripts/cluster/stop.sh stops the one this started); set MLFLOW_PORT" >&2
+  exit 1
+fi
 rm -rf "$CLUSTER_DIR/artifacts"
 # the server as users run it: `postgresql://` as written (psycopg 3, installed with sweeplab's dev extra)
 setsid "$(dirname "$PY")/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \

@@ -89,7 +89,7 @@ def test_a_requeued_job_continues_its_own_run_from_its_checkpoint(cluster, exper
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     paused.unlink()  # the job stops at its next step (SIGTERM), KILLED, and SLURM starts it again
     while sweep.process.poll() is None:  # the other job, and the requeued one again: no more pauses
-        if paused.exists() and restarts(job_id) >= 1:
+        if restarts(job_id) >= 1 and paused.exists():
             paused.unlink(missing_ok=True)
         time.sleep(0.5)
     assert sweep.wait(600) == 0, sweep.output[-4000:]
@@ -114,7 +114,7 @@ def test_a_job_at_its_time_limit_is_requeued_by_submitit_and_continues_its_own_r
     wait_for(paused.exists, 300, "the job to reach its pause")
     (job_id,) = wait_for(lambda: squeue(name), 30, "the running job")
     while sweep.process.poll() is None:  # paused until the time limit's signal; once started again, no pause
-        if paused.exists() and restarts(job_id) >= 1:
+        if restarts(job_id) >= 1 and paused.exists():
             paused.unlink(missing_ok=True)
         time.sleep(0.5)
     assert sweep.wait(600) == 0, sweep.output[-4000:]
