@@ -25,8 +25,8 @@ def test_the_continue_command_pasted_into_bash_gives_back_every_override_and_is_
     command = naming.continue_command(ODD, tmp_path / "my sweep")
     argv = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + command.partition(" ")[2]], capture_output=True,
                           text=True, check=True).stdout.split("\0")[:-1]
-    assert argv == ["-m", "sweeplab.train", "-m", *sorted(ODD), f"hydra.sweep.dir={tmp_path / 'my sweep'}",
-                    "resume=true"]
+    assert argv == ["-m", "sweeplab.train", "-m", *sorted(ODD), f"hydra.sweep.dir='{tmp_path / 'my sweep'}'",
+                    "resume=true"]  # quoted for Hydra too: a space would end the override
 
     client = MlflowClient(mlflow_uri)
     experiment = mlflow_store.init_store(mlflow_uri, "odd")

@@ -124,3 +124,67 @@ def test_sigterm_while_the_host_probe_runs_stops_the_job_killed_at_once(demo_dir
     assert "Traceback" not in text, text[-3000:]
     (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
     assert run.info.status == "KILLED"
+
+
+# --- a continued study: one process, its printed command, its jobs once ---------------------------------------------
+
+
+def test_a_study_continued_twice_at_once_is_refused_naming_the_pid_and_ends_with_exactly_its_jobs(
+    demo_dir, mlflow_uri, tmp_path
+):
+    """The folder holds a space and a quote; the continue command the interrupted sweep printed is pasted into bash
+    as printed (it was shell-quoted but not quoted for Hydra: refused). While that continuation holds the study, the
+    same command again is refused in one line naming its pid; the study then ends with each of its jobs once."""
+    sweep_dir = tmp_path / "my sweep's dir"
+    paused = tmp_path / "paused"
+    pause = {"SWEEPLAB_FAULT_PAUSE_IN": "setup", "SWEEPLAB_FAULT_PAUSE_S": "120",
+             "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)}
+    study = ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=8,16",
+             "trainer.max_steps=3", "logger.system_metrics_after_s=null"]
+
+    def start(argv, env, log):
+        return subprocess.Popen(argv, cwd=tmp_path, stdout=(tmp_path / log).open("w"), stderr=subprocess.STDOUT,
+                                env={**os.environ, **env})
+
+    def wait_paused(process):
+        deadline = time.monotonic() + 120
+        while not paused.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert paused.exists(), "the job never reached its setup"
+
+    from sweeplab.tracking.naming import hydra_quote
+
+    first = start([PY, "-m", "sweeplab.train", "-m", *study, f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"], pause,
+                  "first.log")
+    wait_paused(first)
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=120)
+    text = (tmp_path / "first.log").read_text()
+    assert first.returncode == 130, text[-3000:]
+    (line,) = [li for li in text.splitlines() if "Continue it with: " in li]
+    pasted = line.partition("Continue it with: ")[2].replace("python", PY, 1)
+    paused.unlink()
+
+    continuing = start(["bash", "-c", pasted], pause, "second.log")
+    try:
+        wait_paused(continuing)
+        again = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2, again.stderr[-3000:]
+        _one_line(again.stderr, f"sweep {sweep_dir}", "by another process", f"pid {continuing.pid} ")
+        paused.unlink()  # the continuation goes on
+        continuing.wait(timeout=300)
+    finally:
+        if continuing.poll() is None:
+            continuing.kill()
+            continuing.wait()
+    text = (tmp_path / "second.log").read_text()
+    assert continuing.returncode == 0, text[-3000:]
+    assert "the 3rd of" not in text and "(the 1st of 2" in text and "(the 2nd of 2" in text, text[-3000:]
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    jobs = sorted(r.data.tags.get("config_index") for r in runs
+                  if r.data.tags.get("sweeplab.role") != "sweep" and r.info.status == "FINISHED")
+    assert jobs == ["0", "1"], jobs  # each configuration's job once
+    (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    assert parent.info.status == "FINISHED"

@@ -39,6 +39,7 @@ from hydra_plugins.sweeplab_sweeper import submitit_jobs
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
 from sweeplab.sweep import lost_jobs
+from sweeplab.sweep.callback import next_job_number
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,7 @@ class SweeplabSweeper(BasicSweeper):
         resumed = sum("resume=true" in j.overrides for r in continued for j in r)
         log.info("sweep: continuing: %d jobs finished, %d resume from a checkpoint, %d start afresh", done, resumed,
                  sum(len(r) for r in continued) - resumed)
-        numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()]
-        return continued, max(numbered, default=-1) + 1
+        return continued, next_job_number(sweep_dir)
 
     def _cap_parallel_jobs(self, round_size: int) -> None:
         """With every round in one launch, a joblib launcher still runs at most a round's worth of jobs at once (as

@@ -26,7 +26,8 @@ SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
 # watches it and ends with it (core.orphans.watch_launcher)
 LAUNCHER_PID_ENV = "SWEEPLAB_LAUNCHER_PID"
 
-# "<sweep start time> <number of jobs>". Written by the sweep callback before the first job; read by each job's
+# "<sweep start time> <number of jobs>[ <number of its first job>]". Written by the sweep callback before the first
+# job (a continued sweep: the jobs it still runs, numbered from after its existing folders); read by each job's
 # process for its progress line (sweep_callback.progress_line): a joblib worker or a submitit job has no
 # other way to know when the sweep started and how many jobs it has.
 SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"

@@ -1,9 +1,15 @@
-"""Files that are either whole or absent: written to a temporary name beside the target, then renamed."""
+"""Files that are either whole or absent (written to a temporary name beside the target, then renamed), and the
+lock that keeps one process on a folder (a job's output folder, a sweep's folder: `hold_run_lock`)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,3 +101,70 @@ def check_writable_dir(directory: str | os.PathLike) -> Path:
     os.close(fd)
     os.unlink(probe)
     return directory
+
+
+LOCK_NAME = ".sweeplab.lock"
+LOCK_UNSUPPORTED = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+
+@contextlib.contextmanager
+def hold_run_lock(directory: Path, what: str, doing: str = "trained") -> Iterator[None]:
+    """Hold an exclusive flock on `<directory>/.sweeplab.lock` (`what`: the run, for the message) while the body runs;
+    the holder's pid and host are written into the file. Another holder: a one-line UserError naming it. A file
+    system that cannot lock: a one-line UserError too (not unguarded training). The kernel releases the lock when
+    the process ends, however it ends; the file is left in place (removing it would race with the next holder).
+    `doing`: what the holder does to it, for the message ("trained"; a sweep's folder: "run or continued")."""
+    path = directory / LOCK_NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
+        raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
+                        "another hydra.run.dir") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{what} is being {doing} by another process ({_holder(fd)}, lock {path}); wait for it "
+                            "to end or stop it, then resume") from None
+        except OSError as exc:
+            if exc.errno not in LOCK_UNSUPPORTED:
+                raise
+            raise UserError(f"{path}: this file system cannot lock files ({os.strerror(exc.errno)}), so a second "
+                            "process could train the same run; put the outputs on a local disk (hydra.run.dir=...)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def run_lock_is_free(directory: Path) -> bool | None:
+    """Whether no process holds the run lock of `directory` (hold_run_lock): True, the job that trained there is gone
+    (the kernel released its lock, however it ended); False, it still runs; None, this host cannot tell (the folder
+    is not here: another host's run)."""
+    if not directory.is_dir():
+        return None
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True  # the lock is taken before a run is opened: a run without one never trained here
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """What the holder wrote into the lock file; it writes right after locking, so a moment may pass."""
+    for _ in range(20):
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if text:
+            return text
+        time.sleep(0.05)
+    return "pid unknown"

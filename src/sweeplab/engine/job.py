@@ -13,14 +13,7 @@ the uploads.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import logging
-import os
-import socket
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import files, interrupts, schema, wall
-from sweeplab.core.errors import UserError
+from sweeplab.core.files import hold_run_lock, run_lock_is_free
 from sweeplab.core.schema import BATCH_SIZE_USED_TAG
 from sweeplab.engine.plan import JobPlan, model_params
 from sweeplab.export import export_after_training
@@ -193,62 +186,6 @@ def record_batch_size(job: Job, loader) -> None:
         job.run.set_tag(BATCH_SIZE_USED_TAG, str(used))
 
 
-LOCK_NAME = ".sweeplab.lock"
-LOCK_UNSUPPORTED = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
-
-
-@contextlib.contextmanager
-def hold_run_lock(directory: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive flock on `<directory>/.sweeplab.lock` (`what`: the run, for the message) while the body runs;
-    the holder's pid and host are written into the file. Another holder: a one-line UserError naming it. A file
-    system that cannot lock: a one-line UserError too (not unguarded training). The kernel releases the lock when
-    the process ends, however it ends; the file is left in place (removing it would race with the next holder)."""
-    path = directory / LOCK_NAME
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
-        raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
-                        "another hydra.run.dir") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{what} is being trained by another process ({_holder(fd)}, lock {path}); wait for it "
-                            "to end or stop it, then resume") from None
-        except OSError as exc:
-            if exc.errno not in LOCK_UNSUPPORTED:
-                raise
-            raise UserError(f"{path}: this file system cannot lock files ({os.strerror(exc.errno)}), so a second "
-                            "process could train the same run; put the outputs on a local disk (hydra.run.dir=...)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def run_lock_is_free(directory: Path) -> bool | None:
-    """Whether no process holds the run lock of `directory` (hold_run_lock): True, the job that trained there is gone
-    (the kernel released its lock, however it ended); False, it still runs; None, this host cannot tell (the folder
-    is not here: another host's run)."""
-    if not directory.is_dir():
-        return None
-    try:
-        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True  # the lock is taken before a run is opened: a run without one never trained here
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def close_abandoned_runs(client, runs) -> list[str]:
     """Mark KILLED those of `runs` still RUNNING whose job is gone: a job killed with -9 (or by the OOM killer, a
     power cut) cannot close its own run, so whatever continues after it does. A run is gone when its output folder's
@@ -262,16 +199,6 @@ def close_abandoned_runs(client, runs) -> list[str]:
     if closed:
         log.info("closed %d run(s) left RUNNING by a killed process: %s", len(closed), ", ".join(closed))
     return closed
-
-
-def _holder(fd: int) -> str:
-    """What the holder wrote into the lock file; it writes right after locking, so a moment may pass."""
-    for _ in range(20):
-        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
-        if text:
-            return text
-        time.sleep(0.05)
-    return "pid unknown"
 
 
 def job_log_file() -> Path | None:

@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import bytecode, channels, interrupts, schema, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
-from sweeplab.core.files import write_text_atomic
+from sweeplab.core.files import hold_run_lock, write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
 from sweeplab.engine import settings
 from sweeplab.families import get_family
@@ -46,7 +46,7 @@ from sweeplab.report.tables import sweep_report
 from sweeplab.runtime import distributed
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions
-from sweeplab.study.rounds import planned_jobs, runs_replicates, verdict_options
+from sweeplab.study.rounds import job_states, planned_jobs, read_open_sweep, runs_replicates, verdict_options
 from sweeplab.study.sweep import JobRecord, Sweep
 from sweeplab.study.verdict import SweepSummary
 from sweeplab.tracking import mlflow_store, naming
@@ -64,16 +64,17 @@ def progress_line(job_number: int, progress: str | None, now: float, placement: 
     the sweep's `best: job 3` line count them; `placement` names the job's configuration and replicate in a
     replicated sweep (both counted from 0, as their tags)."""
     try:
-        start_text, total_text = (progress or "").split()
-        start, total = float(start_text), int(total_text)
-    except ValueError:
+        start_text, total_text, *first_text = (progress or "").split()
+        start, total, first = float(start_text), int(total_text), int(first_text[0]) if first_text else 0
+    except (ValueError, IndexError):
         return None
-    details = [f"the {_ordinal(job_number + 1)} of {total}"] if total > 0 else []
+    done = job_number - first  # a continued sweep's jobs are numbered after its folders; `total` counts its own
+    details = [f"the {_ordinal(done + 1)} of {total}"] if 0 <= done < total else []
     if placement:
         details.append(placement)
     elapsed = now - start
-    if job_number > 0 and total > 0:
-        left = elapsed / job_number * (total - job_number)
+    if 0 < done < total:
+        left = elapsed / done * (total - done)
         details.append(f"sweep started {_duration(elapsed)} ago, about {_duration(left)} left")
     return f"sweep: job {job_number}" + (f" ({'; '.join(details)})" if details else "")
 
@@ -97,6 +98,7 @@ class MLflowSweepCallback(Callback):
         self._jobs_die_with_the_sweep = True
         self._launch_env: dict[str, str | None] | None = None
         self.continue_command = ""  # how to continue this sweep after an interruption (printed when one stops it)
+        self._held = contextlib.ExitStack()  # the sweep folder's lock (files.hold_run_lock), for the sweep's life
 
     @staticmethod
     def _settings(config: DictConfig) -> tuple[str, str, bool]:
@@ -135,12 +137,15 @@ class MLflowSweepCallback(Callback):
             check_data_path(OmegaConf.select(config, "data.path", default=None))
         os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
         os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
+        sweep_dir = Path(config.hydra.sweep.dir)
+        # one process runs or continues a sweep: a second continue command refused in one line naming the first's
+        # pid (two trained the same jobs under different folders); held until this process ends
+        self._held.enter_context(hold_run_lock(sweep_dir, f"sweep {sweep_dir}", "run or continued"))
         uri, experiment, enabled = self._settings(config)
         if not enabled:
             return
         self._uri = uri
         experiment_id = mlflow_store.init_store(uri, experiment)
-        sweep_dir = Path(config.hydra.sweep.dir)
         client = mlflow_store.client(uri)
         choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
@@ -155,6 +160,10 @@ class MLflowSweepCallback(Callback):
             self._jobs_die_with_the_sweep = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
             self._planned_jobs = planned_jobs(config)
             os.environ[channels.PARENT_RUN_ENV] = self.parent_run_id
+            if self._planned_jobs:  # progress counts this continuation's jobs, numbered after the sweep's folders
+                states = job_states(read_open_sweep(config))
+                left = self._planned_jobs - sum(state == "finished" for state in states.values())
+                os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {left} {next_job_number(sweep_dir)}"
             return
         run = client.create_run(
             experiment_id,
@@ -282,6 +291,7 @@ class MLflowSweepCallback(Callback):
         report read it); once, whichever way the sweep ends."""
         parent, self.parent_run_id = self.parent_run_id, None
         channels.open_sweep = None
+        self._held.close()  # the sweep folder's lock: the sweep is over
         os.environ.pop(channels.PARENT_RUN_ENV, None)
         if parent is None:
             return
@@ -395,6 +405,12 @@ def _check_required(config: DictConfig) -> None:
         if missing:
             choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get(node.replace(".", "/"), "")
             raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
+
+
+def next_job_number(sweep_dir: Path) -> int:
+    """The number a continued sweep's first job gets: after every job folder the sweep has, so no two share one."""
+    numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()] if sweep_dir.is_dir() else []
+    return max(numbered, default=-1) + 1
 
 
 def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:

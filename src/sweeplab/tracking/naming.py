@@ -50,7 +50,17 @@ def continue_command(overrides: Iterable[str], sweep_dir: str | os.PathLike, lau
     """The command that continues an interrupted sweep in `sweep_dir` under its own parent run; `launcher`: the
     sweep's launcher and sweeper overrides (`launcher_overrides`), so that it runs where the sweep ran."""
     return shlex.join([*TRAIN_COMMAND.split(), "-m", *launcher, *study_overrides(overrides),
-                       f"hydra.sweep.dir={sweep_dir}", "resume=true"])
+                       f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}", "resume=true"])
+
+
+def hydra_quote(value: str) -> str:
+    """`value` as Hydra's override grammar reads it back whole: as it is when it holds only plain path characters,
+    else single-quoted with its quotes (and the backslashes before a quote or the end) escaped. A folder with a space
+    or a quote, only shell-quoted, reached Hydra as several tokens and was refused."""
+    if re.fullmatch(r"[\w./:@+-]*", value):
+        return value
+    escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
+    return f"'{escaped}'"
 
 
 def launcher_overrides(hydra_overrides: Iterable[str]) -> list[str]:
