@@ -294,7 +294,7 @@ def test_compile_cache_is_study_or_shared_and_says_so_in_one_line(tmp_path, monk
     with pytest.raises(ConfigError) as err:
         plan(compose_train(["debug=smoke", "compile_cache=host"]))
     assert str(err.value) == "config error: compile_cache: 'host' is not one of study, shared"
-    assert plan(compose_train(["debug=smoke", "compile_cache=shared"])).compile_cache == "shared"
+    assert plan(compose_train(["debug=smoke", "compile=default", "compile_cache=shared"])).compile_cache == "shared"
     monkeypatch.delenv(COMPILE_CACHE_DIR_ENV, raising=False)
     share_compile_cache(str(tmp_path), "shared")
     assert COMPILE_CACHE_DIR_ENV not in os.environ  # torch's own folder

@@ -223,7 +223,8 @@ def test_a_model_without_regions_is_refused_in_one_line(monkeypatch, tmp_path):
     assert "\n" not in message and message.startswith("config error: compile_scope: regions: family pagating_lm's "
                                                       "model Linear declares no compile_regions()")
     assert message.endswith("use compile_scope=whole")
-    plan(compose_train([*LM, f"data.cache_dir={tmp_path}", "compile=off", "compile_scope=regions"]))  # nothing compiles
+    with pytest.raises(ConfigError, match="compile_scope: regions does nothing with compile=off"):  # nothing compiles
+        plan(compose_train([*LM, f"data.cache_dir={tmp_path}", "compile=off", "compile_scope=regions"]))
 
     class Plain(LMTask):  # a task whose model has no regions, configured directly (a 0.1 record's, the bench's)
         family = "pagating_lm"

@@ -237,15 +237,15 @@ def test_failed_verification_publishes_nothing(checkpoints, tmp_path):
     with pytest.raises(UserError, match=r"verification failed \(rel_err .* > tolerance 1e-12\); nothing published"):
         export_checkpoint(checkpoints["textbridge"], ExportOptions(tolerance=1e-12, n_random=1), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "textbridge-standard-fp16.failed-report.json",
-        "textbridge-standard-fp16.failed-report.md",
+        "textbridge-standard-fp16.coreml.failed-report.json",
+        "textbridge-standard-fp16.coreml.failed-report.md",
     ]
-    assert "FAILED" in (tmp_path / "textbridge-standard-fp16.failed-report.md").read_text()
+    assert "FAILED" in (tmp_path / "textbridge-standard-fp16.coreml.failed-report.md").read_text()
     export_checkpoint(checkpoints["textbridge"], ExportOptions(n_random=1), tmp_path)  # a passing retry cleans up
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "textbridge-standard-fp16.mlpackage",
-        "textbridge-standard-fp16.report.json",
-        "textbridge-standard-fp16.report.md",
+        "textbridge-standard-fp16.coreml.report.json",
+        "textbridge-standard-fp16.coreml.report.md",
     ]
 
 
@@ -334,7 +334,7 @@ def test_cli_exports_a_checkpoint(monkeypatch, capsys, tmp_path, checkpoints):
         cfg = compose("export_model", [f"ckpt_path={checkpoints['textbridge']}", "export.layout=ane", "export.n_random=1"])
     package = run(cfg)
     assert package == checkpoints["textbridge"].parent.parent / "export" / "textbridge-ane-fp16.mlpackage"
-    assert capsys.readouterr().out.strip() == f"report: {package.with_name('textbridge-ane-fp16.report.md')}"
+    assert capsys.readouterr().out.strip() == f"report: {package.with_name('textbridge-ane-fp16.coreml.report.md')}"
 
 
 # --- MLflow --------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_run_id_export_logs_package_and_report(monkeypatch, capsys, store, check
     client = MlflowClient(store)
     logged = {a.path for a in client.list_artifacts(run_id, "coreml")}
     name = "pagating_lm-standard-fp16"
-    assert {f"coreml/{name}.mlpackage", f"coreml/{name}.report.json", f"coreml/{name}.report.md"} <= logged
+    assert {f"coreml/{name}.mlpackage", f"coreml/{name}.coreml.report.json", f"coreml/{name}.coreml.report.md"} <= logged
     assert f"coreml/{name}.mlpackage/Manifest.json" in {
         a.path for a in client.list_artifacts(run_id, f"coreml/{name}.mlpackage")
     }
@@ -416,7 +416,7 @@ def test_export_after_training(store, checkpoints, tmp_path):
     )
     assert package == tmp_path / "export" / "textbridge-ane-fp16.mlpackage" and package.is_dir()
     logged = {a.path for a in MlflowClient(store).list_artifacts(run_id, "coreml")}
-    assert "coreml/textbridge-ane-fp16.report.md" in logged
+    assert "coreml/textbridge-ane-fp16.coreml.report.md" in logged
 
 
 def test_run_without_checkpoint_tag_or_unknown_run_is_refused(store):
@@ -457,7 +457,7 @@ def test_smoke_trained_checkpoints_export_in_every_variant(demo_dir, mlflow_uri,
                 {"format": "coreml", **values, "real_data": str(real)}, checkpoint, tmp_path / family,
                 run.info.run_id, mlflow_uri,
             )
-            report = json.loads(package.with_name(package.name.replace(".mlpackage", ".report.json")).read_text())
+            report = json.loads(package.with_name(package.name.replace(".mlpackage", ".coreml.report.json")).read_text())
             reference = report["verification"]["reference"]
             assert report["status"] == "passed" and reference["passed"], report["failure"]
             print(f"\nsmoke {family} {report['variant']}: rel_err {reference['rel_err']:.2e} "

@@ -305,7 +305,7 @@ def test_the_export_app_writes_a_verified_asset_and_its_report(checkpoints, tmp_
     )
     assert done.returncode == 0, done.stderr
     package = out / "textbridge-standard-fp32.aimodel"
-    report = json.loads((out / "textbridge-standard-fp32.report.json").read_text())
+    report = json.loads((out / "textbridge-standard-fp32.coreai.report.json").read_text())
     assert package.is_dir() and report["status"] == "passed"
     assert report["conversion"]["functions"] == {"8": "main_s8", "16": "main_s16"}
     assert {row["case"].split(" #")[0] for row in report["verification"]["runtime"]["cases"]} == {"random S=8", "random S=16"}
@@ -361,8 +361,8 @@ def test_a_runtime_crash_during_an_export_publishes_nothing(checkpoints, crashes
     with pytest.raises(UserError, match=r"verification failed \(Core AI runtime in a child process: .* killed by SIGABRT\)"):
         _export(checkpoints["textbridge"], out, precision="fp32")
     assert not (out / "textbridge-standard-fp32.aimodel").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["textbridge-standard-fp32.failed-report.json",
-                                                     "textbridge-standard-fp32.failed-report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["textbridge-standard-fp32.coreai.failed-report.json",
+                                                     "textbridge-standard-fp32.coreai.failed-report.md"]
 
 
 
@@ -396,7 +396,7 @@ def test_the_training_app_exports_each_jobs_best_checkpoint_as_an_aimodel(demo_d
     (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
               if r.data.tags.get("family") == "textbridge"]
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "coreai")}
-    assert {"coreai/textbridge-standard-fp32.aimodel", "coreai/textbridge-standard-fp32.report.md"} <= logged
+    assert {"coreai/textbridge-standard-fp32.aimodel", "coreai/textbridge-standard-fp32.coreai.report.md"} <= logged
     assert client.get_run(run.info.run_id).data.metrics["export/standard-fp32/rel_err"] <= 1e-4
 
 

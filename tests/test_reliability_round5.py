@@ -188,3 +188,49 @@ def test_a_study_continued_twice_at_once_is_refused_naming_the_pid_and_ends_with
     assert jobs == ["0", "1"], jobs  # each configuration's job once
     (parent,) = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
     assert parent.info.status == "FINISHED"
+
+
+# --- what a finished job keeps; the export from a job's folder ------------------------------------------------------
+
+
+def test_a_finished_job_keeps_only_what_is_read_and_still_exports_from_its_folder(demo_dir, mlflow_uri, tmp_path):
+    """checkpoint.keep_last=false (the default; debug=smoke keeps it for the tests that read it): the finished job's
+    last.ckpt (optimizer state) is gone once its run is FINISHED, its best checkpoint stays; `export ckpt_path=<the
+    job's folder>` exports that best checkpoint (it said "no such file" for a folder that exists); extending the run
+    says in one line why it cannot and what keeps it possible."""
+    run_dir = tmp_path / "run"
+    trained, _ = _train(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "trainer.max_steps=4",
+                         "trainer.val_check_interval=2", "checkpoint.keep_last=false", "logger.system_metrics_after_s=null",
+                         f"hydra.run.dir={run_dir}"], tmp_path, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    (best,) = (run_dir / "checkpoints").iterdir()
+    assert best.name.startswith("best-step"), best
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["checkpoint"] == str(best)
+
+    extended, _ = _train(["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "trainer.max_steps=8",
+                          f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'more'}"], tmp_path)
+    assert extended.returncode == 2, extended.stderr[-3000:]
+    _one_line(extended.stderr, f"resume={run_dir}", "checkpoint.keep_last=true", str(best))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = subprocess.run([PY, "-m", "sweeplab.export", f"ckpt_path={empty}"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    _one_line(refused.stderr, f"ckpt_path={empty} is a folder without a best checkpoint")
+
+    exported = subprocess.run([PY, "-m", "sweeplab.export", f"ckpt_path={run_dir}", f"out={tmp_path / 'out'}",
+                               "export.verify=false"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if "report" in p.name) == [
+        "textbridge-standard-fp16.coreml.report.json", "textbridge-standard-fp16.coreml.report.md"]
+
+
+def test_core_ml_and_core_ai_reports_of_one_model_in_one_folder_are_named_apart(tmp_path):
+    from sweeplab.export.pipeline import report_paths
+
+    coreml, coreai = report_paths(tmp_path / "m.mlpackage"), report_paths(tmp_path / "m.aimodel")
+    assert [p.name for p in coreml + coreai] == ["m.coreml.report.json", "m.coreml.report.md",
+                                                 "m.coreai.report.json", "m.coreai.report.md"]

@@ -103,6 +103,17 @@ def check_writable_dir(directory: str | os.PathLike) -> Path:
     return directory
 
 
+BEST_CHECKPOINT_GLOB = "best-step*.ckpt"  # callbacks/checkpoints.BestCheckpoint's names
+
+
+def best_checkpoint_in(folder: str | os.PathLike) -> Path | None:
+    """The best checkpoint of a job's folder (in its checkpoints/ or the folder itself; the newest where a folder
+    holds more than one), or None."""
+    folder = Path(folder)
+    found = [p for place in (folder / "checkpoints", folder) for p in place.glob(BEST_CHECKPOINT_GLOB) if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
 LOCK_NAME = ".sweeplab.lock"
 LOCK_UNSUPPORTED = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 

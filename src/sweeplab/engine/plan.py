@@ -77,6 +77,9 @@ class CheckpointConfig:
     every_n_seconds: float | None = 60.0  # ... and/or when this long has passed since the last one; both null: at the end
     background: bool = True  # write, hash and rename on a writer thread; the training thread only copies the state
     best: str = "weights"  # best-step{N}.ckpt: weights (no optimizer state) | full (what last.ckpt holds)
+    # a FINISHED job's last.ckpt (weights + optimizer state, ~3x its best checkpoint) is what only extending it reads:
+    # dropped when the run ends FINISHED unless kept (the report reads MLflow, the export the best checkpoint)
+    keep_last: bool = False
 
     def __post_init__(self) -> None:
         if self.every_n_steps is not None and self.every_n_steps <= 0:

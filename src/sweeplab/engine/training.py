@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, host_arch, interrupts, schema, wall
+from sweeplab.core import channels, files, host_arch, interrupts, schema, wall
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
@@ -33,6 +33,8 @@ from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
 from sweeplab.tracking import mlflow_store, naming, resume
 from sweeplab.tracking.run_logger import ResumingMLFlowLogger, logged_steps
+
+LAST_CHECKPOINT = "last.ckpt"  # callbacks/checkpoints.LastCheckpoint's file, what a resume continues from
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +152,24 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     check_writable_dir(job.output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
     interrupts.check()
     with _one_process(job, target, uri):  # one process per run, before the run is opened or continued
-        if not tracked:
-            return finish(job, _fit(job))
-        return _train_tracked(job, target, cfg, uri, sweep_dir)
+        monitored = finish(job, _fit(job)) if not tracked else _train_tracked(job, target, cfg, uri, sweep_dir)
+        if distributed.is_global_zero():  # the run is FINISHED: its folder keeps what is read again
+            drop_training_state(job)
+        return monitored
+
+
+def drop_training_state(job: Job) -> None:
+    """A finished job's `last.ckpt` (weights and optimizer state, ~3x the best checkpoint: 133 of a default job's 177
+    MB) goes unless checkpoint.keep_last: the report reads MLflow, the export and a resume's bookkeeping the best
+    checkpoint; only extending the finished run reads it (resume=PATH says so when it is gone). Called once the run
+    ended FINISHED, so a kill before leaves it whole and resumable."""
+    last = job.output_dir / "checkpoints" / LAST_CHECKPOINT
+    if job.plan.checkpoint.keep_last or not last.is_file():
+        return
+    size = last.stat().st_size
+    last.unlink()
+    log.info("removed %s (%.0f MB of optimizer state a finished run no longer needs; checkpoint.keep_last=true keeps "
+             "it)", last, size / 1e6)
 
 
 def _one_process(job: Job, target: resume.ResumePoint | None, uri: str):
@@ -288,7 +305,13 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
     else:
         ckpt = Path(str(setting))
         if ckpt.is_dir():
-            ckpt = ckpt / "checkpoints" / "last.ckpt" if (ckpt / "checkpoints").is_dir() else ckpt / "last.ckpt"
+            folder = ckpt
+            ckpt = ckpt / "checkpoints" / LAST_CHECKPOINT if (ckpt / "checkpoints").is_dir() else ckpt / LAST_CHECKPOINT
+            if not ckpt.is_file() and (best := files.best_checkpoint_in(folder)) is not None:
+                raise UserError(f"resume={folder}: holds no {LAST_CHECKPOINT}: its run finished and "
+                                "checkpoint.keep_last=false dropped the optimizer state an extension continues from; "
+                                f"its best checkpoint {best} still exports; train with checkpoint.keep_last=true to "
+                                "extend a run later")
         run_id, output_dir = None, own_output_dir
     checkpoint = read_checkpoint(ckpt)  # a missing, truncated, damaged or foreign file; non-finite weights
     resume.check_backend(checkpoint, ckpt, p.backend)

@@ -17,6 +17,7 @@ from sweeplab import CONF_DIR
 from sweeplab.core import cli
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import ConfigError, UserError, exit_on_user_error
+from sweeplab.core.files import BEST_CHECKPOINT_GLOB, best_checkpoint_in
 from sweeplab.export.options import ExportOptions, options_from_config
 
 APP_KEYS = ("ckpt_path", "run_id", "tracking_uri", "family", "out", "export")
@@ -82,6 +83,12 @@ def run(cfg: DictConfig) -> Path:
         raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
     if ckpt_path and run_id:  # which checkpoint, and whose run gets the export's tags, would be a guess
         raise UserError(f"ckpt_path={ckpt_path} and run_id={run_id} name two checkpoints to export; give one")
+    if ckpt_path and Path(str(ckpt_path)).is_dir():  # a job's folder: its best checkpoint, as resume=PATH takes one
+        best = best_checkpoint_in(str(ckpt_path))
+        if best is None:
+            raise UserError(f"ckpt_path={ckpt_path} is a folder without a best checkpoint; pass a job's folder or its "
+                            f"checkpoints/{BEST_CHECKPOINT_GLOB}")
+        ckpt_path = str(best)
     # deferred: the pipeline imports torch and coremltools (seconds); a wrong option fails above without them
     from sweeplab.export.pipeline import checkpoint_from_run, export_checkpoint
 

@@ -32,7 +32,7 @@ from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
 from sweeplab.export.ane import to_ane_layout
 from sweeplab.export.convert import convert, describe, nonfinite_constants
-from sweeplab.export.options import ExportOptions, options_from_config
+from sweeplab.export.options import SUFFIXES, ExportOptions, options_from_config
 from sweeplab.export.reference import load_program
 from sweeplab.families import ExportSpec, get_family, resolve
 from sweeplab.tracking import mlflow_store
@@ -89,8 +89,12 @@ def package_path(options: ExportOptions, family: str, checkpoint: Path, out: str
 
 
 def report_paths(package: Path) -> tuple[Path, Path]:
-    stem = package.name.removesuffix(package.suffix) if package.suffix in (PACKAGE_SUFFIX, ".aimodel") else package.name
-    return package.with_name(f"{stem}.report.json"), package.with_name(f"{stem}.report.md")
+    """<name>.<format>.report.json and .md beside the package: named by format, so a Core ML and a Core AI export
+    of one model into one folder keep both reports (the second overwrote the first's)."""
+    formats = {suffix: fmt for fmt, suffix in SUFFIXES.items()}
+    stem = package.name.removesuffix(package.suffix) if package.suffix in formats else package.name
+    named = f"{stem}.{formats.get(package.suffix, 'export')}"
+    return package.with_name(f"{named}.report.json"), package.with_name(f"{named}.report.md")
 
 
 # --- metadata ------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The export report: what was exported, how, what the package holds, and how well it matches PyTorch.
 
-Written next to the package as <name>.report.json (everything) and <name>.report.md (the same, for people).
+Written next to the package as <name>.<format>.report.json (everything) and <name>.<format>.report.md (the same, for
+people).
 """
 
 from __future__ import annotations
