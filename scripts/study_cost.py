@@ -36,11 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     for i, folder in enumerate(args.dirs):
         parent = (Path(folder) / channels.PARENT_RUN_FILE).read_text().strip()
         sweep = read_sweep(uri, parent)
-        target = args.target if args.target is not None else sweep.parent.tags.get(schema.TARGET_TAG)
-        tolerance = sweep.parent.tags.get(schema.TOLERANCE_TAG)
-        # the verdict of the sweep already read (sweep_report would read it again and write its verdict back)
-        found = sweep_verdict(sweep, VerdictOptions(
-            float(target) if target else None, float(tolerance) if tolerance not in (None, "", "None", "null") else None))
+        # the verdict of the sweep already read (sweep_report would read it again and write its verdict back), asked
+        # what the sweep asked (its target, tolerance, indifference and replicates=auto's looks) unless --target
+        found = sweep_verdict(sweep, VerdictOptions.from_tags(sweep.parent.tags, target=args.target))
         seconds = sum(j.metrics.get("summary/timed_seconds", 0.0) for j in sweep.jobs)
         samples = sum((j.stop_step or j.max_steps or 0) * (j.samples_per_step or 0) for j in sweep.jobs)
         stopped = sum(1 for j in sweep.jobs if j.stop_reason)

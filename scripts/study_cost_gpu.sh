@@ -5,6 +5,8 @@
 #   bash scripts/study_cost_gpu.sh stopping     # unstopped and stopped default study, order A B B A, one GPU
 #   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
 #   bash scripts/study_cost_gpu.sh pagating_twice  # the same study twice with compile_cache=shared (the second loads)
+#   bash scripts/study_cost_gpu.sh verdict_auto # the default study, replicates=auto and an explicit target, twice
+#   bash scripts/study_cost_gpu.sh pagating_long  # the paGating study at 1,000 steps a job (its val/ppl overfits)
 #   bash scripts/study_cost_gpu.sh bytecode     # compile sys.path's Python bytecode once, as pip install does
 #                                               # (an image with PYTHONDONTWRITEBYTECODE=1 and no .pyc compiles torch's
 #                                               # sources in every process: docs/study-cost.md, "Python's bytecode")
@@ -15,7 +17,7 @@
 # wall time goes to $WORK/walls.txt, and scripts/study_cost.py prints the wall breakdown, the steps' share, the
 # verdict and each configuration's GPUs. Logs go to $OUT when set (the device tool's output folder), else $WORK.
 set -u
-PART=${1:?textbridge | stopping | pagating | pagating_twice | bytecode}
+PART=${1:?textbridge | stopping | verdict_auto | pagating | pagating_twice | pagating_long | bytecode}
 WORK=${WORK:-/tmp/study-cost}
 LOGS=${OUT:-$WORK}
 mkdir -p "$WORK" "$LOGS"
@@ -64,21 +66,32 @@ stopping)  # A B B A: neither side gets the freshly started machine alone
   run unstopped_2 150 sweep=default backend=cuda report.target=0.53
   report --target 0.53 unstopped_1 stopped_1 stopped_2 unstopped_2
   ;;
-pagating | pagating_twice)
+verdict_auto)  # the same study twice: its two verdicts must not contradict each other (docs/verdict.md)
+  export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+  run auto_1 290 sweep=default backend=cuda replicates=auto report.target=0.53
+  run auto_2 290 sweep=default backend=cuda replicates=auto report.target=0.53
+  report --target 0.53 auto_1
+  report --target 0.53 auto_2
+  ;;
+pagating | pagating_twice | pagating_long)
   PG=(model=pagating_lm model.size=small sweep=pagating_batch data.batch_size=8,16 backend=cuda
-      trainer.precision=bf16-mixed compile=default optim.implementation=fused replicates=3 trainer.max_steps=300
-      trainer.val_check_interval=100 trainer.limit_val_batches=4)
+      trainer.precision=bf16-mixed compile=default optim.implementation=fused replicates=3
+      trainer.limit_val_batches=4)
+  SHORT=(trainer.max_steps=300 trainer.val_check_interval=100)
   if [ -z "${DRY:-}" ]; then  # the LM data cache (tokenizer, token memmap) is data preparation, not the study's
     timeout 180 python -m sweeplab.train model=pagating_lm model.size=small "backend=$BACKEND" trainer.max_steps=2 \
       trainer.val_check_interval=2 trainer.limit_val_batches=1 logger.experiment_name=study-cost-data \
       "hydra.run.dir=$WORK/data_warmup" > "$LOGS/data_warmup.log" 2>&1 || echo "data warm-up failed: $LOGS/data_warmup.log"
   fi
-  if [ "$PART" = pagating_twice ]; then  # a study run again with compile_cache=shared: its compiles loaded
-    run pg_shared_1 300 "${PG[@]}" compile_cache=shared
-    run pg_shared_2 240 "${PG[@]}" compile_cache=shared
+  if [ "$PART" = pagating_long ]; then  # best val/ppl near step 250, ~5x worse at the end: the target and quality
+    run pg_long 560 "${PG[@]}" trainer.max_steps=1000 trainer.val_check_interval=250  # come from each job's best
+    report pg_long
+  elif [ "$PART" = pagating_twice ]; then  # a study run again with compile_cache=shared: its compiles loaded
+    run pg_shared_1 300 "${PG[@]}" "${SHORT[@]}" compile_cache=shared
+    run pg_shared_2 240 "${PG[@]}" "${SHORT[@]}" compile_cache=shared
     report pg_shared_1 pg_shared_2
   else
-    run pg_study 420 "${PG[@]}"
+    run pg_study 420 "${PG[@]}" "${SHORT[@]}"
     report pg_study
   fi
   ;;
@@ -93,7 +106,7 @@ bytecode)  # every folder on sys.path that holds packages (site-packages, a --ta
   python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
   ;;
 *)
-  echo "unknown part $PART: textbridge | stopping | pagating | pagating_twice | bytecode" >&2
+  echo "unknown part $PART: textbridge | stopping | verdict_auto | pagating | pagating_twice | pagating_long | bytecode" >&2
   exit 2
   ;;
 esac

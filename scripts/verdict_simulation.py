@@ -9,8 +9,8 @@ configuration stopped behind loses (sweeplab.study.rounds.ROUNDS_BEHIND_FOR_GOOD
 Noise model (as tests/test_verdict.py): each job's samples/s is lognormal around its configuration's (σ), times a
 drift shared by the round's jobs (20 %), and with `--outliers` one job in ten is slowed 1.5-3x; a replicate's seed
 moves the samples a configuration needs by 10 %, alike in every configuration of the round (common random numbers).
-The metric rises as plateau·(1 − exp(−samples/scale)), validated every 2,000 samples to 100,000; each job's
-plateau varies by `plateau_sd` around its configuration's. With an explicit target at the mean plateau, about half
+The metric rises as plateau·(1 − exp(−samples/scale)) with noise 0.002 on each validation, every 2,000 samples to
+100,000; each job's plateau varies by `plateau_sd` around its configuration's. With an explicit target at the mean plateau, about half
 the jobs reach it.
 
 aa: K identical configurations; a study errs when any verdict it prints (every look, for replicates=auto) makes an
@@ -56,7 +56,7 @@ class Noise:
     drift: float = 0.20
     seed_effect: float = 0.10
     plateau_sd: float = 0.0  # per job, around its configuration's plateau (an explicit target: half reach it)
-    final_noise: float = 0.002  # the kept metric's noise around the curve's best
+    validation_noise: float = 0.002  # each validation's noise around the curve
 
 
 class MemoryBoard:
@@ -104,7 +104,7 @@ def run_round(study: Study, rng: np.random.Generator, r: int, names: list[str]) 
         speed = SPEED * config.speed * math.exp(drift + job_noise)
         scale = SCALE * config.scale * math.exp(seed_effect + rng.normal(0.0, 0.02))
         plateau = config.plateau + rng.normal(0.0, noise.plateau_sd)
-        values = plateau * (1.0 - np.exp(-SAMPLES / scale))
+        values = plateau * (1.0 - np.exp(-SAMPLES / scale)) + rng.normal(0.0, noise.validation_noise, SAMPLES.size)
         points = list(zip(SAMPLES.tolist(), values.tolist()))
         censored, at_target = None, False
         if study.stop is not None and study.stop.enabled:
@@ -119,7 +119,7 @@ def run_round(study: Study, rng: np.random.Generator, r: int, names: list[str]) 
                     break
         if censored is not None:
             study.behind_rounds.setdefault(config.name, set()).add(r)
-        best = max(v for _, v in points) + rng.normal(0.0, noise.final_noise)
+        best = max(v for _, v in points)
         study.jobs.append(verdict.Job(config.name, r, r, speed, points[-1][1], points, censored_samples=censored,
                                       best_metric=best, stopped_at_target=at_target))
         del index

@@ -60,7 +60,7 @@ def replicates_setting(config: Mapping[str, Any]) -> int:
 def auto_setting(config: Mapping[str, Any]) -> AutoReplicates:
     """`replicates_auto` checked: 2 <= first <= most <= MAX_REPLICATES (an interval needs two replicates)."""
     section = config.get("replicates_auto") or {}
-    first, most, budget = section.get("first", 3), section.get("most", 10), section.get("budget_s")
+    first, most, budget = section.get("first", 3), section.get("most", 12), section.get("budget_s")
     if type(first) is not int or type(most) is not int or not 2 <= first <= most <= MAX_REPLICATES:
         raise ConfigError("replicates_auto", f"expected integers 2 <= first <= most <= {MAX_REPLICATES}, got "
                                              f"first={first!r} most={most!r}")

@@ -46,7 +46,7 @@ def student_t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1 << 16)
 def student_t_quantile(p: float, df: float) -> float:
     """The t with P(T ≤ t) = p, by bisection on the CDF (to ~1e-12; cached: a sweep asks for few distinct ones)."""
     if not 0.0 < p < 1.0:
