@@ -17,10 +17,12 @@ mkdir -p "$CLUSTER_DIR" && touch "$PIDS"
 
 PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server postgresql"
 missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
+installed=""
 if [ -n "$missing" ]; then
   echo "cluster: installing $(echo $missing)"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null
+  installed=1
 fi
 
 started() { echo "$1 $2" >> "$PIDS"; }
@@ -33,6 +35,8 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/l
 
 # munge (the Debian package made /etc/munge/munge.key)
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge/munge.key
+# (a daemon the package installation above started, as munge's does, is one this script started)
+if [ -n "$installed" ] && pgrep -x munged >/dev/null; then started munged "$(pgrep -x munged)"; fi
 if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -x munged)"; fi
 # MariaDB for slurmdbd, on 127.0.0.1 only
 if ! pgrep -x mariadbd >/dev/null; then

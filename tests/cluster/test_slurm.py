@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import (
+import pytest
+from cluster_helpers import (
     logged_steps,
     pasted,
     restarts,
@@ -23,6 +24,8 @@ from conftest import (
     wait_for,
 )
 from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.cluster  # out of the default suite: `make test-cluster`
 
 NOTICE_LIMIT_S = 60  # a job the scheduler ended is noticed within this long
 
@@ -45,7 +48,7 @@ def test_a_cancelled_job_is_recorded_the_others_go_on_and_the_continue_command_f
     study = [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16", "replicates=2"),
              f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     sweep = start_sweep(tmp_path, study, uri, _pause(tmp_path, 15))
-    wait_for(lambda: (tmp_path / "paused").exists(), 300, "a job to reach its pause")
+    wait_for(lambda: (tmp_path / "paused").exists(), 300, "a job to reach its pause", sweep)
     (victim, *_) = wait_for(lambda: squeue(name), 30, "a running job")
     subprocess.run(["scancel", victim], check=True)
     cancelled_at = time.monotonic()
@@ -84,7 +87,7 @@ def test_a_requeued_job_continues_its_own_run_from_its_checkpoint(cluster, exper
     paused = tmp_path / "paused"
     sweep = start_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16")], uri,
                         _pause(tmp_path, 60))
-    wait_for(paused.exists, 300, "a job to reach its pause")
+    wait_for(paused.exists, 300, "a job to reach its pause", sweep)
     (job_id, *_) = wait_for(lambda: squeue(name), 30, "a running job")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     paused.unlink()  # the job stops at its next step (SIGTERM), KILLED, and SLURM starts it again
@@ -111,7 +114,7 @@ def test_a_job_at_its_time_limit_is_requeued_by_submitit_and_continues_its_own_r
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=1"]
     sweep = start_sweep(tmp_path, [*slurm(cluster, name, *limits), *tiny(demo_dir, experiment)], uri,
                         _pause(tmp_path, 150))
-    wait_for(paused.exists, 300, "the job to reach its pause")
+    wait_for(paused.exists, 300, "the job to reach its pause", sweep)
     (job_id,) = wait_for(lambda: squeue(name), 30, "the running job")
     while sweep.process.poll() is None:  # paused until the time limit's signal; once started again, no pause
         if restarts(job_id) >= 1 and paused.exists():

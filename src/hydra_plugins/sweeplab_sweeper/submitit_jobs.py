@@ -104,7 +104,10 @@ def resumed_overrides(overrides: Sequence[str], output_dir: Path) -> list[str]:
     if "resume=true" in overrides or not (output_dir / "checkpoints" / "last.ckpt").is_file():
         return list(overrides)
     log.info("resume: this job was started again by the scheduler; continuing its run from %s", output_dir)
-    return [*(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume"), f"resume='{output_dir}'"]
+    from sweeplab.tracking.naming import hydra_quote
+
+    return [*(o for o in overrides if o.partition("=")[0].lstrip("+~") != "resume"),
+            f"resume={hydra_quote(str(output_dir))}"]
 
 
 def drives(launcher: Any) -> bool:

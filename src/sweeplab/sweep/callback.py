@@ -100,6 +100,12 @@ class MLflowSweepCallback(Callback):
         self.continue_command = ""  # how to continue this sweep after an interruption (printed when one stops it)
         self._held = contextlib.ExitStack()  # the sweep folder's lock (files.hold_run_lock), for the sweep's life
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A submitit job (hydra/launcher=slurm) receives the callback pickled with Hydra's context: without the sweep
+        folder's lock, which stays with the process holding it (an open lock is not picklable: every submission
+        failed with "cannot pickle 'generator' object")."""
+        return {**self.__dict__, "_held": contextlib.ExitStack()}
+
     @staticmethod
     def _settings(config: DictConfig) -> tuple[str, str, bool]:
         logger = config.get("logger") or {}

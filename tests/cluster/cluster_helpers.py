@@ -1,0 +1,121 @@
+"""What the cluster tests share (conftest.py holds the fixtures): the launcher settings for this node, a tiny job,
+a sweep running in the background, SLURM's view of a job, the MLflow store's record of a sweep."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+
+def slurm(cluster: dict[str, str], name: str, *overrides: str) -> list[str]:
+    """hydra/launcher=slurm sized for this node (2 CPUs, no GPU): one CPU per job, so two run at once."""
+    return ["hydra/launcher=slurm", f"hydra.launcher.partition={cluster['partition']}",
+            "hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=1", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10", f"hydra.launcher.name={name}", *overrides]
+
+
+def tiny(demo_dir: Path, experiment: str, *overrides: str) -> list[str]:
+    """A smoke job (20 steps, validation at 10), a last checkpoint every 5 steps, no system metrics."""
+    return ["backend=cpu", "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "checkpoint.every_n_steps=5",
+            "logger.system_metrics_after_s=null", f"logger.experiment_name={experiment}", *overrides]
+
+
+@dataclass
+class Sweep:
+    """A `python -m sweeplab.train -m ...` running in the background; its output lines with the time each came."""
+
+    process: subprocess.Popen
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait(self, timeout: float) -> int:
+        status = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return status
+
+    @property
+    def output(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, text: str) -> float | None:
+        """When the first line holding `text` came (time.monotonic)."""
+        return next((at for at, line in self.lines if text in line), None)
+
+
+def start_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None) -> Sweep:
+    process = subprocess.Popen([sys.executable, "-m", "sweeplab.train", "-m", *args], cwd=cwd, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
+    sweep = Sweep(process)
+    sweep.reader = threading.Thread(target=sweep._read, daemon=True)
+    sweep.reader.start()
+    return sweep
+
+
+def run_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None, timeout: float = 600) -> Sweep:
+    sweep = start_sweep(cwd, args, uri, env)
+    sweep.wait(timeout)
+    return sweep
+
+
+def pasted(command_line: str) -> list[str]:
+    """The arguments of a printed `python -m sweeplab.train -m ...` command, as bash would split it."""
+    words = shlex.split(command_line)
+    assert words[:4] == ["python", "-m", "sweeplab.train", "-m"], command_line
+    return words[4:]
+
+
+def wait_for(condition, timeout: float, what: str, sweep: Sweep | None = None, period: float = 0.5):
+    """condition()'s first true value; fails at the timeout, or at once with its output when `sweep` ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := condition()):
+            return found
+        if sweep is not None and sweep.process.poll() is not None:
+            sweep.reader.join(timeout=10)
+            raise AssertionError(f"the sweep ended ({sweep.process.returncode}) before {what}:\n{sweep.output[-4000:]}")
+        time.sleep(period)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def squeue(name: str, states: str = "R") -> list[str]:
+    """Ids of the jobs named `name` in these states (`<array id>_<index>`)."""
+    out = subprocess.run(["squeue", "-h", "-n", name, "-t", states, "-o", "%i"], capture_output=True, text=True,
+                         check=True).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def restarts(job_id: str) -> int:
+    """How many times SLURM started the job again; a requeued job it holds back is released at once (SLURM makes
+    a requeued batch job eligible 2 minutes later: the tests do not wait for that)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    fields = dict(word.partition("=")[::2] for word in out.split() if "=" in word)
+    if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    return int(fields.get("Restarts", "0") or 0)
+
+
+def sweep_runs(uri: str, experiment: str):
+    """(the parent runs, the job runs) of an experiment."""
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], max_results=1000) if found else []
+    parents = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
+    jobs = [r for r in runs if r.data.tags.get("sweeplab.role") not in ("sweep", "configuration")
+            and r.data.tags.get("mlflow.parentRunId")]
+    return parents, jobs
+
+
+def logged_steps(uri: str, run_id: str, metric: str = "train/loss") -> list[int]:
+    return [m.step for m in MlflowClient(uri).get_metric_history(run_id, metric)]
