@@ -88,7 +88,7 @@ def test_bad_data_files(case, tmp_path, mlflow_uri, monkeypatch, capsys):
     [
         (["data.batch_size=0"], "data.batch_size must be > 0"),
         (["data.batch_size=eight"], "data.batch_size: expected int, got 'eight'"),
-        (["trainer.max_steps=-5"], "max_steps must be > 0"),
+        (["trainer.max_steps=-5"], "trainer.max_steps: must be >= 1, got -5"),
         (["optim.lr=0"], "lr must be > 0"),
         (["loss.alpha=-0.5"], "alpha and beta must be >= 0"),
         (["loss.alpha=0", "loss.beta=0"], "alpha and beta are both 0"),

@@ -82,7 +82,7 @@ def test_a_typo_or_wrong_type_inside_a_yaml_file_is_named(group, key, value, mat
     [
         ("data.batch_size=0", "data.batch_size must be > 0"),
         ("data.batch_size=-4", "data.batch_size must be > 0"),
-        ("trainer.max_steps=0", "max_steps must be > 0"),
+        ("trainer.max_steps=0", "trainer.max_steps: must be >= 1, got 0"),
         ("optim.lr=0", "optim: lr must be > 0"),
         ("optim.lr=-1e-3", "optim: lr must be > 0"),
         ("loss.alpha=-1", "loss: alpha and beta must be >= 0"),

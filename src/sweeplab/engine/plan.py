@@ -34,21 +34,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 200
-    val_check_interval: int = 50  # optimizer steps between validations
+    max_steps: Annotated[int, Ge(1)] = 200
+    val_check_interval: Annotated[int, Ge(1)] = 50  # optimizer steps between validations
     limit_val_batches: Annotated[int, Ge(0)] | Annotated[float, Interval(ge=0, le=1)] = 1.0  # batches | share
-    log_every_n_steps: int = 10
+    log_every_n_steps: Annotated[int, Ge(1)] = 10
     precision: str = "32-true"
-    accumulate_grad_batches: int = 1
-    devices: int = 1
+    accumulate_grad_batches: Annotated[int, Ge(1)] = 1
+    devices: Annotated[int, Ge(1)] = 1
     num_sanity_val_steps: Annotated[int, Ge(-1)] = 0  # -1: the whole validation set
     enable_progress_bar: bool | Literal["auto"] = "auto"  # auto: a job run alone at a terminal (console.progress_bar_shown)
     deterministic: bool = False
-
-    def __post_init__(self) -> None:
-        for key in ("max_steps", "val_check_interval", "log_every_n_steps", "accumulate_grad_batches", "devices"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
 
 @dataclass
