@@ -2,22 +2,29 @@
 
     .venv/bin/python scripts/ui_check.py [--tracking-uri URI] [--chromium PATH] [--chromedriver PATH]
 
-Without --tracking-uri it runs a smoke sweep of the default study (4 configurations x 2 replicates, debug=smoke)
-into a temporary store; with it, it checks that store's latest sweep. It serves the store as `make ui` does
+Without --tracking-uri it runs a smoke sweep of the default study at batch sizes 4 and 16 (4 configurations x 2
+replicates, debug=smoke) into a temporary store, on a host kept loaded meanwhile (one idle-priority busy process per
+CPU): a study with every caveat sweeplab.study.caveats knows but stopped jobs; with it, it checks that store's latest
+sweep. It serves the store as `make ui` does
 (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) on a free local port, takes the address exactly as
 `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at each size in a fresh profile (MLflow's
-Assistant panel and shared-view banner in their first-visit state: open):
+shared-view banner in its first-visit state: open; its Assistant panel closed, as sweeplab's server makes a first
+visit: sweeplab.tracking.ui_server):
 
-- the table: every configuration's label, its speedup to target `median (low–high)` and its verdict, and the target,
-  wholly on screen without scrolling (inside the viewport, uncovered, not cut), the rows in the view's order (verdict
-  group, then label: a tie is not shown as a ranking);
+- the table: every configuration's label, its speedup to target `median (low–high)` (the baseline's naming it the
+  baseline), its verdict, the target and the study's caveats (a 2-replicate smoke study: `not an answer: 2
+  replicates, smoke`; a loaded host: `loaded host (n/N)`), wholly on screen without scrolling (inside the viewport,
+  uncovered, not cut), the rows in the view's order (verdict group, then label in natural order: `bs=4` above
+  `bs=16`; a tie is not shown as a ranking); no interval bound beyond 1e6 printed in the table, in the configuration
+  runs' metrics, in the sweep's verdict lines or in report.html;
 - the training mode: a click on a configuration run in MLflow's table, and from there on its parent run (the sweep),
   MLflow's own links, which drop `workflowType`, and the same two runs at the addresses sweeplab prints
   (`?workflowType=machine_learning`), show no GenAI navigation (Judges, Sessions, Evaluation runs, ...): the
   server's index page stores the training mode as the browser's choice when it holds none
   (sweeplab.tracking.ui_server);
-- the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curve with its target
-  line, a legend naming every configuration's curve and target, the section's pointer to report.html wholly shown.
+- the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curves with one target
+  line (the baseline's run draws it), a legend naming every configuration's curve and the target, the section's
+  pointer to report.html wholly shown.
 
 Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
 its verdict (`#verdict`) and its table (`#configurations`) without scrolling, and a browser that chose GenAI (stored
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,7 +59,10 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 # MLflow 3.17's navigation in its GenAI mode (none of these is in its training mode's)
 GENAI_NAV = ("Judges", "Sessions", "Evaluation runs", "Observability", "Prompts & versions")
 # a figure's cell: what a configuration's row must show wholly (tags of its configuration run)
-ROW_TAGS = ("speedup to target", "verdict", "target")
+ROW_TAGS = ("speedup to target", "verdict", "target", "caveat")
+MAX_BOUND = 1e6  # an interval bound past this is no measurement: `not measured (n = 2)` instead
+# `(low–high)` in any text: its two bounds (a ratio's `×`, thousands separators allowed)
+INTERVAL = re.compile(r"\(([-+]?[\d.,]+(?:e[-+]?\d+)?)×?\s*[–-]\s*([-+]?[\d.,]+(?:e[-+]?\d+)?)×?", re.IGNORECASE)
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 APT_LINE = "apt-get install chromium chromium-driver"
 # a cell counts as seen when the point at its centre belongs to it: inside the viewport, not scrolled away, not
@@ -95,6 +106,19 @@ for (const el of document.querySelectorAll('a, span, div, button, li, p')) {
   if (names.includes(t) && r.width > 0 && r.height > 0) found.add(t);
 }
 return [...found];
+"""
+
+
+# the lines drawn dashed (the target; the curves are solid) that hold points, told apart by their path (MLflow draws
+# each series twice: its line and, under it, the unsmoothed one)
+DASHED_LINES_JS = """
+const paths = new Set();
+for (const path of document.querySelectorAll('.js-plotly-plot .scatterlayer .trace path.js-line')) {
+  const dash = path.style.strokeDasharray || getComputedStyle(path).strokeDasharray;
+  const d = path.getAttribute('d') || '';
+  if (d.length > 1 && dash && dash !== 'none' && dash !== '0px') paths.add(d);
+}
+return paths.size;
 """
 
 
@@ -171,14 +195,25 @@ def wait_for(driver, condition, timeout_s: float, what: str):
         raise CheckFailed(f"{what}: not there after {timeout_s:.0f} s ({driver.current_url})") from None
 
 
+LOADER = "import os; os.nice(19)\nwhile True: pass"  # runnable, so counted in the load, yet yields to all work
+
+
 def smoke_sweep(workdir: Path) -> str:
-    """The default study as a smoke sweep (4 configurations x 2 replicates) into a store under workdir; its URI."""
+    """The default study as a smoke sweep at batch sizes 4 and 16 (4 configurations x 2 replicates) into a store
+    under workdir, on a host loaded by idle-priority busy processes (one per CPU); its URI."""
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     command = [sys.executable, "-m", "sweeplab.train", "-m", "sweep=default", "backend=cpu", "debug=smoke",
-               "replicates=2", f"hydra.sweep.dir={workdir / 'sweep'}"]
-    print(f"smoke sweep: {' '.join(command[1:])}", flush=True)
+               "replicates=2", "data.batch_size=4,16", f"hydra.sweep.dir={workdir / 'sweep'}"]
+    print(f"smoke sweep on a loaded host: {' '.join(command[1:])}", flush=True)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    loaders = [subprocess.Popen([sys.executable, "-c", LOADER]) for _ in range(os.cpu_count() or 1)]
+    try:
+        result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        for loader in loaders:
+            loader.kill()
+            loader.wait()
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise CheckFailed(f"the smoke sweep failed (exit {result.returncode}): {last}")
@@ -191,8 +226,65 @@ def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
     from sweeplab.report import config_runs, saved_view
 
     runs = sorted(config_runs.configuration_runs(uri, parent_id), key=lambda r: r.tags.get(saved_view.ORDER_TAG, ""))
-    return [{"label": run.name, "run_id": run.run_id, **{tag: run.tags.get(tag, "") for tag in ROW_TAGS}}
-            for run in runs]
+    return [{"label": run.name, "run_id": run.run_id, "baseline": run.tags.get("baseline", ""),
+             **{tag: run.tags.get(tag, "") for tag in ROW_TAGS}} for run in runs]
+
+
+def check_rows(rows: list[dict[str, str]]) -> None:
+    """What the rows must say before any browser: the baseline named on its row, the caveats of a too-small study
+    and of a loaded host, labels in natural order within a verdict group."""
+    from sweeplab.report.config_runs import natural_key
+
+    (baseline,) = [r for r in rows if r["baseline"] == "true"]
+    if "baseline" not in baseline["speedup to target"]:
+        raise CheckFailed(f"the baseline's row ({baseline['label']}) does not say it is the baseline: "
+                          f"{baseline['speedup to target']!r}")
+    for row in rows:
+        if not (row["caveat"].startswith("not an answer: 2 replicates") and "smoke" in row["caveat"]):
+            raise CheckFailed(f"{row['label']}: the caveat of a 2-replicate smoke study is missing: {row['caveat']!r}")
+        if not re.search(r"(loaded|unsteady) host \(\d+/\d+\)", row["caveat"]):
+            raise CheckFailed(f"{row['label']}: the caveat of a loaded host is missing: {row['caveat']!r}")
+    for group in {r["verdict"] for r in rows}:
+        labels = [r["label"] for r in rows if r["verdict"] == group]
+        if labels != sorted(labels, key=natural_key):
+            raise CheckFailed(f"the rows of verdict {group!r} are not in natural order: {labels}")
+    print(f"ok: the rows name the baseline ({baseline['label']}: {baseline['speedup to target']}), carry the caveat "
+          f"{rows[0]['caveat']!r}, and read in natural order", flush=True)
+
+
+def huge_bounds(text: str) -> list[str]:
+    """The intervals in `text` with a bound beyond MAX_BOUND."""
+    found = []
+    for match in INTERVAL.finditer(text):
+        try:
+            bounds = [abs(float(b.replace(",", ""))) for b in match.groups()]
+        except ValueError:
+            continue
+        if max(bounds) > MAX_BOUND:
+            found.append(match.group(0))
+    return found
+
+
+def check_no_huge_bound(text: str, where: str) -> None:
+    if found := huge_bounds(text):
+        raise CheckFailed(f"{where}: interval bounds beyond {MAX_BOUND:g} printed: {found[:3]}")
+
+
+def check_recorded_bounds(uri: str, parent_id: str, rows: list[dict[str, str]]) -> None:
+    """No bound beyond MAX_BOUND in what the UI prints from the store: the configuration runs' `_low`/`_high`
+    metrics, their tags, and the sweep run's verdict (its description)."""
+    from sweeplab.report.config_runs import NOTE_TAG
+    from sweeplab.tracking import mlflow_store
+
+    for row in rows:
+        run = mlflow_store.read_run(uri, row["run_id"])
+        big = {k: v for k, v in run.metrics.items() if k.endswith(("_low", "_high")) and abs(v) > MAX_BOUND}
+        if big:
+            raise CheckFailed(f"configuration run {row['label']}: bounds beyond {MAX_BOUND:g} logged: {big}")
+        check_no_huge_bound(" ".join(run.tags.values()), f"configuration run {row['label']}'s tags")
+    parent = mlflow_store.read_run(uri, parent_id)
+    check_no_huge_bound(parent.tags.get(NOTE_TAG, ""), "the sweep run's verdict (its description)")
+    print(f"ok: no interval bound beyond {MAX_BOUND:g} in the configuration runs or the sweep's verdict", flush=True)
 
 
 def whole(driver, element) -> str:
@@ -236,6 +328,7 @@ def check_runs_table(driver, url: str, rows: list[dict[str, str]], size: str) ->
                 raise CheckFailed(f"{size}: configuration {label!r}: its {tag} {expected!r} is not wholly on "
                                   f"screen: {why}")
         print(f"ok: {size}: {label}: " + ", ".join(f"{t} {row[t]}" for t in ROW_TAGS), flush=True)
+    check_no_huge_bound(driver.find_element("css selector", ".ag-root").text, f"{size}: the runs table")
     shown = [label for _, label in sorted(order)]
     if shown != [r["label"] for r in rows]:
         raise CheckFailed(f"{size}: the rows read {shown}, not the view's order (verdict group, then label): "
@@ -320,13 +413,17 @@ def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, s
 
     driver.get(url)
     curve, target = f"{saved_view.CURVE_PREFIX}{monitored}", saved_view.CURVE_TARGET
-    wanted = [f"{r['label']} ({key})" for r in rows for key in (curve, target)]
+    wanted = [f"{r['label']} ({curve})" for r in rows] + [f"{r['label']} ({target})" for r in rows
+                                                             if r["baseline"] == "true"]
     wait_for(driver, lambda d: driver.execute_script(LABELS_SHOWN_JS, wanted) and
              d.find_elements("css selector", ".js-plotly-plot .scatterlayer .trace"), 90, f"{size}: the curve")
     time.sleep(2.0)  # MLflow adds generated charts once the runs' metrics are in
     bars = driver.execute_script("return document.querySelectorAll('.trace.bars g.point, .barlayer .point').length;")
     if bars:
         raise CheckFailed(f"{size}: the chart view shows {bars} bars, without their intervals ({url})")
+    dashed = driver.execute_script(DASHED_LINES_JS)
+    if dashed != 1:
+        raise CheckFailed(f"{size}: the chart view draws {dashed} dashed target lines, not one ({url})")
     shown = set(driver.execute_script(LABELS_SHOWN_JS, wanted))
     if missing := [w for w in wanted if w not in shown]:
         raise CheckFailed(f"{size}: the curve's legend lacks {missing} ({url})")
@@ -339,7 +436,7 @@ def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, s
         raise CheckFailed(f"{size}: the chart view has no section {saved_view.SECTION_NAME!r} ({url})")
     if why := whole(driver, sections[0]):
         raise CheckFailed(f"{size}: the chart section's title {saved_view.SECTION_NAME!r} is not wholly shown: {why}")
-    print(f"ok: {size}: the chart view: the curve and its target line, {len(wanted)} legend entries, no bar, "
+    print(f"ok: {size}: the chart view: the curves and one target line, {len(wanted)} legend entries, no bar, "
           f"section {saved_view.SECTION_NAME!r}", flush=True)
 
 
@@ -389,6 +486,10 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     charts = ui_links.sweep_url(uri, base, parent_id, mode="CHART")
     print(f"make ui's address: {url}", flush=True)
     rows = configuration_rows(uri, parent_id)
+    if not rows:
+        raise CheckFailed("the sweep has no configuration runs: nothing to compare")
+    check_rows(rows)
+    check_recorded_bounds(uri, parent_id, rows)
     monitored = mlflow_store.read_run(uri, rows[0]["run_id"]).tags.get("objective", "") if rows else ""
     server = start_ui(uri, port)
     try:
@@ -415,6 +516,7 @@ def check_reports(driver, base: str, parent) -> None:
     report = Path(parent.tags.get("sweep_dir", "")) / "report.html"
     if not report.is_file():
         raise CheckFailed(f"{report} not found: the sweep's report does not write report.html")
+    check_no_huge_bound(report.read_text(), f"report.html ({report})")
     driver.get(report.as_uri())
     check_report(driver, f"report.html from disk ({report})")
     driver.get(f"{base}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}/artifacts/report/report.html"

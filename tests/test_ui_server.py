@@ -145,8 +145,17 @@ def test_the_script_stores_the_training_mode_only_where_no_choice_is_stored():
 
 def test_the_script_writes_only_where_nothing_is_stored():
     assert ui_server.SCRIPT == (b'<script>try{if(!localStorage.getItem("mlflow.workflowType_v1"))'
-                                b'localStorage.setItem("mlflow.workflowType_v1",JSON.stringify("machine_learning"))'
-                                b"}catch(e){}</script>")
+                                b'localStorage.setItem("mlflow.workflowType_v1",JSON.stringify("machine_learning"));'
+                                b'if(!localStorage.getItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"))'
+                                b'localStorage.setItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1",'
+                                b'JSON.stringify(true));}catch(e){}</script>')
+
+
+def test_mlflows_ui_opens_its_assistant_once_under_the_key_the_script_notes():
+    (bundle,) = (BUILD / "static" / "js").glob("main.*.js")
+    text = bundle.read_text()
+    assert '{key:"mlflow.assistant.fab.autoOpenedOnFirstLoad",version:1,initialValue:!1}' in text
+    assert '{key:"mlflow.assistant.panelOpen",version:1,initialValue:!1}' in text
 
 
 def test_mlflows_ui_reads_its_mode_where_the_script_writes_it():

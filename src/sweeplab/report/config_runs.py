@@ -19,14 +19,16 @@ configuration, never two. A sweep with one replicate per configuration gets none
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import schema, stability
 from sweeplab.report import saved_view
+from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
-from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, Verdict, estimate_text
+from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, Verdict, estimate_text, not_measured
 from sweeplab.tracking import mlflow_store, naming
 from sweeplab.tracking.mlflow_store import RunRecord
 
@@ -70,25 +72,39 @@ def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[
     metrics = {"jobs": float(config.jobs), "reached_target": float(config.reached_target), "target": summary.target}
     for name, estimate in figures.items():
         if estimate is not None:
-            metrics.update({name: estimate.point, f"{name}_low": estimate.interval.low,
-                            f"{name}_high": estimate.interval.high})
+            metrics.update(_bounds(name, estimate))
     return {name: float(value) for name, value in metrics.items() if math.isfinite(value)}
+
+
+def _bounds(name: str, estimate: Estimate) -> dict[str, float]:
+    """A figure's point and bounds as metrics; bounds nobody can use (verdict.not_measured: the cells read `not
+    measured`) stay out, as an infinite one does."""
+    if not_measured(estimate):
+        return {name: estimate.point}
+    return {name: estimate.point, f"{name}_low": estimate.interval.low, f"{name}_high": estimate.interval.high}
 
 
 def figure_tag_names(metric_name: str) -> tuple[str, ...]:
     return ("samples/s", f"final {metric_name}", "time to target (s)", "speedup to target")
 
 
+BASELINE_SPEEDUP = "1 (the baseline)"  # the baseline's speedup cells: the word on its row, not `1.00 (1.00–1.00)`
+
+
 def figure_tags(config: ConfigSummary, summary: SweepSummary) -> dict[str, str]:
-    """The figures the comparison shows as text, `median (low–high)` as in the report, one tag each (a readable
-    runs-table column; the metrics of the same figures sort and chart)."""
+    """The figures the comparison shows as text, `median (low–high)` as in the report (verdict.estimate_text: an
+    interval too wide to mean anything reads `not measured`), one tag each (a readable runs-table column; the
+    metrics of the same figures sort and chart). The baseline's speedup says that it is the baseline."""
     figures = {
         name: (estimate, number) for name, estimate, number in zip(
             figure_tag_names(summary.metric_name),
             (config.samples_per_sec, config.final_metric, config.time_to_target, config.speedup_to_target),
             ("{:.4g}", "{:.4g}", "{:.4g}", "{:.2f}"))  # the report's formats (verdict.table_cells)
     }
-    return {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
+    tags = {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
+    if config.config == summary.baseline and "speedup to target" in tags:
+        tags["speedup to target"] = BASELINE_SPEEDUP
+    return tags
 
 
 def stability_text(jobs: Iterable[JobRecord]) -> str:
@@ -141,15 +157,20 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
     names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
+    caveat = caveats.short_text(caveats.study_caveats(sweep.jobs, summary))
+    client.set_tag(parent_run_id, caveats.CAVEATS_TAG, caveat)
     runs_by_config: dict[str, list[JobRecord]] = {}
     for job in sweep.jobs:
         runs_by_config.setdefault(job.config or "", []).append(job)
     jobs_by_config: dict[str, list[Job]] = {}
     for at_target in summary.jobs_at_target:
         jobs_by_config.setdefault(at_target.job.config, []).append(at_target.job)
+    places = {name: place for place, name in enumerate(sorted(names.values(), key=natural_key))}
+    curve_end = max((seconds for js in jobs_by_config.values() for _, seconds, _ in median_curve(js)), default=0.0)
     ids = [
         _create_configuration_run(client, parent, config, summary, names[config.config],
-                                  runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []))
+                                  runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []),
+                                  places[names[config.config]], caveat, curve_end)
         for config in summary.configs
     ]
     comparison_view(uri, parent_run_id)
@@ -181,8 +202,15 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     return saved_view.write_comparison_view(client, parent.experiment_id, parent_run_id, name, state)
 
 
+def natural_key(label: str) -> list:
+    """A label's sort key with its numbers as numbers: `bs=4` before `bs=16`, `α=0.7` before `α=1`."""
+    parts = re.split(r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", label)
+    return [(0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts)]
+
+
 def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
-                              job_runs: list[JobRecord], jobs: list[Job]) -> str:
+                              job_runs: list[JobRecord], jobs: list[Job], place: int = 0, caveat: str = "",
+                              curve_end: float = 0.0) -> str:
     from mlflow.entities import Metric
 
     group, standing = verdict_standing(config.config, summary.verdict)
@@ -203,7 +231,9 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
     }
     tags[saved_view.VERDICT_TAG] = standing
     tags[saved_view.TARGET_TAG] = _target_text(summary.metric_name, summary.mode, summary.target)
-    tags[saved_view.ORDER_TAG] = f"{group} {name}"  # the view's sort: verdict group, then label
+    # the view's sort (MLflow sorts text): verdict group, then the label's place in natural order, then the label
+    tags[saved_view.ORDER_TAG] = f"{group} {place:04d} {name}"
+    tags[caveats.CAVEAT_TAG] = caveat or "none"
     tags.update(figure_tags(config, summary))
     if text := stability_text(job_runs):
         tags[STABILITY_TAG] = text
@@ -216,9 +246,15 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
     mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
     metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
     curve_value = saved_view.CURVE_PREFIX + summary.metric_name
-    for step, seconds, value in median_curve(jobs):
-        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step),
-                    Metric(saved_view.CURVE_TARGET, summary.target, now, step)]
+    curve = median_curve(jobs)
+    for step, seconds, value in curve:
+        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
+    if config.config == summary.baseline and curve:  # one target line in the chart: the baseline's run draws it,
+        end = max(curve_end, curve[-1][1])  # as far as the longest curve goes (a point past its own curve's end)
+        metrics += [Metric(saved_view.CURVE_TARGET, summary.target, now, step) for step, _, _ in curve]
+        if end > curve[-1][1]:
+            metrics += [Metric(saved_view.CURVE_TIME, end, now, len(curve)),
+                        Metric(saved_view.CURVE_TARGET, summary.target, now, len(curve))]
     for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
         client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
     client.set_terminated(run.info.run_id, "FINISHED", end_time=end_ms)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+CAVEAT_PREFIX = "caveat: "  # sweeplab.study.caveats.PREFIX: the lines the answer must be read with
 # picture file -> (its img id, its caption), in the page's order
 FIGURES = {
     "speed_quality.png": ("speed-quality", "Speed and quality per configuration"),
@@ -47,6 +48,7 @@ h1{font-size:16px;margin:0 0 6px}h2{font-size:14px;margin:12px 0 4px}
 #verdict{background:#f3f6fa;border-left:4px solid #2f6fb0;padding:6px 10px;margin-bottom:8px}
 #verdict p{margin:1px 0}#verdict p.head{font-weight:600}#verdict p.sub{padding-left:1.5em}
 #verdict p.note{color:#555;font-size:12px}
+#verdict p.caveat{background:#fff4d6;border-left:4px solid #c98a00;margin:0 0 3px -14px;padding:2px 10px}
 p.above,p.below{margin:2px 0;color:#444;font-size:12px}
 table{border-collapse:collapse;margin:4px 0}
 th,td{border:1px solid #d5d9de;padding:2px 6px;text-align:left;vertical-align:top}
@@ -105,11 +107,13 @@ def _text(value: object) -> str:
 
 
 def verdict_section(lines: Sequence[str]) -> str:
-    """The verdict's lines: the first as the headline, indented ones (one per configuration) indented, notes in
-    grey."""
+    """The verdict's lines: its caveats first (`caveat: ...`, sweeplab.study.caveats) in amber, then the first other
+    line as the headline, indented ones (one per configuration) indented, notes in grey."""
     paragraphs = []
+    head = next((i for i, line in enumerate(lines) if not line.startswith(CAVEAT_PREFIX)), 0)
     for index, line in enumerate(lines):
-        kind = "head" if index == 0 else "sub" if line.startswith(" ") else "note" if line.startswith("note:") else ""
+        kind = ("caveat" if line.startswith(CAVEAT_PREFIX) else "head" if index == head else
+                "sub" if line.startswith(" ") else "note" if line.startswith("note:") else "")
         paragraphs.append(f'<p class="{kind}">{_text(line.strip())}</p>' if kind else f"<p>{_text(line)}</p>")
     return '<section id="verdict">\n' + "\n".join(paragraphs) + "\n</section>"
 

@@ -13,9 +13,10 @@ checked by tests/test_ui_view.py and by `make ui-check` against that version's U
 `view_supported()` is False and `make ui` prints a filter-and-sort address instead (sweeplab.ui).
 
 The view of a replicated sweep (named by its target): its configuration runs (sweeplab.report.config_runs),
-sorted by verdict group, then by label (a tie is never shown as a ranking); columns, so that they fit a laptop's
-first screen beside MLflow's Assistant panel: the configuration's short label (the run's name), speedup to target
-as `median (low–high)`, the verdict, the target, then time to target, the final metric and samples/s, the
+sorted by verdict group, then by label in natural order (`bs=4` before `bs=16`; a tie is never shown as a ranking);
+columns, so that they fit a laptop's first screen: the configuration's short label (the run's name), speedup to
+target as `median (low–high)` (the baseline's: `1 (the baseline)`), the verdict, the study's caveats
+(sweeplab.study.caveats: too few replicates, a smoke budget, loaded hosts, jobs stopped by rule), the target, then time to target, the final metric and samples/s, the
 stability of the speed and the quality, the swept keys and the figures' metrics with their bounds. Charts: the
 validation metric's median curve against training time with the target as a line, alone (no bar without its
 interval: MLflow 3.17's bar charts draw none), pointing to report.html for the rest.
@@ -40,14 +41,17 @@ SHARE_KEY_PARAM = "viewStateShareKey"
 MODE_PARAM = "compareRunsMode"  # TABLE (the default) or CHART
 DEFLATE_PREFIX = "deflate;"
 # the validation curve of a configuration run: the median over its replicates at shared training times
-CURVE_PREFIX = "curve/"
-CURVE_TIME = f"{CURVE_PREFIX}train_seconds"
-CURVE_TARGET = f"{CURVE_PREFIX}target"  # the target at each point of the curve: the chart's target line
+# MLflow 3.17 titles a chart of several series `<key> vs <key>`, and names the x axis by its key: keys that read as
+# words ("median val/cos vs the target", x "training seconds"); MLflow's names allow letters, digits, / . - _ : space
+CURVE_PREFIX = "median "
+CURVE_TIME = "training seconds"
+CURVE_TARGET = "the target"  # the baseline's run only: one target line, from its first validation to the last time
 # the figures of a configuration run shown as columns and charts, each with `_low` and `_high` bounds
 SPEED, TIME_TO_TARGET, SPEEDUP_TO_TARGET = "samples_per_sec", "time_to_target_s", "speedup_to_target"
 # tags of a configuration run (sweeplab.report.config_runs): its verdict in words, the target it was timed to, the
 # key the view sorts by (verdict group, then label: a tie is never shown as a ranking), its stability and quality
 VERDICT_TAG, TARGET_TAG, ORDER_TAG = "verdict", "target", "sweeplab.verdict_order"
+CAVEAT_TAG = "caveat"  # sweeplab.study.caveats.CAVEAT_TAG: the study's caveats in a few words, the rows' group
 AFTER_FIGURES = ("stability", "quality")
 # the table's own columns: the run's name (the configuration's short label) and its creation time, both pinned
 # left by the UI. Created cannot be hidden by a view (3.17's table hides only its User, Source, Version, Models,
@@ -57,7 +61,7 @@ RUN_NAME_COLUMN, CREATED_COLUMN, DURATION_COLUMN = "attributes.`Run Name`", "run
 CREATED_WIDTH = 32
 # the chart section's layout (3.17 reads `columns` and `cardHeight` of a section): one chart, as wide as the page,
 # tall enough for its legend (a run and the target per configuration)
-CHART_COLUMNS, CHART_HEIGHT = 1, 520
+CHART_COLUMNS, CHART_HEIGHT = 1, 420  # at 1280x800 its legend inside the first screen
 
 
 def view_supported(version: str | None = None) -> bool:
@@ -124,7 +128,7 @@ SECTION_NAME = "Curve & target; rest: report.html"  # short: wholly shown at 128
 def chart_state(final_metric: str, monitored: str, target_text: str = "",
                 metric_keys: Sequence[str] = ()) -> dict[str, Any]:
     """The chart view: the monitored metric's median curve against training time with the target as a dashed line
-    (`curve/target`), alone, wide (the runs list hidden: the legend names the runs), in a section whose name points
+    (`the target`, drawn by the baseline's run: one line), alone, wide (the runs list hidden: the legend names the runs), in a section whose name points
     to the sweep's report.html for the rest. MLflow 3.17 draws bars without error bars, and titles a chart of
     several series by their keys (`a_low vs a vs a_high`, its displayName ignored), so figures with intervals stay
     in report.html and the runs table. MLflow also adds a chart for every metric the runs log that no chart names
@@ -164,15 +168,16 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     the swept keys, then the figures' metrics with their bounds (numbers that sort); MLflow's Created narrowed,
     Duration last, every other column hidden."""
     first, *rest = text_columns
-    tags = [first, VERDICT_TAG, TARGET_TAG, *rest, *AFTER_FIGURES]
+    tags = [first, VERDICT_TAG, TARGET_TAG, CAVEAT_TAG, *rest, *AFTER_FIGURES]
     columns = [column("tags", name) for name in tags]
     columns += [column("params", key) for key in swept_keys]
     columns += [column("metrics", m) for name in compared_metrics(final_metric) for m in with_bounds(name)]
     widths = {column("tags", name): 150 for name in text_columns}
-    # wide enough for an interval in e-notation (`0.63 (0.00–7.13e+119)`, a smoke sweep's) and `undecided: quality
-    # unclear`; with the label and Created they take 602 of the 698 px a 1280 px window leaves beside MLflow's panels
-    widths.update({column("tags", first): 165, column("tags", VERDICT_TAG): 160, column("tags", TARGET_TAG): 125,
-                   column("tags", "stability"): 200, column("tags", "quality"): 90})
+    # wide enough for `1.04 (not measured, n = 2)`, `tied for fastest`, `val/cos ≥ 0.5364` and the caveat (`not an
+    # answer: 2 replicates, smoke; loaded host (8/8)`); with the label and Created they take 1017 of the 1028 px a
+    # 1280 px window leaves beside MLflow's sidebar (its Assistant panel closed: sweeplab.tracking.ui_server)
+    widths.update({column("tags", first): 185, column("tags", VERDICT_TAG): 120, column("tags", TARGET_TAG): 115,
+                   column("tags", CAVEAT_TAG): 360, column("tags", "stability"): 200, column("tags", "quality"): 90})
     widths.update({column("params", key): 80 for key in swept_keys})
     return {
         "searchFilter": search_filter,

@@ -44,6 +44,7 @@ from sweeplab.report import cost as report_cost
 from sweeplab.report import figures as report_figures
 from sweeplab.report import html as report_html
 from sweeplab.report.plots import _figure, curves_plot
+from sweeplab.study import caveats
 from sweeplab.study.record import (
     VerdictOptions,
     VerdictReport,
@@ -380,6 +381,8 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
     base_index = pick_baseline(sweep, baseline)
     options = options or VerdictOptions(baseline_run=baseline)
     found = sweep_verdict(sweep, options) if sweep.uri is not None else None
+    if found is not None:  # what the answer must be read with, above it (sweeplab.study.caveats)
+        found = caveats.with_caveats(found, caveats.study_caveats(sweep.jobs, found.summary))
     configs = configuration_table(found.summary, sweep) if found is not None and found.summary is not None else None
     if configs is not None:
         columns = [c for c in columns if c != "speedup"]

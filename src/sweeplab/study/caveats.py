@@ -1,0 +1,102 @@
+"""What a study's answer must be read with, gathered in one place: the caveats every place that shows the verdict
+shows beside it (report.md, report.html and the console above the verdict's lines; the sweep run's description and
+its `caveats` tag; every configuration run's `caveat` tag, a column of the MLflow view beside its verdict).
+
+- Too small to carry a verdict (fewer than 3 replicates, a debug=smoke budget): the verdict's own `Verdict.caveat`
+  (sweeplab.study.verdict decides it; its words are kept).
+- Loaded or unsteady hosts: jobs that shared their host with other work (load over stability.LOADED_HOST per CPU)
+  or whose host's own speed wavered (stability.unsteady_host), as each job's stability figures say: their speeds,
+  and every speedup read from them, moved with that other work.
+- Jobs stopped by rule (stop.at_target, stop.behind: engine/stopping.py): a stopped job's time to the target is
+  measured or bounded at the stop, and its final metric is its value there, not after its planned steps.
+
+Each caveat has a line (`caveat: ...`, for the pages and the console) and a few words for a table cell (`short`:
+`not an answer: 2 replicates, smoke; loaded host (8/8)`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sweeplab.core import stability
+from sweeplab.study.record import VerdictReport
+from sweeplab.study.sweep import JobRecord
+from sweeplab.study.verdict import SweepSummary
+
+PREFIX = "caveat: "
+CAVEAT_TAG = "caveat"  # a configuration run's: the study's caveats in a few words ("" when none)
+CAVEATS_TAG = "caveats"  # the sweep run's: the same
+HOST_PROBLEMS = ("loaded host", "unsteady host")  # stability.problems' words for a host that moved the speed
+RULES = {"behind": "stop.behind", "target": "stop.at_target"}
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """line: the sentence, `caveat: ...`; short: a few words for a table cell (`2 replicates, smoke budget`)."""
+
+    line: str
+    short: str
+
+
+def study_caveats(jobs: Sequence[JobRecord], summary: SweepSummary | None) -> tuple[Caveat, ...]:
+    """The caveats of a study from its jobs (as read from MLflow) and its summary (None: no verdict to qualify)."""
+    found = []
+    if summary is not None and summary.verdict.caveat:
+        found.append(Caveat(PREFIX + summary.verdict.caveat, "not an answer: " + _too_small(summary.verdict.caveat)))
+    if host := _host_caveat(jobs):
+        found.append(host)
+    if stopped := _stopped_caveat(jobs):
+        found.append(stopped)
+    return tuple(found)
+
+
+def short_text(caveats: Sequence[Caveat]) -> str:
+    """The caveats as one table cell: their short words joined by '; ' ("" when none)."""
+    return "; ".join(c.short for c in caveats)
+
+
+def with_caveats(found: VerdictReport, caveats: Sequence[Caveat]) -> VerdictReport:
+    """The verdict's lines with the caveats first (the verdict's own caveat line said once, as a caveat)."""
+    own = found.summary.verdict.caveat if found.summary is not None else ""
+    lines = [line for line in found.lines if not (own and line == own)]
+    return VerdictReport(found.summary, (*(c.line for c in caveats), *lines))
+
+
+def _too_small(text: str) -> str:
+    """`2 replicates and a debug=smoke budget` from the verdict's caveat, without its parentheses."""
+    why = text.split(": ", 1)[-1].split(";", 1)[0]
+    why = re.sub(r"\s*\([^)]*\)", "", why).replace("a debug=smoke budget", "smoke")
+    return why.replace(" and ", ", ")
+
+
+def _host_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
+    measured = [j for j in jobs if stability.has_stability_data(j.metrics)]
+    troubled = {j.run_id: [p for p in stability.problems(j.metrics, j.tags) if p.startswith(HOST_PROBLEMS)]
+                for j in measured}
+    hit = [j for j in measured if troubled[j.run_id]]
+    if not hit:
+        return None
+    loads = [max(j.metrics.get(k, 0.0) for k in ("summary/load_avg_start", "summary/load_avg_end")) for j in hit]
+    cpus = {j.metrics.get("summary/host_cpus") for j in hit} - {None}
+    kinds = sorted({p.split(" (")[0] for j in hit for p in troubled[j.run_id]})
+    where = (f"load {min(loads):.1f}-{max(loads):.1f} on {'/'.join(f'{c:g}' for c in sorted(cpus))} CPUs"
+             if "loaded host" in kinds and cpus else " and ".join(kinds))
+    who = "every job" if len(hit) == len(measured) else f"{len(hit)} of {len(measured)} jobs"
+    host = " or ".join(k.removesuffix(" host") for k in kinds) + " host"
+    return Caveat(f"{PREFIX}{who} ran on a {host} ({where}): their speeds moved with the host's other "
+                  "work, and so may every speedup here; run the study on a quiet host to trust them",
+                  f"{kinds[0] if len(kinds) == 1 else 'loaded host'} ({len(hit)}/{len(measured)})")
+
+
+def _stopped_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
+    rules = Counter(RULES.get(j.stop_reason, j.stop_reason) for j in jobs if j.stop_reason)
+    if not rules:
+        return None
+    stopped = sum(rules.values())
+    which = ", ".join(f"{rule}: {count}" for rule, count in sorted(rules.items()))
+    return Caveat(f"{PREFIX}{stopped} of {len(jobs)} jobs were stopped by rule ({which}): a stopped job's time to the "
+                  "target is measured or bounded at its stop, and its final metric is its value there",
+                  f"{stopped}/{len(jobs)} stopped by rule")
