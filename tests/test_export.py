@@ -7,6 +7,7 @@ Checkpoints here are real Lightning checkpoints of the real tasks, trained for a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -462,3 +463,21 @@ def test_smoke_trained_checkpoints_export_in_every_variant(demo_dir, mlflow_uri,
             assert report["status"] == "passed" and reference["passed"], report["failure"]
             print(f"\nsmoke {family} {report['variant']}: rel_err {reference['rel_err']:.2e} "
                   f"max_abs {reference['max_abs_err']:.2e} size {report['weights']['package_bytes'] / 1e3:.1f} kB")
+
+
+def test_export_without_a_checkpoint_offers_the_latest_sweeps_best_run(mlflow_uri, tmp_path):
+    """`make export` with no argument names the latest sweep's best run and the command that exports it."""
+    from mlflow.tracking import MlflowClient
+
+    from test_report_figures import recorded_sweep, synthetic_jobs
+
+    parent = recorded_sweep(mlflow_uri, synthetic_jobs(replicates=1))
+    client = MlflowClient(mlflow_uri)
+    best = client.search_runs([client.get_run(parent).info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent}'")[0].info.run_id
+    client.set_tag(parent, "best_run_id", best)
+    result = subprocess.run([sys.executable, "-m", "sweeplab.export"], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID; ")
+    assert f'the latest sweep\'s best run: make export ARGS="run_id={best}"' in result.stderr

@@ -73,6 +73,34 @@ def check_conflicts(given: set[str], options: ExportOptions, container: dict) ->
             raise ConfigError(key, f"applies only with {needs}; remove it or add that")
 
 
+def latest_best_offer(uri: str | None) -> str:
+    """`; the latest sweep's best run: make export ARGS="run_id=..." (its name)`: the sweep's best job (its
+    `best_run_id`), or the best job of the configuration its verdict names fastest; "" when there is none."""
+    from sweeplab.core import schema
+    from sweeplab.tracking import mlflow_store
+
+    try:
+        uri = mlflow_store.resolve_uri(uri)
+        mlflow_store.open_existing_store(uri)
+        parent_id = mlflow_store.latest_sweep(uri)
+        if parent_id is None:
+            return ""
+        tags = mlflow_store.read_run(uri, parent_id).tags
+        best, mode = tags.get("best_run_id"), tags.get(schema.OBJECTIVE_MODE_TAG, "max")
+        if not best and tags.get("best_verdict") == "fastest":
+            jobs = [mlflow_store.record_of(r) for r in mlflow_store.sweep_jobs(uri, parent_id)]
+            scored = [j for j in jobs if j.tags.get(schema.CONFIG_TAG) == tags.get("best_config")
+                      and j.status == "FINISHED" and schema.OBJECTIVE in j.metrics]
+            pick = max if mode == "max" else min
+            best = pick(scored, key=lambda j: j.metrics[schema.OBJECTIVE]).run_id if scored else None
+        if not best:
+            return ""
+        name = mlflow_store.read_run(uri, best).name
+    except Exception:  # an offer: never the reason the error line fails
+        return ""
+    return f'; the latest sweep\'s best run: make export ARGS="run_id={best}" ({name})'
+
+
 def run(cfg: DictConfig) -> Path:
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("hydra", None)
@@ -80,7 +108,8 @@ def run(cfg: DictConfig) -> Path:
     check_conflicts(given_keys(), options, container)
     ckpt_path, run_id = container.get("ckpt_path"), container.get("run_id")
     if not ckpt_path and not run_id:
-        raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID")
+        raise UserError("nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID"
+                        + latest_best_offer(container.get("tracking_uri")))
     if ckpt_path and run_id:  # which checkpoint, and whose run gets the export's tags, would be a guess
         raise UserError(f"ckpt_path={ckpt_path} and run_id={run_id} name two checkpoints to export; give one")
     if ckpt_path and Path(str(ckpt_path)).is_dir():  # a job's folder: its best checkpoint, as resume=PATH takes one
