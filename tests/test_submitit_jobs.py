@@ -23,7 +23,8 @@ def test_a_job_run_again_resumes_its_own_folder_only_when_it_holds_a_last_checkp
 
 def test_the_continue_command_keeps_the_launcher_and_its_settings_and_nothing_of_hydras_own(tmp_path):
     hydra = ["hydra.mode=MULTIRUN", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-             "hydra.launcher.timeout_min=60", f"hydra.sweep.dir={tmp_path}", "hydra.verbose=true"]
+             "hydra.launcher.timeout_min=60", f"hydra.sweep.dir={tmp_path}", "hydra.verbose=true",
+             "hydra.sweeper.leave=true"]  # the continue command of a study left running watches it: it stays
     kept = naming.launcher_overrides(hydra)
     assert kept == ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=60"]
     command = naming.continue_command(["data.batch_size=8,16"], tmp_path, kept)

@@ -1,6 +1,7 @@
 """Studies on a real SLURM (hydra/launcher=slurm) writing to an MLflow server on PostgreSQL: a replicated study that
 loses a job to `scancel` and is finished by its printed continue command, a job requeued mid-fit, a job at its time
-limit, a replicates=auto study, and the `postgresql://` store as users write it. Each outcome is read from the store."""
+limit, a replicates=auto study, a study submitted and left then finished by a later command, and the
+`postgresql://` store as users write it. Each outcome is read from the store."""
 
 from __future__ import annotations
 
@@ -62,9 +63,9 @@ def test_a_cancelled_job_is_recorded_the_others_go_on_and_the_continue_command_f
     assert parent.info.status == "FAILED" and victim in parent.data.tags["lost_jobs"]
     assert parent.data.metrics["jobs_done"] == 3 and parent.data.metrics["jobs_killed"] == 1
     (lost,) = [r for r in jobs if r.data.tags.get("slurm_job_id") == victim]
-    assert lost.info.status == "KILLED" and "CANCELLED" in lost.data.tags["error"]
+    assert lost.info.status == "KILLED" and lost.data.tags["slurm_end"].startswith("CANCELLED: ended by the scheduler")
     assert sorted(r.info.status for r in jobs) == ["FINISHED"] * 3 + ["KILLED"]
-    assert f"KILLED: {lost.data.tags['error'][:30]}" in sweep.output  # the report's row names the lost job
+    assert f"KILLED: {lost.data.tags['slurm_end'][:30]}" in sweep.output  # the report's row says who ended it
     assert all(r.data.tags["slurm_array_index"].isdigit() for r in jobs)
     assert len({r.data.tags["slurm_job_id"].partition("_")[0] for r in jobs}) == 1  # the study is one array
     (line,) = [text for _, text in sweep.lines if "Continue the study with: " in text]
@@ -154,3 +155,45 @@ def test_postgresql_uri_as_users_write_it(cluster, experiment, demo_dir, tmp_pat
     client = MlflowClient(cluster["postgres"])
     (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     assert run.info.status == "FINISHED" and logged_steps(cluster["postgres"], run.info.run_id)
+
+
+def test_a_study_submitted_and_left_is_finished_later_with_the_verdict_of_a_blocking_run(
+        cluster, experiment, demo_dir, tmp_path):
+    uri, name = cluster["uri"], f"leave-{experiment}"
+    study = ["data.batch_size=8,16", "replicates=2"]
+    left = run_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, *study), "hydra.sweeper.leave=true",
+                                f"hydra.sweep.dir={tmp_path / 'left'}"], uri)
+    exited = time.monotonic()
+    assert left.process.returncode == 0, left.output[-4000:]
+    submitted = left.first("sweep: submitted jobs")
+    print(f"submit and leave: exited {exited - submitted:.1f} s after submitting")
+    assert submitted is not None and exited - submitted < 60
+    assert len(squeue(name, "PD,R")) == 4  # out there, nobody watching
+    (parent,), _ = sweep_runs(uri, experiment)
+    assert parent.info.status == "RUNNING" and "submitted_jobs.jsonl" in parent.data.tags["left_jobs"]
+    (line,) = [text for _, text in left.lines if "finish the study with: " in text]
+    command = pasted(line.partition("finish the study with: ")[2])
+    assert "hydra/launcher=slurm" in command and not any(word.startswith("hydra.sweeper.leave") for word in command)
+
+    finished = run_sweep(tmp_path, command, uri)
+    assert finished.process.returncode == 0, finished.output[-4000:]
+    assert "jobs of this study are still out" in finished.output  # watched, not submitted again
+    (parent,), jobs = sweep_runs(uri, experiment)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 4
+    assert len(jobs) == 4 and all(r.info.status == "FINISHED" for r in jobs)
+    assert len({r.data.tags["slurm_job_id"].partition("_")[0] for r in jobs}) == 1  # the one array it left
+    for run in jobs:
+        _assert_each_step_once(uri, run)
+
+    blocking = run_sweep(tmp_path, [*slurm(cluster, f"block-{experiment}"),
+                                    *tiny(demo_dir, f"{experiment}-blocking", *study),
+                                    f"hydra.sweep.dir={tmp_path / 'blocking'}"], uri)
+    assert blocking.process.returncode == 0, blocking.output[-4000:]
+    (blocked,), blocked_jobs = sweep_runs(uri, f"{experiment}-blocking")
+
+    def results(runs):
+        return {(r.data.tags["config"], r.data.tags["replicate"]): round(r.data.metrics["objective"], 6) for r in runs}
+
+    assert results(jobs) == results(blocked_jobs)  # the same jobs trained to the same place
+    verdict = {k: parent.data.tags.get(k) for k in ("best_verdict", "best_config")}
+    assert verdict == {k: blocked.data.tags.get(k) for k in ("best_verdict", "best_config")}, verdict

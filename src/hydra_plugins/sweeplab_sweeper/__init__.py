@@ -15,6 +15,9 @@ class SweeplabSweeperConf:
     _target_: str = "hydra_plugins.sweeplab_sweeper.sweeper.SweeplabSweeper"
     max_batch_size: int | None = None  # as BasicSweeper's: at most this many jobs per launch (within a round)
     params: dict[str, str] | None = None  # the swept keys and their values, as BasicSweeper's
+    # hydra/launcher=slurm: submit the study's first launch (every job of a fixed number of replicates; the first
+    # round of replicates=auto) and exit; the printed continue command watches, continues and finishes it later
+    leave: bool = False
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="sweeplab", node=SweeplabSweeperConf, provider="sweeplab")

@@ -18,6 +18,7 @@ its logger skips the steps that run already holds), rather than training again i
 
 # no `from __future__ import annotations`: Hydra scans this package with a loader under which dataclasses cannot
 # resolve string annotations
+import json
 import logging
 import os
 import time
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
+
+from sweeplab.core import channels
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,11 @@ def drives(launcher: Any) -> bool:
     return isinstance(launcher, BaseSubmititLauncher)
 
 
+def outlives_this_process(launcher: Any) -> bool:
+    """The launcher's jobs run on when the launching process exits (SLURM's; submitit_local's die with it)."""
+    return drives(launcher) and launcher._EXECUTOR == "slurm"
+
+
 def executor(launcher: Any) -> Any:
     """submitit's executor with the launcher's settings, as BaseSubmititLauncher.launch builds it."""
     import submitit
@@ -151,9 +159,31 @@ def submit(launcher: Any, batch: Sequence[Sequence[str]], initial_job_idx: int) 
     arguments = [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", state) for n, o in zip(numbers, batch)]
     jobs = executor(launcher).map_array(ResumingJob(launcher), *zip(*arguments))
     submitted = [SubmittedJob(n, tuple(o), j) for n, o, j in zip(numbers, batch, jobs)]
+    with (sweep_dir / channels.SUBMITTED_JOBS_FILE).open("a") as record:  # what is out and where, for a later command
+        for job in submitted:
+            record.write(json.dumps({"number": job.number, "scheduler_id": job.scheduler_id,
+                                     "cluster": launcher._EXECUTOR, "folder": launcher.params["submitit_folder"],
+                                     "overrides": list(job.overrides)}) + "\n")
     log.info("sweep: submitted jobs %s as %s (%s)", _span(numbers), ", ".join(s.scheduler_id for s in submitted),
              launcher._EXECUTOR)
     return submitted
+
+
+def still_out(sweep_dir: Path) -> list[SubmittedJob]:
+    """The SLURM jobs this sweep submitted (channels.SUBMITTED_JOBS_FILE) that have not ended: a study left running
+    (`hydra.sweeper.leave=true`), or whose launching process died. submitit's Job, re-made from its id and folder."""
+    import submitit
+
+    path = Path(sweep_dir) / channels.SUBMITTED_JOBS_FILE
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    out = []
+    for record in records:
+        if record.get("cluster") != "slurm":  # a local job does not outlive the process that started it
+            continue
+        job = submitit.SlurmJob(folder=record["folder"], job_id=record["scheduler_id"])
+        if not job.done(force_check=not out):
+            out.append(SubmittedJob(int(record["number"]), tuple(record["overrides"]), job))
+    return out
 
 
 def watch(submitted: Sequence[SubmittedJob], on_lost: Callable[[LostJob], None],

@@ -36,6 +36,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from hydra_plugins.sweeplab_sweeper import submitit_jobs
+from sweeplab.core import channels
+from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
 from sweeplab.sweep import lost_jobs
@@ -46,6 +48,12 @@ log = logging.getLogger(__name__)
 
 class SweeplabSweeper(BasicSweeper):
     runs_replicates = True  # what the sweep callback and sweeplab.study.rounds ask of a sweeper's class
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
+                 leave: bool = False) -> None:
+        super().__init__(max_batch_size, params)
+        self.leave = leave  # submit and leave: the first launch only, not watched (hydra/launcher=slurm)
+
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -64,8 +72,12 @@ class SweeplabSweeper(BasicSweeper):
         elif count > 1:
             log.info("sweep: %d configurations x %d replicates, %d rounds", len(grid), count, len(planned))
 
+        if self.leave and not submitit_jobs.outlives_this_process(self.launcher):
+            raise UserError("hydra.sweeper.leave=true submits the study and exits: it needs hydra/launcher=slurm, "
+                            "whose jobs run on without this process")
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
+            self._watch_still_out(sweep_dir)
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
@@ -83,6 +95,8 @@ class SweeplabSweeper(BasicSweeper):
                     log.info("sweep: replicates=auto stops: %s", stop)
                     break
             next_index = self._launch_round(round_jobs, next_index, returns, round_size)
+            if self.leave and channels.left_jobs:  # submitted: the continue command takes it from here
+                break
         else:
             if auto is not None:  # every planned round ran: is anything still open?
                 _, stop = self._auto_round(auto, [], count, time.monotonic() - started)
@@ -114,6 +128,16 @@ class SweeplabSweeper(BasicSweeper):
                      "in %d rounds)", sorted(lost), rounds.ROUNDS_BEHIND_FOR_GOOD)
         return [job for job in round_jobs if job.config_index not in lost]
 
+    def _watch_still_out(self, sweep_dir: Path) -> None:
+        """A continued study's jobs still queued or running on SLURM (it was left running, or its launching process
+        died) are watched to their end before anything is planned: none is submitted twice."""
+        out = submitit_jobs.still_out(sweep_dir)
+        if out:
+            log.info("sweep: %d jobs of this study are still out (%s): watching them first", len(out),
+                     ", ".join(job.scheduler_id for job in out))
+            # a lost one is recorded, and run again below like any interrupted job
+            submitit_jobs.watch(out, lambda lost: lost_jobs.record(self.config, lost, counted=False))
+
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""
         states = rounds.job_states(rounds.read_open_sweep(self.config))
@@ -141,6 +165,9 @@ class SweeplabSweeper(BasicSweeper):
             return results
         placed = {first_number + i: job for i, job in enumerate(planned)}
         submitted = submitit_jobs.submit(self.launcher, batch, first_number)
+        if self.leave:
+            channels.left_jobs.extend(f"job {job.number}: {job.scheduler_id}" for job in submitted)
+            return []
         results = submitit_jobs.watch(submitted, lambda lost: lost_jobs.record(self.config, lost, placed[lost.number]))
         for result in results:
             if not isinstance(result._return_value, submitit_jobs.LostJobError):

@@ -37,6 +37,11 @@ SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 # file PARENT_RUN_FILE in the sweep dir says the same and wins (it names this very sweep); the environment covers
 # a job that cannot see the sweep dir.
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
+# The SLURM jobs a sweep submitted, one JSON line each (Hydra's job number, the scheduler's id, submitit's folder, the
+# overrides), in the sweep dir. Appended by the sweeplab sweeper at each submission (submitit_jobs.submit); read by a
+# continued study (submitit_jobs.still_out), which watches the jobs still out instead of submitting them again, and
+# named on the sweep run of a study left running. A file: the process that submitted may be long gone.
+SUBMITTED_JOBS_FILE = "submitted_jobs.jsonl"
 PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report.tables --multirun-dir` and order_check read it
 
 # A replicated sweep's place of each job (sweeplab.study.replicates): its replicate r (seed `seed + r`), the round it ran
@@ -115,3 +120,9 @@ failed_jobs: int = 0
 # submitit jobs (sweeplab.sweep.lost_jobs.record); read by the sweep callback's on_multirun_end, which ends the parent
 # run FAILED naming them and prints the continue command: the sweeper has no other way to hand it a finding.
 lost_jobs: list[str] = []
+
+# The jobs of this process's sweep that were submitted and left running (`hydra.sweeper.leave=true`), one
+# "job N: <scheduler id>" each. Appended by the sweeplab sweeper when it submits without watching; read by the sweep
+# callback's on_multirun_end, which then writes no report, leaves the parent run RUNNING with a tag naming them and
+# prints the command that watches, continues and finishes the study.
+left_jobs: list[str] = []

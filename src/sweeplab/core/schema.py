@@ -37,6 +37,8 @@ STOP_STEP_TAG = "stop_step"        # optimizer steps done when it stopped
 SLURM_JOB_ID_TAG = "slurm_job_id"  # the job's SLURM id (`<array job id>_<index>` for an array task: sacct's, scancel's)
 SLURM_ARRAY_INDEX_TAG = "slurm_array_index"  # its index in the sweep's job array
 SLURM_RESTARTS_TAG = "slurm_restarts"  # times SLURM ran the job again (requeue, preemption, time limit) into this run
+SLURM_END_TAG = "slurm_end"        # how SLURM ended a job of this run before it could end itself ("CANCELLED: ...");
+                                   # kept when a continued study resumes the run (the job's own reason: `error`)
 
 # --- the sweep's own run (tags, metrics) ----------------------------------------------------------------------------
 TARGET_TAG = "report.target"       # what the sweep asked of its verdict
@@ -48,6 +50,7 @@ SWEEP_OVERRIDES_TAG = "sweep_overrides"
 JOBS_PLANNED = "jobs_planned"
 JOBS_NOT_RUN = "jobs_not_run"
 CONTINUE_COMMAND_TAG = "continue_command"  # the command that continues the sweep, its launcher settings included
+LEFT_JOBS_TAG = "left_jobs"        # submitted and left running (hydra.sweeper.leave=true): which, and where recorded
 LOST_JOBS_TAG = "lost_jobs"        # jobs the scheduler ended before they could end themselves (sweep.lost_jobs)
 
 # --- params (the flattened resolved config) the study reads ---------------------------------------------------------

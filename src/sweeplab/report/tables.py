@@ -175,11 +175,12 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     for i, job in enumerate(sweep.jobs):
         m, tags = job.metrics, job.tags
         status = job.status
+        reason = tags.get(schema.SLURM_END_TAG) or tags.get(schema.ERROR_TAG, "")  # the scheduler's word first
         if status == "FAILED":
             failed += 1
-            status = f"FAILED: {tags.get(schema.ERROR_TAG, '')[:60]}"
-        elif status == "KILLED" and tags.get(schema.ERROR_TAG):  # stopped: by whom (a scheduler's cancel, a signal)
-            status = f"KILLED: {tags[schema.ERROR_TAG][:60]}"
+            status = f"FAILED: {reason[:60]}"
+        elif status == "KILLED" and reason:  # stopped: by whom (a scheduler's cancel, a signal)
+            status = f"KILLED: {reason[:60]}"
         rate = m.get(schema.SAMPLES_PER_SEC)
         speedup = ""
         if rate and base_rate:

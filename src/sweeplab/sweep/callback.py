@@ -119,6 +119,7 @@ class MLflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         channels.failed_jobs = 0
         channels.lost_jobs = []
+        channels.left_jobs = []
         try:
             self._start(config)
         except BaseException as exc:
@@ -248,6 +249,9 @@ class MLflowSweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id is None:
             return
+        if channels.left_jobs:  # submitted and left running (hydra.sweeper.leave=true): no report yet
+            self._leave(Path(config.hydra.sweep.dir))
+            return
         uri, _, _ = self._settings(config)
         client = mlflow_store.client(uri)
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -291,6 +295,19 @@ class MLflowSweepCallback(Callback):
             raise
         finally:
             self._close(status, sweep)
+
+    def _leave(self, sweep_dir: Path) -> None:
+        """Leave the parent run RUNNING, naming the jobs left running and where they are recorded, and say how to
+        finish the study (the continue command watches them, runs what is left and writes the report)."""
+        parent, self.parent_run_id = self.parent_run_id, None
+        channels.open_sweep = None
+        self._held.close()  # the continue command takes the sweep's folder
+        os.environ.pop(channels.PARENT_RUN_ENV, None)
+        left = f"{'; '.join(channels.left_jobs)} (recorded in {sweep_dir.resolve() / channels.SUBMITTED_JOBS_FILE})"
+        mlflow_store.client(self._uri).set_tag(parent, schema.LEFT_JOBS_TAG, left[:5000])
+        print(f"sweep: submitted {len(channels.left_jobs)} job(s) and left them running ({'; '.join(channels.left_jobs)})"
+              f"; the sweep run stays RUNNING. Watch, continue and finish the study with: {self.continue_command}",
+              flush=True)
 
     def _close(self, status: str, sweep: Sweep | None = None) -> None:
         """End the parent run with `status` and the job counts (from `sweep`, read after the last job, where the

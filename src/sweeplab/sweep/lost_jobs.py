@@ -4,8 +4,8 @@ continue command see it.
 
 The sweeplab sweeper calls `record` as soon as its watch sees the job end (hydra_plugins/sweeplab_sweeper/
 submitit_jobs.py). The job's run is found by its scheduler id (tag `slurm_job_id`, written by the job at its start)
-and ended KILLED (cancelled, timed out, preempted) or FAILED (any other end) with the scheduler's state in its `error`
-tag; a job that never started gets a run of that status, nested under the sweep, with its place in the study.
+and ended KILLED (cancelled, timed out, preempted) or FAILED (any other end) with the scheduler's state in its
+`slurm_end` tag (and `error`, where the job could not close its run itself); a job that never started gets a run of that status, nested under the sweep, with its place in the study.
 The sweep's end (sweep.callback) reads `channels.lost_jobs`: the parent run is FAILED, its `lost_jobs` tag names them,
 and the continue command is printed.
 """
@@ -26,12 +26,14 @@ log = logging.getLogger(__name__)
 STOPPED_STATES = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "INTERRUPTED")  # KILLED, as a stopped local job
 
 
-def record(config: DictConfig, lost, planned=None) -> str | None:
+def record(config: DictConfig, lost, planned=None, counted: bool = True) -> str | None:
     """Record `lost` (submitit_jobs.LostJob) in the sweep's store; `planned` (replicates.PlannedJob): its place in
-    the study. Returns the run id (None without a store or parent run). Never raises: the other jobs go on."""
+    the study. Returns the run id (None without a store or parent run). Never raises: the other jobs go on.
+    `counted`: the sweep ends FAILED naming it (not for a job a continued study runs again at once)."""
     status = "KILLED" if lost.state in STOPPED_STATES else "FAILED"
     what = f"job {lost.number} (scheduler job {lost.scheduler_id})"
-    channels.lost_jobs.append(f"{what}: {lost.state}")
+    if counted:
+        channels.lost_jobs.append(f"{what}: {lost.state}")
     error = f"{lost.state}: ended by the scheduler (job {lost.scheduler_id})" + (f": {lost.reason}" if lost.reason else "")
     logger = config.get("logger") or {}
     parent = os.environ.get(channels.PARENT_RUN_ENV)
@@ -49,28 +51,31 @@ def record(config: DictConfig, lost, planned=None) -> str | None:
 
 def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -> str:
     client = mlflow_store.client(uri)
-    runs = [r for r in mlflow_store.sweep_jobs(uri, parent, store=client)
-            if r.data.tags.get(schema.SLURM_JOB_ID_TAG) == lost.scheduler_id]
+    runs = [r for r in map(mlflow_store.record_of, mlflow_store.sweep_jobs(uri, parent, store=client))
+            if r.tags.get(schema.SLURM_JOB_ID_TAG) == lost.scheduler_id]
     for run in runs:  # the job's own run: the scheduler's word on why it ended; closed if the job could not
-        client.set_tag(run.info.run_id, schema.ERROR_TAG, error)
-        if run.info.status == "RUNNING":
-            client.set_terminated(run.info.run_id, status)
+        # (a job given SIGTERM may still close its run itself, with its own `error`, until SLURM's KillWait is over)
+        client.set_tag(run.run_id, schema.SLURM_END_TAG, error)
+        if run.status == "RUNNING":
+            client.set_tag(run.run_id, schema.ERROR_TAG, error)
+            client.set_terminated(run.run_id, status)
     if runs:
-        return runs[0].info.run_id
-    parent_run = client.get_run(parent)
+        return runs[0].run_id
+    parent_run = mlflow_store.record_of(client.get_run(parent))
     tags = {
         "mlflow.parentRunId": parent,
         schema.SLURM_JOB_ID_TAG: lost.scheduler_id,
         schema.HYDRA_JOB_TAG: str(lost.number),
-        schema.SWEEP_ID_TAG: parent_run.data.tags.get(schema.SWEEP_ID_TAG, ""),
+        schema.SWEEP_ID_TAG: parent_run.tags.get(schema.SWEEP_ID_TAG, ""),
         schema.ERROR_TAG: error,
+        schema.SLURM_END_TAG: error,
         "mlflow.note.content": shlex.join([*naming.TRAIN_COMMAND.split(),
                                            *(o for o in lost.overrides if not o.startswith("hydra."))]),
     }
     if planned is not None:
         tags |= {schema.CONFIG_INDEX_TAG: str(planned.config_index), schema.REPLICATE_TAG: str(planned.replicate),
                  schema.ROUND_TAG: str(planned.round)}
-    run = client.create_run(parent_run.info.experiment_id, run_name=f"job {lost.number} ({lost.state.lower()} "
+    run = client.create_run(parent_run.experiment_id, run_name=f"job {lost.number} ({lost.state.lower()} "
                             "before it started)", tags=tags)
     client.set_terminated(run.info.run_id, status)
     return run.info.run_id

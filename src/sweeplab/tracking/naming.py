@@ -66,9 +66,11 @@ def hydra_quote(value: str) -> str:
 def launcher_overrides(hydra_overrides: Iterable[str]) -> list[str]:
     """Of a command's `hydra.overrides.hydra`: those choosing or setting the launcher and the sweeper
     (`hydra/launcher=slurm`, `hydra.launcher.partition=gpu`, ...), in their order; not Hydra's own (`hydra.mode`)
-    nor the sweep's folder (the continue command names it)."""
+    nor the sweep's folder (the continue command names it), nor `hydra.sweeper.leave`."""
     kept = ("hydra/launcher", "hydra/sweeper", "hydra.launcher.", "hydra.sweeper.")
-    return [o for o in hydra_overrides if o.lstrip("+~").startswith(kept)]
+    # the continue command watches and finishes a study left running: it does not leave again
+    return [o for o in hydra_overrides if o.lstrip("+~").startswith(kept)
+            and not o.lstrip("+~").startswith("hydra.sweeper.leave=")]
 
 
 def name_value(value: Any) -> str:
