@@ -91,9 +91,18 @@ def wait_for(condition, timeout: float, what: str, sweep: Sweep | None = None, p
 
 def squeue(name: str, states: str = "R") -> list[str]:
     """Ids of the jobs named `name` in these states (`<array id>_<index>`)."""
-    out = subprocess.run(["squeue", "-h", "-n", name, "-t", states, "-o", "%i"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["squeue", "-h", "-r", "-n", name, "-t", states, "-o", "%i"], capture_output=True,
+                         text=True, check=True).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def running_with_a_checkpoint(name: str, sweep_dir: Path) -> str | None:
+    """A running job of the study's first array whose folder holds a last checkpoint (its array index is its Hydra
+    job number there), or None."""
+    for job_id in squeue(name):
+        if (sweep_dir / job_id.partition("_")[2] / "checkpoints" / "last.ckpt").is_file():
+            return job_id
+    return None
 
 
 def restarts(job_id: str) -> int:

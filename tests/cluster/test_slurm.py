@@ -17,6 +17,7 @@ from cluster_helpers import (
     pasted,
     restarts,
     run_sweep,
+    running_with_a_checkpoint,
     slurm,
     squeue,
     start_sweep,
@@ -50,7 +51,7 @@ def test_a_cancelled_job_is_recorded_the_others_go_on_and_the_continue_command_f
              f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     sweep = start_sweep(tmp_path, study, uri, _pause(tmp_path, 15))
     wait_for(lambda: (tmp_path / "paused").exists(), 300, "a job to reach its pause", sweep)
-    (victim, *_) = wait_for(lambda: squeue(name), 30, "a running job")
+    victim = wait_for(lambda: running_with_a_checkpoint(name, tmp_path / "sweep"), 60, "a job with a checkpoint")
     subprocess.run(["scancel", victim], check=True)
     cancelled_at = time.monotonic()
     assert sweep.wait(600) == 1, sweep.output[-4000:]
@@ -86,10 +87,10 @@ def test_a_cancelled_job_is_recorded_the_others_go_on_and_the_continue_command_f
 def test_a_requeued_job_continues_its_own_run_from_its_checkpoint(cluster, experiment, demo_dir, tmp_path):
     uri, name = cluster["uri"], f"requeue-{experiment}"
     paused = tmp_path / "paused"
-    sweep = start_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16")], uri,
-                        _pause(tmp_path, 60))
+    sweep = start_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16"),
+                                   f"hydra.sweep.dir={tmp_path / 'sweep'}"], uri, _pause(tmp_path, 60))
     wait_for(paused.exists, 300, "a job to reach its pause", sweep)
-    (job_id, *_) = wait_for(lambda: squeue(name), 30, "a running job")
+    job_id = wait_for(lambda: running_with_a_checkpoint(name, tmp_path / "sweep"), 60, "a job with a checkpoint")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     paused.unlink()  # the job stops at its next step (SIGTERM), KILLED, and SLURM starts it again
     while sweep.process.poll() is None:  # the other job, and the requeued one again: no more pauses
