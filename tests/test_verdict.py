@@ -464,7 +464,7 @@ def test_a_quality_lost_beyond_the_interval_is_left_out_with_its_figures():
     jobs = _with_finals(jobs, {"baseline": [0.90, 0.91, 0.90, 0.91], "worse": [0.80, 0.81, 0.80, 0.805]})
     summary = summarize(jobs, baseline="baseline", target=0.5, quality_tolerance=0.01)
     assert summary.verdict.fastest == ("baseline",)
-    assert any(line.startswith("left out, final metric worse than the baseline's beyond the tolerance: worse (Δ -0.1")
+    assert any(line.startswith("left out, best metric worse than the baseline's beyond the tolerance: worse (Δ -0.1")
                for line in summary.verdict.lines), summary.verdict.lines
 
 
@@ -516,7 +516,7 @@ def test_the_default_tolerance_is_the_baselines_replicate_spread_and_the_verdict
                         {"baseline": [0.90, 0.92, 0.91, 0.93]})
     summary = summarize(jobs, baseline="baseline", target=TARGET, metric_name="val/cos")
     assert summary.quality_tolerance == pytest.approx(np.std([0.90, 0.92, 0.91, 0.93], ddof=1))
-    assert summary.tolerance_source.startswith("derived: the standard deviation of the baseline's final val/cos")
+    assert summary.tolerance_source.startswith("derived: the standard deviation of the baseline's best val/cos")
     assert any(line.startswith("quality tolerance: 0.01291 val/cos worse than the baseline (derived")
                for line in summary.verdict.lines)
 
@@ -567,7 +567,7 @@ def test_a_configuration_stopped_behind_is_judged_on_quality_first():
     summary = summarize(jobs, baseline="a", target=0.85, quality_tolerance=0.01)
     assert summary.config("worse").quality == "loses"
     assert "worse" not in summary.verdict.fastest
-    assert any(line.startswith("left out, final metric worse than the baseline's beyond the tolerance: worse")
+    assert any(line.startswith("left out, best metric worse than the baseline's beyond the tolerance: worse")
                for line in summary.verdict.lines)
 
 

@@ -464,7 +464,7 @@ def summarize(
     by_config = _group_by_config(jobs, baseline)
     if quality_tolerance is None:
         quality_tolerance = derived_tolerance(by_config[baseline])
-        tolerance_source = (f"derived: the standard deviation of the baseline's final {metric_name} over its "
+        tolerance_source = (f"derived: the standard deviation of the baseline's best {metric_name} over its "
                             "replicates (a difference smaller than seed-to-seed noise is no loss of quality)")
     elif not tolerance_source:
         tolerance_source = "given"
@@ -854,9 +854,9 @@ def _namer(names: Mapping[str, str] | None):
 def _left_out_reason(config: ConfigSummary) -> tuple[str, str] | None:
     """Why `config` cannot be a candidate (a group's words, its own figures), or None."""
     if config.quality == "loses":
-        return "final metric worse than the baseline's beyond the tolerance", _difference_text(config)
+        return "best metric worse than the baseline's beyond the tolerance", _difference_text(config)
     if config.quality == "unknown":
-        return "no final metric paired with the baseline's (quality unknown)", ""
+        return "no best metric paired with the baseline's (quality unknown)", ""
     return None
 
 
