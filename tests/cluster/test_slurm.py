@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import (
+from cluster.cluster_helpers import (
     logged_steps,
     pasted,
     restarts,
