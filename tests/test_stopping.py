@@ -20,7 +20,7 @@ from sweeplab.study import verdict
 def test_stopping_needs_an_explicit_target_and_a_multiple_above_one(demo_dir):
     with pytest.raises(ConfigError, match="need report.target"):
         plan(smoke_config(demo_dir, "stop.at_target=true"))
-    with pytest.raises(ConfigError, match="behind must be > 1"):
+    with pytest.raises(ConfigError, match="stop.behind: must be > 1, got 0.5"):
         plan(smoke_config(demo_dir, "stop.behind=0.5", "report.target=0.5"))
     assert plan(smoke_config(demo_dir, "stop.at_target=true", "report.target=0.5")).stop_target == 0.5
 
