@@ -506,7 +506,7 @@ def summarize(
         pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
         verdict=verdict,
         notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names, mode, metric_name,
-                     quality_tolerance),
+                     quality_tolerance, target),
         tolerance_source=tolerance_source, names=dict(names or {}), selection=selection, looks=looks,
         indifference=indifference,
     )
@@ -676,9 +676,13 @@ def _validation_resolution(at_target: list[JobAtTarget]) -> float:
 
 def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairBy,
            names: Mapping[str, str] | None = None, mode: Mode = "max", metric_name: str = "metric",
-           tolerance: float = 0.0) -> tuple[str, ...]:
+           tolerance: float = 0.0, target: float | None = None) -> tuple[str, ...]:
     show = _namer(names)
     notes = []
+    if target is not None and (trivial := _met_at_first_validation(jobs, target, mode)) is not None:
+        notes.append(f"every job reached the target ({metric_name} {'≥' if mode == 'max' else '≤'} {target:.4g}) at "
+                     "its first validation: its times to target measure where validation falls, nothing about "
+                     f"training speed; ask a harder one{trivial} (report.target, or --target of the report)")
     if pair_by == "host":
         notes.append("comparisons are paired within a host (a cluster: run order means little there)")
     concurrent = sorted({show(j.config) for j in jobs if j.concurrent_jobs > 1})
@@ -697,6 +701,18 @@ def _notes(configs: Sequence[ConfigSummary], jobs: Sequence[Job], pair_by: PairB
         notes.append(f"{metric_name} got worse after its best validation (overfitting): {'; '.join(overfit)}; "
                      "quality and the default target use each job's best, the checkpoint it keeps")
     return tuple(notes)
+
+
+def _met_at_first_validation(jobs: Sequence[Job], target: float, mode: Mode) -> str | None:
+    """None unless every job with a curve met `target` at its first validation; then the harder target to suggest:
+    the worst of the jobs' best values where no job's first validation met it, else "" (no number to offer)."""
+    firsts = [points[0].value for j in jobs if (points := j.validation_points())]
+    if not firsts or not all((v >= target) if mode == "max" else (v <= target) for v in firsts):
+        return None
+    bests = [j.kept_metric for j in jobs if j.kept_metric is not None]
+    worst_best = (min if mode == "max" else max)(bests) if bests else None
+    beyond_firsts = worst_best is not None and ((worst_best > max(firsts)) if mode == "max" else (worst_best < min(firsts)))
+    return f", e.g. {worst_best:.4g} (the worst of the jobs' best values)" if beyond_firsts else ""
 
 
 def overfitting(jobs: Sequence[Job], mode: Mode, metric_name: str, tolerance: float, show=str) -> list[str]:
