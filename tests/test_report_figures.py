@@ -89,15 +89,75 @@ def test_one_replicate_or_no_summary_gives_no_pictures(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_band_is_median_and_range_over_replicates_on_the_time_they_all_cover():
-    # the same curve in samples, at 100 and 200 samples/s: validations at 10..100 s and 5..50 s
+def test_the_band_is_median_and_range_over_the_replicates_present_where_half_of_them_are():
+    # the same curve in samples, at 100, 200 and 250 samples/s: validations at 10..100 s, 5..50 s and 4..40 s
     points = [(1000.0 * k, 0.1 * k) for k in range(1, 11)]
     slow, fast, faster = (Job("c", r, r, rate, 1.0, points) for r, rate in enumerate((100.0, 200.0, 250.0)))
     grid, median, low, high = report_figures.replicate_band([slow, fast, faster], points=5)
-    assert grid[0] == pytest.approx(10.0) and grid[-1] == pytest.approx(40.0)  # latest first, earliest last
-    at_40 = [0.4, 0.8, 1.0]  # samples seen by 40 s: 4000, 8000, 10000
-    assert median[-1] == pytest.approx(np.median(at_40)) and (low[-1], high[-1]) == pytest.approx((0.4, 1.0))
-    assert report_figures.replicate_band([slow, Job("c", 3, 3, 1e6, 1.0, points)]) is None  # no shared time
+    assert grid[0] == pytest.approx(4.0) and grid[-1] == pytest.approx(100.0)  # every replicate's span
+    shown = np.isfinite(median)
+    # two of three (at least half) from the second one's first validation to the second fastest's last
+    assert grid[shown][0] == pytest.approx(5.0) and grid[shown][-1] == pytest.approx(50.0)
+    at_40 = int(np.flatnonzero(np.isclose(grid, 40.0))[0])
+    # samples seen by 40 s: 4000, 8000, 10000
+    assert (median[at_40], low[at_40], high[at_40]) == pytest.approx((np.median([0.4, 0.8, 1.0]), 0.4, 1.0))
+    at_50 = int(np.flatnonzero(np.isclose(grid, 50.0))[0])  # the fastest has stopped: the two present
+    assert (median[at_50], low[at_50], high[at_50]) == pytest.approx((0.75, 0.5, 1.0))
+    assert not np.isfinite(median[grid > 50.0]).any()  # the slowest alone: its own thin line only
+    # replicates that share no time (0.001..0.01 s and 10..100 s): with two, one is half, so the median follows
+    # whichever is present, and breaks where neither is
+    grid, median, _, _ = report_figures.replicate_band([slow, Job("c", 3, 3, 1e6, 1.0, points)])
+    assert np.array_equal(np.isfinite(median), (grid <= 0.01) | (grid >= 10.0))
+    assert report_figures.replicate_band([Job("c", 0, 0, 100.0, None, [])]) is None  # no validation at all
+
+
+def smoke_study_jobs() -> list[Job]:
+    """A debug=smoke study as a loaded host runs it: 20 steps, a validation every 10 (two per job), batch sizes 4
+    and 16, two replicates each, whose throughput differs by up to 3x between replicates (no time shared by both
+    replicates of a configuration)."""
+    jobs = []
+    for batch_size, rates in ((4, (40.0, 120.0)), (16, (150.0, 60.0))):
+        for replicate, rate in enumerate(rates):
+            curve = [(10.0 * batch_size, 0.30 + 0.01 * replicate), (20.0 * batch_size, 0.42 + 0.01 * replicate)]
+            jobs.append(Job(f"data.batch_size={batch_size}", replicate, replicate, rate, curve[-1][1], curve))
+    return jobs
+
+
+def test_a_short_studys_curves_cover_most_of_the_time_axis(tmp_path, monkeypatch):
+    """The curves of a smoke study: each configuration's replicates and its median drawn (lines of two points or
+    more, not empty ones), and together they cover most of the x range plotted."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k))[1])
+    summary = summarize(smoke_study_jobs(), baseline="data.batch_size=4", target=0.4, metric_name="val/cos")
+    names = naming.configuration_run_names([c.config for c in summary.configs], {"data.batch_size": "bs"})
+    report_figures.curves_plot(summary, names, tmp_path / "curves.png")
+    ax = saved[0].axes[0]
+    drawn = []  # (label, x of the finite points) of every curve that draws something
+    for line in ax.get_lines():
+        if line.get_label().startswith("target"):  # axhline: its x is in axes units
+            continue
+        x, y = (np.asarray(a, dtype=float) for a in line.get_data())
+        finite = np.isfinite(x) & np.isfinite(y)
+        if finite.sum() >= 2 and np.ptp(x[finite]) > 0:
+            drawn.append((line.get_label(), x[finite]))
+    medians = {label: x for label, x in drawn if label.startswith("bs=")}
+    assert set(medians) == {"bs=4 (n=2), baseline", "bs=16 (n=2)"}
+    thin = [x for label, x in drawn if label.startswith("_")]  # matplotlib's unlabelled lines: the replicates
+    assert len(thin) == 4
+    left, right = ax.get_xlim()
+    covered = np.zeros(1000, dtype=bool)
+    axis = np.linspace(left, right, covered.size)
+    for _, x in drawn:
+        covered |= (axis >= x.min()) & (axis <= x.max())
+    assert covered.mean() >= 0.8, f"lines over {covered.mean():.0%} of the x range"
+    for label, x in medians.items():  # each median over the whole span of its replicates (two: one is half)
+        config = "data.batch_size=" + label.split()[0].removeprefix("bs=")
+        times = [t for job in summary.jobs_at_target if job.job.config == config
+                 for t in report_figures.replicate_curves([job.job])[0][0]]
+        assert (x.min(), x.max()) == pytest.approx((min(times), max(times)))
 
 
 def test_configuration_run_names_are_short_and_read_back_to_the_swept_values():

@@ -7,7 +7,7 @@ medians over its replicates with their 95 % interval bounds (`samples_per_sec`, 
 `final_<metric>...`), the comparisons with the baseline with their simultaneous bounds (`speedup...`,
 `speedup_to_target...`, `quality_delta...`), `jobs`, `reached_target` and `target`; its swept keys as params (the
 jobs' param names, so the compare view lines them up with the jobs); tags `config`, `quality`, `verdict` (fastest |
-tied for fastest | undecided: quality unclear | left out | undetermined | no verdict), `target` (`val/cos ≥ 0.5364`),
+tied for fastest | fastest (or within 1.1x) | left out | undetermined | no verdict), `target` (`val/cos ≥ 0.5364`),
 `sweeplab.verdict_order` (the saved view's sort), `baseline`, `job_run_ids` (its jobs, which stay under the sweep
 run: the report, the job counts, `best_*` and resuming read the sweep's children as its jobs). An infinite or undefined figure (a
 target not reached in most replicates, an interval with no bound on a side) is not logged: its cell stays empty.
@@ -263,12 +263,12 @@ def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, 
 
 def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:
     """(group, words) of a configuration in the sweep's verdict, for its run's `verdict` tag and the view's sort:
-    1 the fastest, tied for fastest (not ranked) or the undecided leader; 2 left out (the sweep run's description
-    says why); 3 undetermined or no verdict."""
+    1 the fastest (or within the indifference zone of it) or tied for fastest (not ranked); 2 left out (the sweep
+    run's description says why); 3 undetermined or no verdict."""
     if config in verdict.fastest:
-        return 1, "fastest" if verdict.kind == "fastest" else "tied for fastest"
-    if verdict.kind == "undecided" and config in verdict.speedup_to_target:
-        return 1, "undecided: quality unclear"
+        if verdict.kind != "fastest":
+            return 1, "tied for fastest"
+        return 1, "fastest" if verdict.within == 1.0 else f"fastest (or within {verdict.within:g}x)"
     if verdict.kind == "no verdict":
         return 3, "no verdict"
     if config in verdict.undetermined:

@@ -8,10 +8,12 @@
   front (point estimates: no other configuration is at least as fast and at least as good, and better in one of the
   two) is joined by a dashed line; the verdict's fastest configuration (or its tie) is ringed; the baseline is named.
 - curves.png: the monitored metric against training time (a validation's samples seen ÷ its job's samples/s: the
-  clock of time to target, validation and checkpoint pauses excluded), one line per configuration: the median over
-  its replicates, linearly interpolated on a common grid spanning the times every replicate covers (its latest first
-  validation to its earliest last one), with a band from the lowest to the highest replicate; the target as a
-  dashed horizontal line.
+  clock of time to target, validation and checkpoint pauses excluded). Each replicate is a thin line over its own
+  span (linear between its validations, a dot at each); each configuration's median over its replicates is the
+  thick line, on a common grid over the times at least half of its replicates cover, with a band from the lowest to
+  the highest replicate present there. A short study (two validations per job, replicates at different speeds on a
+  loaded host) shares little or no time between all its replicates: the curves stay readable whatever it covers.
+  The target is a dashed horizontal line; the x axis spans the validations (not from 0).
 
 Configurations are named by their swept values with short labels (`bs=64 α=0.7`, as run names are). With one
 replicate per configuration, or no summary, there are no pictures. Matplotlib's object API with the Agg canvas: no
@@ -235,24 +237,37 @@ def _plane_verdict(ax, summary: SweepSummary, speed: Mapping[str, Estimate], qua
 # --- the metric against training time -----------------------------------------------------------------------------
 
 
-def replicate_band(jobs: Sequence[Job], points: int = GRID_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                            np.ndarray] | None:
-    """(time grid, median, lowest, highest) of the jobs' metric against training time (samples seen ÷ the job's
-    samples/s), each job linear between its validations, on the times every job covers; None when they share no
-    time (or a job has no validation)."""
+def replicate_curves(jobs: Sequence[Job]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each job's (training times, metric values) at its validations, in order: samples seen ÷ the job's samples/s.
+    A job without a validation (or without a throughput) has none."""
     curves = []
     for job in jobs:
         validations = job.validation_points()
-        if not validations:
-            return None
-        curves.append((np.array([p.samples_seen / job.samples_per_sec for p in validations]),
-                       np.array([p.value for p in validations], dtype=float)))
-    start, end = max(t[0] for t, _ in curves), min(t[-1] for t, _ in curves)
-    if start > end:
+        if validations and job.samples_per_sec > 0:
+            curves.append((np.array([p.samples_seen / job.samples_per_sec for p in validations], dtype=float),
+                           np.array([p.value for p in validations], dtype=float)))
+    return curves
+
+
+def replicate_band(jobs: Sequence[Job], points: int = GRID_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                            np.ndarray] | None:
+    """(time grid, median, lowest, highest) of the jobs' metric against training time, each job linear between its
+    validations and present from its first to its last. The grid spans every job's times (and holds each
+    validation's time); at a time fewer than half of the jobs cover (ceil(n / 2)) the three are NaN, elsewhere they
+    are over the jobs present there. None when no job has a validation."""
+    curves = replicate_curves(jobs)
+    if not curves:
         return None
-    grid = np.linspace(start, end, points) if end > start else np.array([start])
-    values = np.vstack([np.interp(grid, t, v) for t, v in curves])
-    return grid, np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
+    start, end = min(t[0] for t, _ in curves), max(t[-1] for t, _ in curves)
+    grid = np.unique(np.concatenate([np.linspace(start, end, points), *(t for t, _ in curves)]))
+    values = np.vstack([np.where((grid >= t[0]) & (grid <= t[-1]), np.interp(grid, t, v), np.nan) for t, v in curves])
+    present = np.isfinite(values).sum(axis=0)
+    enough = present >= math.ceil(len(curves) / 2)
+    shown = values[:, enough]
+    median, low, high = (np.full(grid.shape, np.nan) for _ in range(3))
+    median[enough] = np.nanmedian(shown, axis=0)
+    low[enough], high[enough] = np.nanmin(shown, axis=0), np.nanmax(shown, axis=0)
+    return grid, median, low, high
 
 
 def curves_plot(summary: SweepSummary, names: Mapping[str, str], out: Path) -> Path:
@@ -263,29 +278,31 @@ def curves_plot(summary: SweepSummary, names: Mapping[str, str], out: Path) -> P
     fig = _figure(9.5, 5.2)
     ax = fig.add_subplot()
     for config, color in zip(summary.configs, _colors(len(summary.configs))):
-        band = replicate_band(jobs[config.config])
-        if band is None:
+        curves = replicate_curves(jobs[config.config])
+        if not curves:
             continue
-        grid, median, low, high = band
         label = f"{names[config.config]} (n={len(jobs[config.config])})"
         if config.config == summary.baseline:
             label += ", baseline"
-        if grid.size == 1:
-            ax.errorbar(grid, median, yerr=[median - low, high - median], fmt="o", color=color, label=label)
-            continue
-        ax.plot(grid, median, color=color, linewidth=1.6, label=label)
-        ax.fill_between(grid, low, high, color=color, alpha=0.18, linewidth=0)
+        for times, values in curves:
+            ax.plot(times, values, color=color, linewidth=0.8, alpha=0.55, marker=".", markersize=4)
+        grid, median, low, high = replicate_band(jobs[config.config])
+        drawn = np.isfinite(median)
+        ax.fill_between(grid, low, high, where=drawn, color=color, alpha=0.15, linewidth=0)
+        # a median present at isolated grid times only (no two neighbours) would draw nothing: a marker shows it
+        ax.plot(grid, median, color=color, linewidth=2.0, label=label,
+                marker="o" if not np.any(drawn[1:] & drawn[:-1]) else None)
+    ax.plot([], [], color="0.4", linewidth=0.8, alpha=0.55, marker=".", markersize=4, label="one replicate (thin)")
     sign = "≥" if summary.mode == "max" else "≤"
     ax.axhline(summary.target, linestyle="--", color="0.25", linewidth=1.0,
                label=f"target {summary.metric_name} {sign} {summary.target:.4g}")
     ax.set_xlabel("training time (s): samples seen ÷ the job's samples/s (validation and checkpoint pauses excluded)")
     ax.set_ylabel(summary.metric_name)
-    ax.set_xlim(left=0)
-    ax.set_title(f"{summary.metric_name} against training time: median over the replicates, band from the lowest "
-                 "to the highest", fontsize=9)
+    ax.set_title(f"{summary.metric_name} against training time: replicates thin, their median thick, band from the "
+                 "lowest to the highest", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.supxlabel("Each replicate linear between its validations, on the times all of a configuration's replicates "
-                  "cover (from their latest first validation to their earliest last one).", fontsize=7)
+    fig.supxlabel("Each replicate linear between its validations (dots), over its own span. The median and the band: "
+                  "over the replicates present at each time, where at least half of them are.", fontsize=7)
     fig.savefig(out)
     return out
