@@ -16,9 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sweeplab.core import schema
 from sweeplab.core.config import check_values as check_against
 from sweeplab.core.config import source_accepted
-from sweeplab.core import schema
 from sweeplab.core.errors import ConfigError, UserError
 
 # config group -> the class it configures (plan() builds each group into it)
