@@ -46,6 +46,10 @@ DEFLATE_PREFIX = "deflate;"
 CURVE_PREFIX = "median "
 CURVE_TIME = "training seconds"
 CURVE_TARGET = "the target"  # the baseline's run only: one target line, from its first validation to the last time
+# MLflow 3.17's legend lists every selected key for every run with a metric history (getLineChartLegendData: no
+# check that the run logs that key), so each other configuration shows an empty `<label> (the target)` entry; the
+# saved state has no field that drops it (its line style hook, getCustomLineStyle, is a React context, not state),
+# and a target logged by every run would draw one target line per configuration again
 # the figures of a configuration run shown as columns and charts, each with `_low` and `_high` bounds
 SPEED, TIME_TO_TARGET, SPEEDUP_TO_TARGET = "samples_per_sec", "time_to_target_s", "speedup_to_target"
 # tags of a configuration run (sweeplab.report.config_runs): its verdict in words, the target it was timed to, the
