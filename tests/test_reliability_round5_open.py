@@ -6,11 +6,8 @@ refused before the heavy imports. Real processes and real SIGKILLs where a kill 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -40,7 +37,7 @@ def test_a_wrong_stop_value_is_one_line_in_under_3_cpu_seconds(override, message
 # --- a target every job met at its first validation ---------------------------------------------------------------
 
 
-def _rising(config: str, round_: int) -> "verdict.Job":
+def _rising(config: str, round_: int):
     from sweeplab.study import verdict
 
     curve = [(s, 0.9 * min(1.0, s / 50_000)) for s in range(5_000, 100_001, 5_000)]  # 0.09 at the first validation
@@ -60,3 +57,53 @@ def test_a_target_every_job_met_at_its_first_validation_is_named_with_a_harder_o
     assert "e.g. 0.9 (the worst of the jobs' best values)" in note and "report.target" in note
     fair = verdict.summarize(jobs, baseline="a", target=0.5, quality_tolerance=0.01, metric_name="val/cos")
     assert not [n for n in fair.notes if "first validation" in n]
+
+
+# --- kill -9, then resume=true ------------------------------------------------------------------------------------
+
+
+def _job(demo_dir, tmp_path, *more: str) -> list[str]:
+    return ["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
+            "trainer.val_check_interval=2", "checkpoint.every_n_steps=2", "logger.system_metrics_after_s=null",
+            f"hydra.run.dir={tmp_path / 'run'}", *more]
+
+
+def _runs(mlflow_uri):
+    client = MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("sweeplab")
+    return client, (client.search_runs([experiment.experiment_id]) if experiment else [])
+
+
+def test_resume_true_with_a_changed_max_steps_after_a_kill_9_continues_the_run(demo_dir, mlflow_uri, tmp_path):
+    """The docs say trainer.max_steps may change on resume; after a kill -9, `resume=true trainer.max_steps=8` said
+    "no interrupted run with this configuration" (its hash held max_steps). It continues the run to step 8, which
+    records the change."""
+    killed, _ = _train(_job(demo_dir, tmp_path, "trainer.max_steps=6"), tmp_path, {"SWEEPLAB_FAULT_KILL_AT_STEP": "4"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    resumed, _ = _train(_job(demo_dir, tmp_path, "trainer.max_steps=8", "resume=true"), tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    client, (run,) = _runs(mlflow_uri)  # the same run, continued
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["changed_on_resume.trainer.max_steps"].startswith("6 -> 8 (from step ")
+    assert max(m.step for m in client.get_metric_history(run.info.run_id, "val/cos")) >= 6
+    assert not (tmp_path / "run" / ".sweeplab.lock").exists()  # a finished job's folder keeps no lock file
+
+
+def test_a_kill_9_before_the_first_checkpoint_leaves_no_run_running_and_resume_says_so(demo_dir, mlflow_uri, tmp_path):
+    """Killed at its stop decision (the validation at step 2, before the first checkpoint at step 4), the run stayed
+    RUNNING forever and `resume=true` said there was nothing to resume. That resume closes it KILLED and says what
+    happened in one line; a job still running (its run lock held) is never closed."""
+    job = _job(demo_dir, tmp_path, "trainer.max_steps=6", "checkpoint.every_n_steps=4", "stop.at_target=true",
+               "report.target=0.99")
+    killed, _ = _train(job, tmp_path, {"SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP": "2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+    client, (run,) = _runs(mlflow_uri)
+    assert run.info.status == "RUNNING"  # the premise: a kill -9 cannot close its run
+
+    resumed, _ = _train([*job, "resume=true"], tmp_path)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    _one_line(resumed.stderr, f"run {run.info.run_id} of this configuration was killed before its first checkpoint",
+              "marked KILLED now", "drop resume=true")
+    assert client.get_run(run.info.run_id).info.status == "KILLED"

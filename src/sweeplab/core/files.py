@@ -123,31 +123,50 @@ def hold_run_lock(directory: Path, what: str, doing: str = "trained") -> Iterato
     """Hold an exclusive flock on `<directory>/.sweeplab.lock` (`what`: the run, for the message) while the body runs;
     the holder's pid and host are written into the file. Another holder: a one-line UserError naming it. A file
     system that cannot lock: a one-line UserError too (not unguarded training). The kernel releases the lock when
-    the process ends, however it ends; the file is left in place (removing it would race with the next holder).
+    the process ends, however it ends (a kill -9 leaves the file: `run_lock_is_free` reads it). A holder that ends
+    its body removes the file while it still holds it (a finished job's folder keeps no lock file); so a process
+    whose lock lands on a file removed meanwhile takes the new file instead (`_lock_the_file_in_place`).
     `doing`: what the holder does to it, for the message ("trained"; a sweep's folder: "run or continued")."""
     path = directory / LOCK_NAME
     directory.mkdir(parents=True, exist_ok=True)
+    fd = _lock_the_file_in_place(path, what, doing)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
-        raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
-                        "another hydra.run.dir") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{what} is being {doing} by another process ({_holder(fd)}, lock {path}); wait for it "
-                            "to end or stop it, then resume") from None
-        except OSError as exc:
-            if exc.errno not in LOCK_UNSUPPORTED:
-                raise
-            raise UserError(f"{path}: this file system cannot lock files ({os.strerror(exc.errno)}), so a second "
-                            "process could train the same run; put the outputs on a local disk (hydra.run.dir=...)") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
         os.close(fd)  # releases the lock
+
+
+def _lock_the_file_in_place(path: Path, what: str, doing: str) -> int:
+    """An open descriptor of `path` with an exclusive flock, the file still at `path` once locked (a holder removes
+    its file as it ends: a lock on the removed one would guard nothing)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
+            raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
+                            "another hydra.run.dir") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            message = f"{what} is being {doing} by another process ({_holder(fd)}, lock {path}); wait for it to end or stop it, then resume"
+            os.close(fd)
+            raise UserError(message) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in LOCK_UNSUPPORTED:
+                raise
+            raise UserError(f"{path}: this file system cannot lock files ({os.strerror(exc.errno)}), so a second "
+                            "process could train the same run; put the outputs on a local disk (hydra.run.dir=...)") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 def run_lock_is_free(directory: Path) -> bool | None:

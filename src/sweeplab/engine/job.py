@@ -30,6 +30,7 @@ from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
 from sweeplab.runtime.devices import release_earlier_jobs
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking.resume import close_abandoned_runs  # here too: where the sweep callback and tests look
 
 log = logging.getLogger(__name__)
 
@@ -184,21 +185,6 @@ def record_batch_size(job: Job, loader) -> None:
                 BATCH_SIZE_USED_TAG, used)
     if job.run is not None:
         job.run.set_tag(BATCH_SIZE_USED_TAG, str(used))
-
-
-def close_abandoned_runs(client, runs) -> list[str]:
-    """Mark KILLED those of `runs` still RUNNING whose job is gone: a job killed with -9 (or by the OOM killer, a
-    power cut) cannot close its own run, so whatever continues after it does. A run is gone when its output folder's
-    run lock is free; one whose folder is on another host is left as it is. Returns the closed run ids."""
-    closed = []
-    for run in map(mlflow_store.record_of, runs):
-        folder = run.tags.get(schema.OUTPUT_DIR_TAG)
-        if run.status == "RUNNING" and folder and run_lock_is_free(Path(folder)):
-            client.set_terminated(run.run_id, "KILLED")
-            closed.append(run.run_id)
-    if closed:
-        log.info("closed %d run(s) left RUNNING by a killed process: %s", len(closed), ", ".join(closed))
-    return closed
 
 
 def job_log_file() -> Path | None:

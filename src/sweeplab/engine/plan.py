@@ -27,7 +27,7 @@ from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
 from sweeplab.runtime import backends
 from sweeplab.tasks.optim import OptimConfig
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, resume
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class JobPlan:
     compile_scope: str = "whole"  # whole | regions (tasks/base.py: configure_training)
     compile_validation: bool = False  # validation compiled too, else eager
     compile_cache: str = "study"  # study | shared: where inductor's caches live (engine/training.share_compile_cache)
+    may_change_on_resume: frozenset[str] = frozenset()  # flattened keys a resume may change (tracking/resume.may_change)
 
 
 def check_data_path(path: Any) -> None:
@@ -210,6 +211,7 @@ def plan(cfg: DictConfig) -> JobPlan:
         family, container["model"], model_config, optim, trainer, backend_config, backend, compile_mode, cuda_graph,
         timing, logger, container, datamodule, guard, checkpoint, tune, steps_per_batch, loss_config, stop, stop_target,
         compile_scope=compile_scope, compile_validation=compile_validation, compile_cache=compile_cache,
+        may_change_on_resume=frozenset(resume.may_change(OmegaConf.to_container(cfg, resolve=False))),
     )
     if backend == "mlx":
         rules.check_mlx(p)

@@ -200,7 +200,7 @@ def _one_process(job: Job, target: resume.ResumePoint | None, uri: str):
 def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> None:
     p = job.plan
     if p.container.get("resume") is True:
-        now = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
+        now = _interrupted_run(p, uri)
         unchanged = now == (target.run_id, target.checkpoint)
     else:
         run = resume.find_run(uri, target.run_id)
@@ -275,6 +275,7 @@ def _tag_new_run(job: Job, target: resume.ResumePoint | None, continued: bool) -
     p, run = job.plan, job.run
     if not continued or target.changes:
         run.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
+        run.set_tag(resume.RESUMABLE_HASH_TAG, resume.resumable_hash(p.container, p.may_change_on_resume))
         if (description := naming.run_description()) is not None:
             run.set_tag("mlflow.note.content", description)
         run.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
@@ -300,7 +301,7 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
     if setting is False or setting is None:
         return None
     if setting is True:
-        run_id, ckpt = resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container))
+        run_id, ckpt = _interrupted_run(p, uri)
         output_dir = ckpt.parent.parent
     else:
         ckpt = Path(str(setting))
@@ -320,7 +321,7 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
         if best.resolve() != ckpt.resolve():
             read_checkpoint(best)
     step = int(checkpoint.get("global_step", 0))
-    may_differ = resume.may_change(OmegaConf.to_container(cfg, resolve=False))
+    may_differ = set(p.may_change_on_resume)
     # the model as this job would build it: the data's values (vocabulary, teacher width) filled in, not the defaults
     resume.check_model(checkpoint, ckpt, p.family.name, resolve_model(p), may_differ)
     if step > p.trainer.max_steps:
@@ -328,9 +329,26 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
     point = resume.ResumePoint(ckpt, step, run_id, output_dir, {}, run_folder=output_dir if setting is True else None)
     if setting is not True and tracked:
         point = _run_of_checkpoint(point, checkpoint, p, uri, may_differ)
+    elif tracked and (run := resume.find_run(uri, run_id)) is not None:  # found with a changed trainer.max_steps
+        point.changes = _param_changes(run, p, may_differ, ckpt)
     what = f"run {point.run_id}" if point.run_id else ("as a new run" if tracked else "training")
     log.info("resume: continuing %s from %s (step %d); checkpoints go to %s", what, ckpt, step, output_dir / "checkpoints")
     return point
+
+
+def _interrupted_run(p: JobPlan, uri: str) -> tuple[str, Path]:
+    """`resume=true`: the interrupted run of this configuration, or of it with the keys a resume may change."""
+    return resume.find_interrupted_run(uri, p.logger.experiment_name, resume.config_hash(p.container),
+                                       resume.resumable_hash(p.container, p.may_change_on_resume))
+
+
+def _param_changes(run: mlflow_store.RunRecord, p: JobPlan, may_differ: set[str], ckpt: Path) -> dict[str, tuple[str, str]]:
+    """resume.param_changes of this job's params against the run it continues."""
+    params = job_params(p)
+    # the model keys the group left null were logged as built once the data was set up; they are built again now
+    null = {k for k, v in mlflow_store.flatten(p.container).items() if k.startswith("model.") and v == "None"}
+    params |= {k: v for k, v in run.params.items() if k in null}
+    return resume.param_changes(run, params, may_differ, ckpt)
 
 
 def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, uri: str,
@@ -344,11 +362,7 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
         log.warning("resume: the run of checkpoint %s (%s) is not in %s; its training continues as a new run",
                     ckpt, run_id or "none recorded", uri)
         return point
-    params = job_params(p)
-    # the model keys the group left null were logged as built once the data was set up; they are built again now
-    null = {k for k, v in mlflow_store.flatten(p.container).items() if k.startswith("model.") and v == "None"}
-    params |= {k: v for k, v in run.params.items() if k in null}
-    changes = resume.param_changes(run, params, may_differ, ckpt)
+    changes = _param_changes(run, p, may_differ, ckpt)
     recorded = run.tags.get(schema.OUTPUT_DIR_TAG)
     if run.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)

@@ -7,7 +7,11 @@ What a resume may change (everything else must equal the run's params, or the ch
   `model.unit_options.schedule_steps`): the LR and α schedules are recomputed for the new length from the
   checkpoint's step on. MLflow params cannot change, so the run keeps the values it started with as params and
   gets a `changed_on_resume.<key>` tag (`old -> new (from step N)`) per changed key, its `config.yaml` replaced by
-  the new configuration and its config hash updated (`resume=true` with the new configuration finds it).
+  the new configuration and its config hash updated. `resume=true` finds the run by its configuration with these
+  keys left out (`resumable_hash`), so a changed `trainer.max_steps` finds it too; a run of exactly this
+  configuration (`config_hash`) is preferred.
+A run a kill -9 left RUNNING without a checkpoint is closed KILLED by the `resume=true` that finds it
+(`close_abandoned_runs`: its folder's run lock is free), and that command says so in one line.
 A FINISHED run is resumed only to train it longer (a larger `trainer.max_steps`), and then into a new run tagged
 `extends` (its id): MLflow cannot take metric points back, so a finished run is never written to again, and an
 extension that fails (a damaged checkpoint's weights diverging, a kill, a full disk) leaves it as it was.
@@ -26,11 +30,13 @@ from typing import Any
 
 from sweeplab.core import schema
 from sweeplab.core.errors import UserError
+from sweeplab.core.files import run_lock_is_free
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
 CONFIG_HASH_TAG = "sweeplab.config_hash"
+RESUMABLE_HASH_TAG = "sweeplab.resumable_hash"  # config_hash without the keys a resume may change
 IGNORED_KEYS = ("resume",)
 MAY_CHANGE = ("trainer.max_steps",)  # and the keys that follow it (`may_change`)
 CHANGED_TAG_PREFIX = "changed_on_resume."
@@ -43,26 +49,62 @@ def config_hash(container: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str) -> tuple[str, Path]:
-    """(run id, last checkpoint) of the newest unfinished run with this configuration."""
+def resumable_hash(container: Mapping[str, Any], may_differ: set[str] | frozenset[str]) -> str:
+    """config_hash without the flattened keys of `may_differ` (`may_change`): what a resume must keep."""
+    def without(node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        return {k: without(v, f"{prefix}{k}.") if isinstance(v, Mapping) else v
+                for k, v in node.items() if f"{prefix}{k}" not in may_differ}
+
+    return config_hash(without(container, ""))
+
+
+def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str, resumable: str | None = None) -> tuple[str, Path]:
+    """(run id, last checkpoint) of the newest unfinished run with this configuration (`cfg_hash`), else with this
+    configuration but for the keys a resume may change (`resumable`: resumable_hash). Finding none, the runs of
+    either a kill -9 left RUNNING before their first checkpoint are closed KILLED and named."""
     client = mlflow_store.client(uri)
     experiment = client.get_experiment_by_name(experiment_name)
-    runs = []
-    if experiment is not None:
+    seen = []
+    for tag, value in ((CONFIG_HASH_TAG, cfg_hash), (RESUMABLE_HASH_TAG, resumable)):
+        if experiment is None or value is None:
+            continue
         runs = client.search_runs(
             [experiment.experiment_id],
-            filter_string=f"tags.`{CONFIG_HASH_TAG}` = '{cfg_hash}' and attributes.status != 'FINISHED'",
+            filter_string=f"tags.`{tag}` = '{value}' and attributes.status != 'FINISHED'",
             order_by=["attributes.start_time DESC"],
             max_results=20,
         )
-    for run in map(mlflow_store.record_of, runs):
-        ckpt = Path(run.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
-        if ckpt.is_file():
-            return run.run_id, ckpt
+        for run in map(mlflow_store.record_of, runs):
+            ckpt = Path(run.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
+            if ckpt.is_file():
+                return run.run_id, ckpt
+        seen += [run for run in runs if run.info.run_id not in {r.info.run_id for r in seen}]
+    if closed := close_abandoned_runs(client, seen):
+        raise UserError(
+            f"resume=true: run {', '.join(closed)} of this configuration was killed before its first checkpoint, so "
+            "nothing can be resumed (it is marked KILLED now); drop resume=true to train it afresh"
+        )
     raise UserError(
         f"resume=true: no interrupted run with this configuration and a last checkpoint in {uri} "
         f"(experiment {experiment_name!r}); pass resume=PATH/TO/last.ckpt, or drop resume to start afresh"
     )
+
+
+def close_abandoned_runs(client, runs) -> list[str]:
+    """Mark KILLED those of `runs` still RUNNING whose job is gone: a job killed with -9 (or by the OOM killer, a
+    power cut) cannot close its own run, so whatever continues after it does. A run is gone when its output folder's
+    run lock is free; one whose folder is on another host is left as it is. Returns the closed run ids."""
+    closed = []
+    for run in map(mlflow_store.record_of, runs):
+        folder = run.tags.get(schema.OUTPUT_DIR_TAG)
+        if run.status == "RUNNING" and folder and run_lock_is_free(Path(folder)):
+            client.set_tag(run.run_id, schema.ERROR_TAG, "Killed: its process ended without closing the run (kill -9, "
+                                                         "the OOM killer, a power cut)")
+            client.set_terminated(run.run_id, "KILLED")
+            closed.append(run.run_id)
+    if closed:
+        log.info("closed %d run(s) left RUNNING by a killed process: %s", len(closed), ", ".join(closed))
+    return closed
 
 
 @dataclass
