@@ -107,3 +107,40 @@ def test_a_kill_9_before_the_first_checkpoint_leaves_no_run_running_and_resume_s
     _one_line(resumed.stderr, f"run {run.info.run_id} of this configuration was killed before its first checkpoint",
               "marked KILLED now", "drop resume=true")
     assert client.get_run(run.info.run_id).info.status == "KILLED"
+
+
+# --- the report of a study that has not ended ---------------------------------------------------------------------
+
+
+def test_the_report_of_a_running_study_says_so_first_with_its_count(mlflow_uri, tmp_path, capsys):
+    """`make report` on a running study said "one replicate: no verdict ... run replicates=3". It says "still running
+    (2 of 4 jobs done)" first while the sweep's process holds its folder, and once that process is gone (a kill -9:
+    the run stays RUNNING), that the study was interrupted, with the command that continues it; no verdict from part
+    of the jobs, and none recorded on the sweep's run."""
+    from sweeplab.core.files import hold_run_lock
+    from sweeplab.report.tables import main
+    from sweeplab.tracking import mlflow_store
+
+    client = MlflowClient(mlflow_uri)
+    experiment = mlflow_store.init_store(mlflow_uri, "sweeplab")
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    parent = client.create_run(experiment, tags={"sweeplab.role": "sweep", "sweep_dir": str(sweep_dir),
+                                                 "sweep_overrides": "data.batch_size=8,16 replicates=2"}).info.run_id
+    client.log_metric(parent, "jobs_planned", 4)
+    for status in ("FINISHED", "FINISHED", "RUNNING"):
+        job = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+        client.log_metric(job, "val/cos", 0.5)
+        if status != "RUNNING":
+            client.set_terminated(job, status)
+
+    with hold_run_lock(sweep_dir, "sweep", "run or continued"):  # the sweep's process, still at work
+        assert main(["--sweep", parent, "--out", str(tmp_path / "report")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "still running (2 of 4 jobs done): no verdict until its last job ends; run the report again then"
+    assert "mlflow.note.content" not in client.get_run(parent).data.tags  # no verdict recorded from part of it
+
+    assert main(["--sweep", parent, "--out", str(tmp_path / "report")]) == 0  # its process gone, the run RUNNING
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("interrupted (2 of 4 jobs done): the sweep's process is gone and left its run RUNNING"), first
+    assert "continue it with: python -m sweeplab.train -m " in first and "resume=true" in first

@@ -35,7 +35,7 @@ from sweeplab.core import channels, cli, schema, stability
 from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.core.files import check_folder_path, write_text_atomic
+from sweeplab.core.files import check_folder_path, run_lock_is_free, write_text_atomic
 from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
@@ -373,15 +373,17 @@ def write_plots(sweep: Sweep, out_dir: Path) -> list[Path]:
 
 
 def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str | None = None,
-                 options: VerdictOptions | None = None, never_ran: tuple[str, ...] = ()) -> Report:
+                 options: VerdictOptions | None = None, never_ran: tuple[str, ...] = (),
+                 running: tuple[str, ...] = ()) -> Report:
     """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
     job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report.html: the
-    same tables and the plots, on one page)."""
+    same tables and the plots, on one page). `running`: the lines of a sweep not over yet (`still_running`), said
+    first and in place of a verdict read from part of its jobs."""
     rows, columns, failed = build_rows(sweep, baseline)
     columns += report_apple.ane_column(sweep.jobs, rows)  # exported runs: their Neural Engine readiness
     base_index = pick_baseline(sweep, baseline)
     options = options or VerdictOptions(baseline_run=baseline)
-    found = sweep_verdict(sweep, options) if sweep.uri is not None else None
+    found = sweep_verdict(sweep, options) if sweep.uri is not None and not running else None
     if found is not None:  # what the answer must be read with, above it (sweeplab.study.caveats)
         found = caveats.with_caveats(found, caveats.study_caveats(sweep.jobs, found.summary))
     configs = configuration_table(found.summary, sweep) if found is not None and found.summary is not None else None
@@ -394,8 +396,8 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
         job_notes.append(f"{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)")
     line, shown = constant_columns(rows, columns)
     jobs = report_html.Table(shown, rows, "run", above=(line,), below=tuple(n for n in job_notes if n))
-    verdict_lines = found.lines if found is not None else (NO_STORE,)
-    markdown = "\n".join(found.lines) + "\n\n" if found is not None else ""
+    verdict_lines = found.lines if found is not None else running or (NO_STORE,)
+    markdown = "\n".join(found.lines if found is not None else running) + "\n\n" if found is not None or running else ""
     markdown += "".join(f"{line}\n" for line in never_ran) + ("\n" if never_ran else "")
     markdown += f"## {title}\n\n"
     if configs is not None:
@@ -509,14 +511,35 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
 
 
 def report_of(sweep: Sweep, out_dir: Path | None, baseline: str | None = None,
-              options: VerdictOptions | None = None) -> Report:
-    """sweep_report of a sweep already read."""
+              options: VerdictOptions | None = None, running: tuple[str, ...] = ()) -> Report:
+    """sweep_report of a sweep already read; `running`: still_running's lines (a report asked for from outside the
+    sweep's process: no verdict recorded until the sweep's own report)."""
     parent = sweep.parent
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
     title = f"sweep {parent.tags.get(schema.SWEEP_ID_TAG) or parent.run_id[:8]}"
-    report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep))
-    config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
+    report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep), running)
+    if report.verdict is not None:
+        config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
     return report
+
+
+def still_running(sweep: Sweep) -> tuple[str, ...]:
+    """For a report asked for while the sweep's run is RUNNING: "still running (2 of 4 jobs done)" while its process
+    holds the sweep folder's lock, else (the process is gone: a kill -9, a power cut) that it was interrupted, with
+    the command that continues it. Nothing for a sweep that ended."""
+    parent = sweep.parent
+    if parent is None or parent.status != "RUNNING":
+        return ()
+    done = sum(job.status == "FINISHED" for job in sweep.jobs)
+    planned = int(parent.metrics.get(schema.JOBS_PLANNED, 0))
+    count = f"{done} of {planned} jobs done" if planned else f"{done} job{'s' if done != 1 else ''} done so far"
+    sweep_dir = parent.tags.get(schema.SWEEP_DIR_TAG)
+    if sweep_dir and run_lock_is_free(Path(sweep_dir)) and not parent.tags.get(schema.LEFT_JOBS_TAG):
+        command = parent.tags.get(schema.CONTINUE_COMMAND_TAG) or naming.continue_command(
+            naming.recorded_overrides(parent.tags.get(schema.SWEEP_OVERRIDES_TAG, "")), sweep_dir)
+        return (f"interrupted ({count}): the sweep's process is gone and left its run RUNNING; no verdict from part "
+                f"of its jobs; continue it with: {command}",)
+    return (f"still running ({count}): no verdict until its last job ends; run the report again then",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -601,7 +624,7 @@ def _report(args: argparse.Namespace) -> int:
         sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
-        report = report_of(sweep, out, args.baseline, options)
+        report = report_of(sweep, out, args.baseline, options, still_running(sweep))
         client = mlflow_store.client(uri)
         for path in report.files:  # the plots and tables travel with the sweep's parent run too
             try:

@@ -199,6 +199,8 @@ class MLflowSweepCallback(Callback):
             self._planned_jobs = None
         search_space = OmegaConf.select(config, "hydra.sweeper.params") or {}
         mlflow_store.log_params(client, self.parent_run_id, {f"sweep.{k}": v for k, v in search_space.items()})
+        if self._planned_jobs:  # a report asked for while the sweep runs counts against it (report.tables.still_running)
+            client.log_metric(self.parent_run_id, schema.JOBS_PLANNED, self._planned_jobs)
         os.environ[channels.PARENT_RUN_ENV] = self.parent_run_id
         write_text_atomic(sweep_dir / channels.PARENT_RUN_FILE, self.parent_run_id)
 
