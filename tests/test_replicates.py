@@ -312,9 +312,14 @@ def _verdict_lines(stdout: str) -> list[str]:
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line and not line.startswith(("[", " ", "\t")))
     print("\n".join(lines[start:start + 8]))
-    # a debug=smoke study says first that it cannot carry a verdict (issue 38); the answer's line follows
-    assert lines[start].startswith("this study cannot carry a verdict: ") and "debug=smoke" in lines[start]
-    return lines[start + 1:]
+    # the caveats come first (sweeplab.study.caveats, issue 52), a debug=smoke study's first of them that it cannot
+    # carry a verdict (issue 38), then the answer's line
+    caveats = 0
+    while lines[start + caveats].startswith("caveat: "):
+        caveats += 1
+    assert caveats >= 1, lines[start]
+    assert lines[start].startswith("caveat: this study cannot carry a verdict: ") and "debug=smoke" in lines[start]
+    return lines[start + caveats:]
 
 
 def _jobs_by_config(uri: str) -> dict[str, list]:
