@@ -130,7 +130,7 @@ def fit(job: Job) -> FitResult:
         callbacks.append(fault)
     if show_bar:
         callbacks.append(LoggedLossProgressBar(refresh_rate=p.trainer.log_every_n_steps))
-    stop = _stop_callback(job, timer) if p.stop_target is not None else None
+    stop = _stop_callback(job, timer) if p.stop.enabled else None
     if stop is not None:
         callbacks.append(stop)
     callbacks.append(StopAtSafePoint())  # last: a hook that waits (a fault's pause) returns before the stop is acted on
