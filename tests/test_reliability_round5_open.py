@@ -144,3 +144,28 @@ def test_the_report_of_a_running_study_says_so_first_with_its_count(mlflow_uri, 
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("interrupted (2 of 4 jobs done): the sweep's process is gone and left its run RUNNING"), first
     assert "continue it with: python -m sweeplab.train -m " in first and "resume=true" in first
+
+
+# --- a continued study's share of training steps ------------------------------------------------------------------
+
+
+def _timed_job(number: int, steps_s: float, end_s: float):
+    from sweeplab.study.sweep import JobRecord
+
+    return JobRecord(str(number), f"job {number}", "FINISHED", int((end_s - 60) * 1000), {}, {},
+                     {"summary/wall_breakdown/steps_s": steps_s, "summary/wall_breakdown/setup_s": 5.0}, "textbridge",
+                     None, None, None, None, None, 1, "16", 16, 100.0, end_ms=int(end_s * 1000))
+
+
+def test_a_continued_studys_training_steps_are_set_against_the_jobs_its_process_ran():
+    """A continued study reported its training steps as "184 %" of its process's wall: every session's jobs over the
+    last session's wall. The jobs that ended before that process started are left out of the share (and named)."""
+    from sweeplab.report.cost import cost_table
+
+    start = 1_800_000_000.0  # the continuing process's start (sweep/process_start_s)
+    jobs = [_timed_job(n, 50.0, start - 100 + n) for n in range(3)] + [_timed_job(3, 20.0, start + 30)]
+    (line,) = [a for a in cost_table(jobs, 40.0, None, start * 1000).above if a.startswith("the sweep's process")]
+    assert line == ("the sweep's process: 40.0 s from its start to this report; the training steps of the 1 job it ran "
+                    "(a continued sweep: the other 3 ran in an earlier process) are 50 % of it"), line
+    (whole,) = [a for a in cost_table(jobs[3:], 40.0, None, start * 1000).above if a.startswith("the sweep's process")]
+    assert whole.endswith("the jobs' training steps are 50 % of it")  # a sweep run in one go reads as before

@@ -77,6 +77,8 @@ SETUP_SPLIT_METRIC = "summary/setup_split/{segment}_s"  # the setup part in segm
                                                         # summing to it; MLflow's writes during the set-up in none
 
 SWEEP_PROCESS_WALL_METRIC = "sweep/process_wall_s"  # the sweep's parent run: its process's start to its report
+SWEEP_PROCESS_START_METRIC = "sweep/process_start_s"  # ... and when that process started (Unix seconds): a continued
+                                                      # sweep's report sets its wall against the jobs it ran
 SWEEP_UNCACHED_BYTECODE_TAG = "sweep/uncached_bytecode"  # the parent run, when its Python compiled these packages'
                                                          # sources at the start (sweeplab.core.bytecode)
 

@@ -6,6 +6,7 @@ as a table for report.md and report.html, so a reader sees what the study paid b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sweeplab.core import wall
@@ -36,11 +37,13 @@ def _sums(jobs: Sequence[JobRecord], keys: dict[str, str]) -> tuple[dict[str, fl
 
 
 def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
-               uncached_bytecode: str | None = None) -> report_html.Table | None:
+               uncached_bytecode: str | None = None, process_start_ms: float | None = None) -> report_html.Table | None:
     """The parts' seconds over the jobs that recorded a breakdown (None when none did: an older or untracked sweep);
     `process_wall_s`: the sweep process's seconds from its start to its report (the parent run's
     `sweep/process_wall_s`), which the training steps are also set against; `uncached_bytecode`: the packages whose
-    sources the sweep's Python compiled at its start (the parent run's `sweep/uncached_bytecode`)."""
+    sources the sweep's Python compiled at its start (the parent run's `sweep/uncached_bytecode`);
+    `process_start_ms`: when that process started. A continued sweep's process ran only the jobs that ended after
+    its start: its training steps are set against its wall, not those of every session's jobs (that read "184 %")."""
     recorded = [job for job in jobs if WALL_BREAKDOWN_METRIC.format(part="steps") in job.metrics]
     if not recorded:
         return None
@@ -52,8 +55,13 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
     above = (f"{len(recorded)} jobs, {whole:.1f} s of job time in all, {total.get('steps', 0.0):.1f} s of it in training "
              f"steps ({100 * total.get('steps', 0.0) / whole:.0f} %)" if whole > 0 else f"{len(recorded)} jobs",)
     if process_wall_s:
-        above += (f"the sweep's process: {process_wall_s:.1f} s from its start to this report; the jobs' training "
-                  f"steps are {100 * total.get('steps', 0.0) / process_wall_s:.0f} % of it",)
+        session = [job for job in recorded if process_start_ms is None or (job.end_ms or math.inf) >= process_start_ms]
+        steps = sum(job.metrics[WALL_BREAKDOWN_METRIC.format(part="steps")] for job in session)
+        whose = ("the jobs' training steps" if len(session) == len(recorded) else
+                 f"the training steps of the {len(session)} job{'s' if len(session) != 1 else ''} it ran (a continued "
+                 f"sweep: the other {len(recorded) - len(session)} ran in an earlier process)")
+        above += (f"the sweep's process: {process_wall_s:.1f} s from its start to this report; {whose} are "
+                  f"{100 * steps / process_wall_s:.0f} % of it",)
     below = ["each job's wall time from its start (a process's first job: from the process's start, imports "
              "included) to its record, in parts that add up to it (summary/wall_breakdown/*); jobs that ran side by "
              "side add up to more than the study's wall time"]

@@ -36,7 +36,7 @@ from sweeplab.core import labels as config_labels
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import check_folder_path, run_lock_is_free, write_text_atomic
-from sweeplab.core.schema import SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
+from sweeplab.core.schema import SWEEP_PROCESS_START_METRIC, SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -406,7 +406,8 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
     process_wall = sweep.parent.metrics.get(SWEEP_PROCESS_WALL_METRIC) if sweep.parent is not None else None
     uncached = sweep.parent.tags.get(SWEEP_UNCACHED_BYTECODE_TAG) if sweep.parent is not None else None
-    time_spent = report_cost.cost_table(sweep.jobs, process_wall, uncached)
+    started = sweep.parent.metrics.get(SWEEP_PROCESS_START_METRIC) if sweep.parent is not None else None
+    time_spent = report_cost.cost_table(sweep.jobs, process_wall, uncached, started * 1000 if started else None)
     if time_spent is not None:
         markdown += f"\n### {report_cost.TITLE}\n\n{_table_markdown(time_spent)}\n"
     files: list[Path] = []

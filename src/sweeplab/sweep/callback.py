@@ -264,7 +264,12 @@ class MLflowSweepCallback(Callback):
 
                 pause_in("report")
             if (process_wall := wall.process_age_s()) > 0:  # what the study cost until its report, which reads it
-                client.log_metric(self.parent_run_id, schema.SWEEP_PROCESS_WALL_METRIC, process_wall)
+                from mlflow.entities import Metric
+
+                now = time.time()
+                client.log_batch(self.parent_run_id, metrics=[
+                    Metric(schema.SWEEP_PROCESS_WALL_METRIC, process_wall, int(now * 1000), 0),
+                    Metric(schema.SWEEP_PROCESS_START_METRIC, now - process_wall, int(now * 1000), 0)])
             # the run list once, each job's history once: `best`, the plot and the job counts read the report's record
             report = sweep_report(uri, self.parent_run_id, sweep_dir, options=verdict_options(config))
             sweep = report.sweep
