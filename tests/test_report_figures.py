@@ -104,6 +104,9 @@ def test_the_band_is_median_and_range_over_the_replicates_present_where_half_of_
     at_50 = int(np.flatnonzero(np.isclose(grid, 50.0))[0])  # the fastest has stopped: the two present
     assert (median[at_50], low[at_50], high[at_50]) == pytest.approx((0.75, 0.5, 1.0))
     assert not np.isfinite(median[grid > 50.0]).any()  # the slowest alone: its own thin line only
+    # past 40 s the fastest has stopped: the median of the other two is a new piece, a gap before it, no jump
+    gap = int(np.flatnonzero(np.isnan(median) & (grid > 40.0))[0])
+    assert grid[gap] == grid[gap + 1] == pytest.approx(45.0) and median[gap - 1] == median[at_40]
     # replicates that share no time (0.001..0.01 s and 10..100 s): with two, one is half, so the median follows
     # whichever is present, and breaks where neither is
     grid, median, _, _ = report_figures.replicate_band([slow, Job("c", 3, 3, 1e6, 1.0, points)])

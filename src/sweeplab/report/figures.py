@@ -11,7 +11,7 @@
   clock of time to target, validation and checkpoint pauses excluded). Each replicate is a thin line over its own
   span (linear between its validations, a dot at each); each configuration's median over its replicates is the
   thick line, on a common grid over the times at least half of its replicates cover, with a band from the lowest to
-  the highest replicate present there. A short study (two validations per job, replicates at different speeds on a
+  the highest replicate present there (a new piece where a replicate starts or ends, not a vertical jump). A short study (two validations per job, replicates at different speeds on a
   loaded host) shares little or no time between all its replicates: the curves stay readable whatever it covers.
   The target is a dashed horizontal line; the x axis spans the validations (not from 0).
 
@@ -254,7 +254,9 @@ def replicate_band(jobs: Sequence[Job], points: int = GRID_POINTS) -> tuple[np.n
     """(time grid, median, lowest, highest) of the jobs' metric against training time, each job linear between its
     validations and present from its first to its last. The grid spans every job's times (and holds each
     validation's time); at a time fewer than half of the jobs cover (ceil(n / 2)) the three are NaN, elsewhere they
-    are over the jobs present there. None when no job has a validation."""
+    are over the jobs present there. Where the jobs present change (one starts or ends), a NaN point is inserted
+    (at the next time): a median of other jobs is drawn as a new piece, not joined to the last by a vertical jump.
+    None when no job has a validation."""
     curves = replicate_curves(jobs)
     if not curves:
         return None
@@ -267,7 +269,10 @@ def replicate_band(jobs: Sequence[Job], points: int = GRID_POINTS) -> tuple[np.n
     median, low, high = (np.full(grid.shape, np.nan) for _ in range(3))
     median[enough] = np.nanmedian(shown, axis=0)
     low[enough], high[enough] = np.nanmin(shown, axis=0), np.nanmax(shown, axis=0)
-    return grid, median, low, high
+    covered = np.isfinite(values)
+    changes = np.flatnonzero(enough[1:] & enough[:-1] & np.any(covered[:, 1:] != covered[:, :-1], axis=0)) + 1
+    return (np.insert(grid, changes, grid[changes]),
+            *(np.insert(a, changes, np.nan) for a in (median, low, high)))
 
 
 def curves_plot(summary: SweepSummary, names: Mapping[str, str], out: Path) -> Path:
