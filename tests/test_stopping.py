@@ -4,6 +4,7 @@ leader, and a verdict that counts their times honestly (a stopped-behind job's t
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -27,7 +28,8 @@ def test_stopping_needs_an_explicit_target_and_a_multiple_above_one(demo_dir):
 
 def test_the_rule_stops_at_the_target_after_its_confirmations_and_behind_the_leader(tmp_path):
     board = stopping.RoundBoard(tmp_path / "stop" / "round-0.json")
-    leader = stopping.StopRule(stopping.StopConfig(at_target=True, confirm=1), 0.5, "max", board, is_baseline=True)
+    leader = stopping.StopRule(stopping.StopConfig(at_target=True, confirm=1, behind=2.0), 0.5, "max", board,
+                               is_baseline=True)
     assert leader.at_validation(0.4, 1.0) is None
     assert leader.at_validation(0.55, 2.0) is None  # reached; one confirmation still owed
     assert board.leader_seconds() == 2.0  # the first time at the target is posted for the round
@@ -134,13 +136,11 @@ def test_the_quality_round_is_never_stopped(tmp_path, monkeypatch):
     measured once even when its other jobs stop at the target or behind."""
     from sweeplab.core import channels
 
-    board = stopping.RoundBoard(tmp_path / "round-0.json")
-    board.post(1.0, "0", [(100, 0.5)])
     for round_, expected in (("0", None), ("1", "behind")):
+        stopping.RoundBoard(tmp_path / "stop" / f"round-{round_}.json").post(1.0, "0", [(100, 0.5)])
         monkeypatch.setenv(channels.ROUND_ENV, round_)
         monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "1")
         rule = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, behind=1.5), 0.5, "max", tmp_path)
-        rule.board = board
         assert rule.at_validation(0.1, 3.0, samples_seen=300) == expected
         assert rule.at_validation(0.9, 4.0, samples_seen=400) in (None, "target")
     off = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, quality_round=False), 0.5, "max",
@@ -226,3 +226,53 @@ def test_a_slower_but_better_configuration_is_on_the_reported_pareto_front():
     good = summary.config("good")
     assert good.quality_difference.interval.low > 0 and good.speedup_to_target.interval.high < 1
     assert verdict.speed_quality_front(summary) == ["a", "good"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A stop rule is one class: one that needs no target, its state across a resume, the ranks of a data-parallel job
+
+
+def test_a_rule_that_needs_no_target_stops_after_its_patience():
+    """stop.patience: Lightning's EarlyStopping rule as one class and one config entry; no report.target needed."""
+    rule = stopping.StopRule(stopping.StopConfig(patience=3, min_delta=0.005), None, "max")
+    said = [rule.at_validation(v, None) for v in (0.50, 0.60, 0.603, 0.59, 0.604)]
+    assert said == [None, None, None, None, "no_improvement"]  # 0.603 and 0.604 are within min_delta of 0.60
+    assert stopping.check(stopping.StopConfig(patience=3), None, "cpu") is None  # no target asked for
+    with pytest.raises(ConfigError, match="need report.target"):
+        stopping.check(stopping.StopConfig(at_target=True, patience=3), None, "cpu")
+    fresh = stopping.StopRule(stopping.StopConfig(patience=3, min_delta=0.005), None, "max")
+    fresh.load_state_dict(rule.state_dict())
+    assert fresh.rules[0].state_dict() == rule.rules[0].state_dict() == {"best": 0.60, "waited": 3}
+
+
+def test_a_resumed_job_keeps_counting_where_it_was(demo_dir, mlflow_uri, tmp_path):
+    """A real job whose metric cannot improve (a learning rate of 1e-9) validates every step with stop.patience=5:
+    4 steps, then extended to 10 from its last.ckpt. The count travels in the checkpoint, so it stops at step 6; a
+    rule that started afresh would count from step 5 and stop at step 10 (or never)."""
+    import torch
+
+    base = ["optim.lr=1e-9", "optim.min_lr=0", "stop.patience=5", "stop.min_delta=0.01", "trainer.val_check_interval=1",
+            "checkpoint.every_n_steps=1", "trainer.log_every_n_steps=1"]
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=4"))
+    ckpt = Path.cwd() / "outputs" / "checkpoints" / "last.ckpt"
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["callbacks"]["StopWhatIsDecided"]
+    assert state["rules"]["no_improvement"]["waited"] == 3
+    train(smoke_config(demo_dir, *base, "trainer.max_steps=10", f"resume={ckpt}"), output_dir=tmp_path / "longer")
+    runs = MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time DESC"])
+    assert runs[0].data.tags[schema.STOP_REASON_TAG] == "no_improvement"
+    assert runs[0].data.tags[schema.STOP_STEP_TAG] == "6"
+
+
+@pytest.mark.slow  # ~40 s: two gloo ranks on the CPU
+def test_the_ranks_of_a_data_parallel_job_stop_together(demo_dir, mlflow_uri, tmp_path):
+    """trainer.devices=2 on the CPU (gloo): the ranks follow rank 0's decision, so the job ends (a rank that stopped
+    alone would leave the other waiting in a collective) with one run that names the rule."""
+    from test_sweeps_parallel import smoke, sweep
+
+    result = sweep(tmp_path, "backend=cpu", *smoke(demo_dir, "data.batch_size=8", "trainer.devices=2",
+                                                   "trainer.max_steps=12", "trainer.val_check_interval=2",
+                                                   "optim.lr=1e-9", "optim.min_lr=0", "stop.patience=2", "stop.min_delta=0.01"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    assert run.info.status == "FINISHED" and run.data.tags[schema.STOP_REASON_TAG] == "no_improvement"
+    assert run.data.tags[schema.STOP_STEP_TAG] == "6"

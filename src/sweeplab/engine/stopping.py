@@ -29,7 +29,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Protocol
 
 import lightning as L
 from annotated_types import Ge, Gt
@@ -40,9 +40,6 @@ from sweeplab.core.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["target", "behind"]
-
-
 @dataclass(frozen=True)
 class StopConfig:
     """The bounds live in the annotations, so engine/settings.py refuses a wrong value before the heavy imports
@@ -52,21 +49,29 @@ class StopConfig:
     confirm: Annotated[int, Ge(0)] = 0  # more validations that must stay at the target before the job stops
     behind: Annotated[float, Gt(1)] | None = None  # k > 1: stop a job k × the round leader's time to target without reaching it
     quality_round: bool = True  # round 0 trains every configuration to its last step (its quality measured once)
+    patience: Annotated[int, Ge(1)] | None = None  # stop after this many validations without improvement (no target)
+    min_delta: Annotated[float, Ge(0)] = 0.0  # ... an improvement is a gain of more than this (metric units)
 
     @property
     def enabled(self) -> bool:
+        return self.needs_target or self.patience is not None
+
+    @property
+    def needs_target(self) -> bool:
         return self.at_target or self.behind is not None
 
 
 def check(stop: StopConfig, target: Any, backend: str) -> float | None:
-    """The target the rule stops at (None when stopping is off); one line where the settings cannot work."""
+    """The target the rules stop at (None when no rule needs one); one line where the settings cannot work."""
     if not stop.enabled:
+        return None
+    if backend == "mlx":
+        raise ConfigError("stop", "stop.* is not built for backend=mlx yet")
+    if not stop.needs_target:
         return None
     if target is None:
         raise ConfigError("stop", "at_target and behind need report.target: the quality the study asks "
-                                  "for must be known while the jobs train")
-    if backend == "mlx":
-        raise ConfigError("stop", "stop.at_target and stop.behind are not built for backend=mlx yet")
+                                  "for must be known while the jobs train (stop.patience needs none)")
     try:
         return float(target)
     except (TypeError, ValueError):
@@ -123,58 +128,94 @@ class RoundBoard:
                                                          "curve": list(curve)}))
 
 
-@dataclass
-class StopRule:
-    """The decision at each validation; no Lightning in here (the MLX loop can call it too)."""
+class Rule(Protocol):
+    """One stop rule (one class each, the shape of optuna's pruners): at each validation, whether the job stops now.
+    Its state travels in the job's checkpoints (`state_dict` / `load_state_dict`), so a resumed job keeps counting
+    where it was."""
 
-    stop: StopConfig
+    reason: str  # what the job's run records as stop_reason
+    spares_the_quality_round: bool  # a rule about the target: never stops a job of round 0 (stop.quality_round)
+
+    def at_validation(self, seen: Seen) -> bool: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One validation as every rule sees it. `training_seconds`: samples seen ÷ samples per second so far (None
+    before the timer has a step time)."""
+
+    value: float
+    training_seconds: float | None
+    samples_seen: float
+
+
+def _better(value: float, than: float, mode: str) -> bool:
+    return value > than if mode == "max" else value < than
+
+
+@dataclass
+class AtTarget:
+    """stop.at_target: the metric reached the target and stayed there `confirm` more validations."""
+
     target: float
-    mode: str  # "max" | "min"
-    board: RoundBoard | None
-    is_baseline: bool
-    config_index: str = ""
-    measures_quality: bool = False  # round 0 under stop.quality_round: never stopped
+    mode: str
+    confirm: int = 0
+    reason: str = "target"
+    spares_the_quality_round: bool = True
     _reached: int = 0  # consecutive validations at the target
+
+    def at_validation(self, seen: Seen) -> bool:
+        reached = math.isfinite(seen.value) and not _better(self.target, seen.value, self.mode)
+        self._reached = self._reached + 1 if reached else 0
+        return self._reached > self.confirm
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reached": self._reached}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._reached = int(state.get("reached", 0))
+
+
+@dataclass
+class Behind:
+    """stop.behind: k × the round leader's time to target without reaching it, and no better than the leader at the
+    same samples seen (the module's docstring). Every job posts its curve on the round's board once it reaches the
+    target, and keeps extending it while it leads. The baseline's jobs are never stopped this way."""
+
+    k: float
+    target: float
+    mode: str
+    board: RoundBoard | None
+    config_index: str = ""
+    is_baseline: bool = False
+    reason: str = "behind"
+    spares_the_quality_round: bool = True
     _ever_reached: bool = False
     _posted: bool = False
     _curve: list = dataclasses.field(default_factory=list)  # (samples seen, value) at each validation
 
-    @classmethod
-    def for_this_job(cls, stop: StopConfig, target: float, mode: str, sweep_dir: str | Path | None) -> StopRule:
-        """The rule of the job this process runs: its round's board, its place in the grid (index 0, or none: the
-        baseline), and whether it is in the quality round (round 0 under stop.quality_round)."""
-        index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
-        in_quality_round = stop.quality_round and os.environ.get(channels.ROUND_ENV, "") == "0"
-        return cls(stop, target, mode, RoundBoard.of_this_job(sweep_dir), is_baseline=index in ("", "0"),
-                   config_index=index, measures_quality=in_quality_round)
-
-    def reached(self, value: float) -> bool:
-        return math.isfinite(value) and (value >= self.target if self.mode == "max" else value <= self.target)
-
-    def at_validation(self, value: float, training_seconds: float | None, samples_seen: float = 0.0) -> Reason | None:
-        """The reason to stop now, or None. `training_seconds`: samples seen ÷ samples per second so far."""
-        self._curve.append((samples_seen, value))
-        if self._posted and self.board is not None:
+    def at_validation(self, seen: Seen) -> bool:
+        self._curve.append((seen.samples_seen, seen.value))
+        if self.board is None:
+            return False
+        if self._posted:
             self.board.extend(self.config_index, self._curve)
-        if self.reached(value):
-            self._reached += 1
+        if math.isfinite(seen.value) and not _better(self.target, seen.value, self.mode):
             self._ever_reached = True
-            if not self._posted and self.board is not None and training_seconds is not None:
-                self.board.post(training_seconds, self.config_index, self._curve)
+            if not self._posted and seen.training_seconds is not None:
+                self.board.post(seen.training_seconds, self.config_index, self._curve)
                 self._posted = True
-            if self.stop.at_target and self._reached > self.stop.confirm and not self.measures_quality:
-                return "target"
-            return None
-        self._reached = 0
-        if (self.stop.behind is None or self.is_baseline or self.measures_quality or self._ever_reached
-                or self.board is None or training_seconds is None):
-            return None
+            return False
+        if self.is_baseline or self._ever_reached or seen.training_seconds is None:
+            return False
         leader = self.board.leader_seconds()
-        if leader is None or training_seconds <= self.stop.behind * leader:
-            return None
-        if self._better_than_the_leader_at(samples_seen, value):
-            return None  # slower to the target, but perhaps better in quality: not clearly lost
-        return "behind"
+        if leader is None or seen.training_seconds <= self.k * leader:
+            return False
+        return not self._better_than_the_leader_at(seen.samples_seen, seen.value)
 
     def _better_than_the_leader_at(self, samples: float, value: float) -> bool:
         """This job's metric beats the leader's at the same samples seen (linear between the leader's validations;
@@ -189,16 +230,121 @@ class StopRule:
                 break
         if samples < curve[0][0]:
             theirs = curve[0][1]
-        return value > theirs if self.mode == "max" else value < theirs
+        return _better(value, theirs, self.mode)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ever_reached": self._ever_reached, "posted": self._posted, "curve": [list(p) for p in self._curve]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._ever_reached = bool(state.get("ever_reached", False))
+        self._posted = bool(state.get("posted", False))
+        self._curve = [tuple(p) for p in state.get("curve", [])]
+
+
+@dataclass
+class NoImprovement:
+    """stop.patience: `patience` validations in a row without beating the best so far by more than `min_delta` (the
+    rule of Lightning's EarlyStopping; it needs no target)."""
+
+    patience: int
+    mode: str
+    min_delta: float = 0.0
+    reason: str = "no_improvement"
+    spares_the_quality_round: bool = False
+    _best: float | None = None
+    _waited: int = 0
+
+    def at_validation(self, seen: Seen) -> bool:
+        if not math.isfinite(seen.value):
+            self._waited += 1
+        elif self._best is None or _better(seen.value, self._best + (self.min_delta if self.mode == "max"
+                                                                      else -self.min_delta), self.mode):
+            self._best, self._waited = seen.value, 0
+        else:
+            self._waited += 1
+        return self._waited >= self.patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self._best, "waited": self._waited}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._best, self._waited = state.get("best"), int(state.get("waited", 0))
+
+
+@dataclass
+class StopRule:
+    """The job's stop rules, built from `stop.*`; no Lightning in here (the MLX loop can call it too). The first rule
+    that says stop names the reason. In the quality round (round 0 under stop.quality_round) the rules about the
+    target do not stop the job, so its quality is measured at its last step (the behind rule still sees its
+    validations, so it posts the round's leader)."""
+
+    stop: StopConfig
+    target: float | None
+    mode: str  # "max" | "min"
+    board: RoundBoard | None = None
+    is_baseline: bool = False
+    config_index: str = ""
+    measures_quality: bool = False
+    rules: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.rules:
+            self.rules = rules_of(self.stop, self.target, self.mode, self.board, self.config_index, self.is_baseline)
+
+    @classmethod
+    def for_this_job(cls, stop: StopConfig, target: float | None, mode: str,
+                     sweep_dir: str | Path | None) -> StopRule:
+        """The rules of the job this process runs: its round's board, its place in the grid (index 0, or none: the
+        baseline), and whether it is in the quality round."""
+        index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
+        in_quality_round = stop.quality_round and os.environ.get(channels.ROUND_ENV, "") == "0"
+        return cls(stop, target, mode, RoundBoard.of_this_job(sweep_dir), is_baseline=index in ("", "0"),
+                   config_index=index, measures_quality=in_quality_round)
+
+    def at_validation(self, value: float, training_seconds: float | None, samples_seen: float = 0.0) -> str | None:
+        """The reason to stop now, or None. Every rule sees every validation (their states stay whole)."""
+        seen = Seen(value, training_seconds, samples_seen)
+        stops = [rule.reason for rule in self.rules if rule.at_validation(seen)
+                 and not (self.measures_quality and rule.spares_the_quality_round)]
+        return stops[0] if stops else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {rule.reason: rule.state_dict() for rule in self.rules}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for rule in self.rules:
+            if rule.reason in state:
+                rule.load_state_dict(state[rule.reason])
+
+
+def rules_of(stop: StopConfig, target: float | None, mode: str, board: RoundBoard | None, config_index: str = "",
+             is_baseline: bool = False) -> list[Rule]:
+    """One rule per `stop.*` setting that is on (check() has made sure a target is there where one is needed)."""
+    rules: list[Rule] = []
+    if stop.at_target and target is not None:
+        rules.append(AtTarget(target, mode, stop.confirm))
+    if stop.behind is not None and target is not None:
+        rules.append(Behind(stop.behind, target, mode, board, config_index, is_baseline))
+    if stop.patience is not None:
+        rules.append(NoImprovement(stop.patience, mode, stop.min_delta))
+    return rules
 
 
 class StopWhatIsDecided(L.Callback):
-    """Lightning's side of StopRule: after each validation, stop the fit with the reason on the run."""
+    """Lightning's side of StopRule: after each validation, stop the fit with the reason on the run. As Lightning's
+    EarlyStopping: its rules' state goes into every checkpoint (a resumed job keeps counting), and the ranks of a
+    data-parallel job follow rank 0's decision (each rank reads the round's board at its own moment)."""
 
     def __init__(self, rule: StopRule, monitor: str, timer, record, samples_per_step: int) -> None:
         self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(tags: dict[str, str])
         self.samples_per_step = samples_per_step
-        self.reason: str | None = None  # why it stopped the fit ("target" | "behind"), once it did
+        self.reason: str | None = None  # why it stopped the fit (a rule's reason), once it did
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rules": self.rule.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.rule.load_state_dict(state_dict.get("rules", {}))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
@@ -207,10 +353,10 @@ class StopWhatIsDecided(L.Callback):
         step_time = self.timer.step_time_so_far()  # steps × step time = samples seen ÷ samples per second
         samples = trainer.global_step * self.samples_per_step
         reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None, samples)
+        reason = trainer.strategy.broadcast(reason, src=0)
         if reason is None:
             return
-        log.info("stop: %s after %d steps (%s %.4g, target %.4g)", "target reached" if reason == "target"
-                 else "behind the round's leader", trainer.global_step, self.monitor, value, self.rule.target)
+        log.info("stop: %s after %d steps (%s %.4g)", reason, trainer.global_step, self.monitor, value)
         self.record({schema.STOP_REASON_TAG: reason, schema.STOP_STEP_TAG: str(trainer.global_step)})
         self.reason = reason
         trainer.should_stop = True
