@@ -5,7 +5,6 @@ Everything around the step (data, task, recording the run) is sweeplab.engine.jo
 
 from __future__ import annotations
 
-
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
