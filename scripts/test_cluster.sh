@@ -11,5 +11,6 @@ scripts/cluster/start.sh
 # shellcheck disable=SC1091
 source "$CLUSTER_DIR/env"
 echo "cluster: up in $(( $(date +%s) - started )) s"
-timeout "${LIMIT_S:-1500}" .venv/bin/python -m pytest -q -m cluster tests/cluster ${ARGS:-}
+# -s: the tests print what they measured (time to notice a cancel, time to exit after submitting)
+timeout "${LIMIT_S:-1500}" .venv/bin/python -m pytest -q -s -m cluster tests/cluster ${ARGS:-}
 echo "cluster: tests done in $(( $(date +%s) - started )) s"
