@@ -32,21 +32,52 @@ def test_the_import_layers_hold():
 
 
 # Bad imports injected into a copy of src/, each of which the contracts must catch: (file, line added, the chain
-# lint-imports names). An upward import between packages, one inside a package, circles between two modules of one
-# package (the report's page importing the report's tables) and across packages.
+# lint-imports names, the contract it breaks). An upward import between packages, one inside a package, circles
+# between two modules of one package (the report's page importing the report's tables) and across packages; then
+# those that went through before the contracts below the packages' own layers: the pure statistics importing MLflow,
+# torch or the engine, the report importing the engine, a family importing another, the engine naming a family, a
+# circle in export/, plain MLX importing Lightning.
+LAYERS = "sweeplab's layers"
+PURE = "the statistics are pure: no engine, MLflow, Lightning or torch"
+NO_ENGINE = "the study and the report never import the engine"
+FAMILIES = "families: the record and its checks below, each family on its own"
 BAD_IMPORTS = [
-    ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training"),
-    ("report/html.py", "from sweeplab.report import tables", "sweeplab.report.html -> sweeplab.report.tables"),
-    ("core/errors.py", "from sweeplab.engine import job", "sweeplab.core.errors -> sweeplab.engine.job"),
-    ("study/verdict.py", "from sweeplab.report import tables", "sweeplab.study.verdict -> sweeplab.report.tables"),
-    ("core/schema.py", "from sweeplab.study import record", "sweeplab.core.schema -> sweeplab.study.record"),
-    ("runtime/backends.py", "from sweeplab.runtime import devices", "sweeplab.runtime.backends -> sweeplab.runtime.devices"),
-    ("study/replicates.py", "from sweeplab.study import verdict", "sweeplab.study.replicates -> sweeplab.study.verdict"),
+    ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training",
+     "engine: one job"),
+    ("report/html.py", "from sweeplab.report import tables", "sweeplab.report.html -> sweeplab.report.tables",
+     "report: tables, figures, pages, MLflow views"),
+    ("core/errors.py", "from sweeplab.engine import job", "sweeplab.core.errors -> sweeplab.engine.job", LAYERS),
+    ("study/verdict.py", "from sweeplab.report import tables", "sweeplab.study.verdict -> sweeplab.report.tables",
+     LAYERS),
+    ("core/schema.py", "from sweeplab.study import record", "sweeplab.core.schema -> sweeplab.study.record", LAYERS),
+    ("runtime/backends.py", "from sweeplab.runtime import devices",
+     "sweeplab.runtime.backends -> sweeplab.runtime.devices", "runtime: the machine a job runs on"),
+    ("study/replicates.py", "from sweeplab.study import verdict", "sweeplab.study.replicates -> sweeplab.study.verdict",
+     "study: the record of a sweep and its verdict"),
+    ("study/verdict.py", "import mlflow", "sweeplab.study.verdict -> mlflow", PURE),
+    ("study/tdist.py", "import torch", "sweeplab.study.tdist -> torch", PURE),
+    ("study/replicates.py", "from sweeplab.engine import plan", "sweeplab.study.replicates -> sweeplab.engine.plan",
+     PURE),
+    ("report/tables.py", "from sweeplab.engine import job", "sweeplab.report.tables -> sweeplab.engine.job", NO_ENGINE),
+    ("families/pagating_lm/task.py", "from sweeplab.families.textbridge import task",
+     "sweeplab.families.pagating_lm.task -> sweeplab.families.textbridge.task", FAMILIES),
+    ("families/textbridge/data.py", "from sweeplab.families.textbridge_decoder import task",
+     "sweeplab.families.textbridge.data -> sweeplab.families.textbridge_decoder.task", FAMILIES),
+    ("engine/job.py", "from sweeplab.families.textbridge import data",
+     "sweeplab.engine.job -> sweeplab.families.textbridge.data", "no module outside families/ names a family"),
+    ("export/verify.py", "from sweeplab.export import pipeline", "sweeplab.export.verify -> sweeplab.export.pipeline",
+     "export: the pipeline over Core AI over the conversion and its checks"),
+    ("mlx/step.py", "import lightning", "sweeplab.mlx.step -> lightning",
+     "mlx is plain MLX: no Lightning, MLflow or Hydra inside"),
 ]
 
 
-@pytest.mark.parametrize("where,line,chain", BAD_IMPORTS, ids=[b[0] for b in BAD_IMPORTS])
-def test_an_injected_bad_import_is_caught(tmp_path, where, line, chain):
+def _contracts() -> list[dict]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+@pytest.mark.parametrize("where,line,chain,contract", BAD_IMPORTS, ids=[f"{b[0]}:{b[2].split()[-1]}" for b in BAD_IMPORTS])
+def test_an_injected_bad_import_is_caught(tmp_path, where, line, chain, contract):
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     module = copy / "sweeplab" / where
@@ -54,20 +85,27 @@ def test_an_injected_bad_import_is_caught(tmp_path, where, line, chain):
     result = _lint_imports(copy)
     assert result.returncode != 0
     assert chain in result.stdout, result.stdout[-3000:]
+    assert f"{contract} BROKEN" in result.stdout, result.stdout[-3000:]
+
+
+def test_the_contract_against_naming_a_family_lists_every_family():
+    """A new family is forbidden to the engine and the layers above it as soon as it exists."""
+    named = next(c for c in _contracts() if c["name"] == "no module outside families/ names a family")
+    families = {f"sweeplab.families.{p.name}" for p in (SRC / "sweeplab" / "families").iterdir()
+                if (p / "__init__.py").exists()}
+    assert set(named["forbidden_modules"]) == families
 
 
 def test_no_layer_lets_its_modules_import_each_other_both_ways():
     """`:` in a layer would let two modules import each other; the contracts use only `|` (independent siblings)."""
-    layers = [layer for contract in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-              for layer in contract.get("layers", [])]
+    layers = [layer for contract in _contracts() for layer in contract.get("layers", [])]
     assert layers and not [layer for layer in layers if ":" in layer]
 
 
 def test_every_module_of_the_machinery_sits_in_a_layer():
     """A new module must be placed in its package's contract (an unlisted module is not checked at all)."""
-    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     unplaced = []
-    for contract in contracts:
+    for contract in _contracts():
         for container in contract.get("containers", []):
             listed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
             folder = SRC / Path(*container.split("."))
