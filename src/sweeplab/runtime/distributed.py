@@ -198,11 +198,6 @@ def gpu_lock_dir() -> Path:
     return Path(os.environ.get(GPU_LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / f"sweeplab-gpus-{os.getuid()}")
 
 
-def claimed_gpus() -> list[str]:
-    """The GPU ids this process claimed (empty: none)."""
-    return list(_claim.gpus) if _claim is not None else []
-
-
 def job_gpus(backend: str) -> list[str]:
     """The GPU ids a sweep job runs on: those it claimed (hydra/launcher=joblib_gpus), else on CUDA those the
     launcher gave it (CUDA_VISIBLE_DEVICES: SLURM's, a user's); empty on other backends or when CUDA sees every GPU."""
