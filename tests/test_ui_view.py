@@ -95,9 +95,9 @@ def test_the_view_sorts_by_verdict_group_then_label_never_by_a_figure():
     assert config_runs.verdict_standing("d", tie) == (3, "undetermined")
     one = Verdict("fastest", ("a",), {}, (), "", ("fastest",))
     assert config_runs.verdict_standing("a", one) == (1, "fastest")
-    undecided = Verdict("undecided", (), {"b": None}, (), "", ("undecided",))
-    assert config_runs.verdict_standing("b", undecided) == (1, "undecided: quality unclear")
-    assert config_runs.verdict_standing("a", undecided) == (2, "left out")
+    zone = Verdict("fastest", ("b",), {}, (), "", ("fastest",), within=1.1)
+    assert config_runs.verdict_standing("b", zone) == (1, "fastest (or within 1.1x)")
+    assert config_runs.verdict_standing("a", zone) == (2, "left out")
     assert config_runs.verdict_standing("a", Verdict("no verdict", (), {}, (), "", ("x",))) == (3, "no verdict")
 
 

@@ -28,7 +28,17 @@ from sweeplab.core import schema, stability
 from sweeplab.report import saved_view
 from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
-from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, Verdict, estimate_text, not_measured
+from sweeplab.study.verdict import (
+    FIGURES,
+    ConfigSummary,
+    Estimate,
+    Job,
+    SweepSummary,
+    Verdict,
+    estimate_text,
+    not_measured,
+    shown_in_the_view,
+)
 from sweeplab.tracking import mlflow_store, naming
 from sweeplab.tracking.mlflow_store import RunRecord
 
@@ -59,16 +69,7 @@ def metric_key(metric_name: str) -> str:
 def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[str, float]:
     """The configuration's figures as MLflow metrics: `<name>` (median, ratio or difference), `<name>_low` and
     `<name>_high` (its interval); infinite and NaN values left out."""
-    figures: dict[str, Estimate | None] = {
-        "samples_per_sec": config.samples_per_sec,
-        "samples_to_target": config.samples_to_target,
-        "time_to_target_s": config.time_to_target,
-        "wall_time_to_target_s": config.wall_time_to_target,
-        f"final_{metric_key(summary.metric_name)}": config.final_metric,
-        "speedup": config.speedup,
-        "speedup_to_target": config.speedup_to_target,
-        "quality_delta": config.quality_difference,
-    }
+    figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config) for f in FIGURES}
     metrics = {"jobs": float(config.jobs), "reached_target": float(config.reached_target), "target": summary.target}
     for name, estimate in figures.items():
         if estimate is not None:
@@ -85,7 +86,8 @@ def _bounds(name: str, estimate: Estimate) -> dict[str, float]:
 
 
 def figure_tag_names(metric_name: str) -> tuple[str, ...]:
-    return ("samples/s", f"final {metric_name}", "time to target (s)", "speedup to target")
+    """The text tags of the figures the MLflow view shows (verdict.FIGURES' `view`), named as report.csv names them."""
+    return tuple(f.named(f.csv, metric_name) for f in shown_in_the_view())
 
 
 BASELINE_SPEEDUP = "1 (the baseline)"  # the baseline's speedup cells: the word on its row, not `1.00 (1.00–1.00)`
@@ -95,12 +97,7 @@ def figure_tags(config: ConfigSummary, summary: SweepSummary) -> dict[str, str]:
     """The figures the comparison shows as text, `median (low–high)` as in the report (verdict.estimate_text: an
     interval too wide to mean anything reads `not measured`), one tag each (a readable runs-table column; the
     metrics of the same figures sort and chart). The baseline's speedup says that it is the baseline."""
-    figures = {
-        name: (estimate, number) for name, estimate, number in zip(
-            figure_tag_names(summary.metric_name),
-            (config.samples_per_sec, config.final_metric, config.time_to_target, config.speedup_to_target),
-            ("{:.4g}", "{:.4g}", "{:.4g}", "{:.2f}"))  # the report's formats (verdict.table_cells)
-    }
+    figures = {f.named(f.csv, summary.metric_name): (f.of(config), f.number) for f in shown_in_the_view()}
     tags = {name: estimate_text(estimate, number) for name, (estimate, number) in figures.items() if estimate is not None}
     if config.config == summary.baseline and "speedup to target" in tags:
         tags["speedup to target"] = BASELINE_SPEEDUP
@@ -188,8 +185,7 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     parent = mlflow_store.read_run(uri, parent_run_id)
     monitored = runs[0].tags.get(schema.OBJECTIVE_TAG, "")
     final = f"final_{metric_key(monitored)}"
-    texts = [name for name in figure_tag_names(monitored) if name in runs[0].tags]
-    texts.sort(key=lambda name: -figure_tag_names(monitored).index(name))  # speedup to target first: the answer
+    texts = [name for name in figure_tag_names(monitored) if name in runs[0].tags]  # the answer first
     target = runs[0].tags.get(saved_view.TARGET_TAG) or _target_text(
         monitored, runs[0].tags.get(schema.OBJECTIVE_MODE_TAG, "max"), runs[0].metrics.get("target", math.nan))
     state = saved_view.comparison_state(

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from sweeplab.study.verdict import shown_in_the_view
 from sweeplab.tracking import mlflow_store
 
 PINNED_MLFLOW = "3.17"  # major.minor of the MLflow whose UI reads this state (pyproject pins mlflow==3.17.x)
@@ -50,8 +51,6 @@ CURVE_TARGET = "the target"  # the baseline's run only: one target line, from it
 # check that the run logs that key), so each other configuration shows an empty `<label> (the target)` entry; the
 # saved state has no field that drops it (its line style hook, getCustomLineStyle, is a React context, not state),
 # and a target logged by every run would draw one target line per configuration again
-# the figures of a configuration run shown as columns and charts, each with `_low` and `_high` bounds
-SPEED, TIME_TO_TARGET, SPEEDUP_TO_TARGET = "samples_per_sec", "time_to_target_s", "speedup_to_target"
 # tags of a configuration run (sweeplab.report.config_runs): its verdict in words, the target it was timed to, the
 # key the view sorts by (verdict group, then label: a tie is never shown as a ranking), its stability and quality
 VERDICT_TAG, TARGET_TAG, ORDER_TAG = "verdict", "target", "sweeplab.verdict_order"
@@ -110,9 +109,9 @@ def with_bounds(name: str) -> list[str]:
     return [name, f"{name}_low", f"{name}_high"]
 
 
-def compared_metrics(final_metric: str) -> list[str]:
-    """The configuration run's figures on screen, in order (the bar charts and the metric columns)."""
-    return [SPEEDUP_TO_TARGET, TIME_TO_TARGET, final_metric, SPEED]
+def compared_metrics(monitored: str) -> list[str]:
+    """The configuration run's figures on screen, in order (the metric columns): sweeplab.study.verdict.FIGURES'."""
+    return [f.named(f.metric, monitored) for f in shown_in_the_view()]
 
 
 def _uuid(seed: str) -> str:
@@ -175,7 +174,7 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     tags = [first, VERDICT_TAG, TARGET_TAG, CAVEAT_TAG, *rest, *AFTER_FIGURES]
     columns = [column("tags", name) for name in tags]
     columns += [column("params", key) for key in swept_keys]
-    columns += [column("metrics", m) for name in compared_metrics(final_metric) for m in with_bounds(name)]
+    columns += [column("metrics", m) for name in compared_metrics(monitored) for m in with_bounds(name)]
     widths = {column("tags", name): 150 for name in text_columns}
     # wide enough for `1.04 (not measured, n = 2)`, `tied for fastest`, `val/cos ≥ 0.5364` and the caveat (`not an
     # answer: 2 replicates, smoke; loaded host (8/8)`); with the label and Created they take 1017 of the 1028 px a

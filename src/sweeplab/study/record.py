@@ -177,8 +177,7 @@ def label_legend(names: Mapping[str, str], labels: Mapping[str, str] | None) -> 
 def config_columns(summary: verdict.SweepSummary) -> list[str]:
     """The per-configuration table's columns, short so that the table fits MLflow's Markdown viewer (config_legend
     says what each is); the final metric's column is named by the metric."""
-    return ["configuration", "n", "samples/s", "speedup", "samples→target", "t→target (s)", "wall t→target (s)",
-            "speedup→target", summary.metric_name, "Δ", "quality"]
+    return ["configuration", "n", *(f.named(f.column, summary.metric_name) for f in verdict.FIGURES), "quality"]
 
 
 def config_header(summary: verdict.SweepSummary, names: Mapping[str, str] | None = None) -> str:
@@ -204,14 +203,11 @@ def config_legend(summary: verdict.SweepSummary, labels: Mapping[str, str] | Non
     keys = {k: None for c in summary.configs for k in naming.config_values(c.config)}
     named = ", ".join(f"{label(k, labels)} = {k}" for k in keys if label(k, labels) != k)
     metric, sign = summary.metric_name, "≥" if summary.mode == "max" else "≤"
+    columns = "; ".join(f"{f.named(f.column, metric)}: {f.legend}" for f in verdict.FIGURES)
     return ((f"{named}. " if named else "")
-            + f"Cells: median (95 % t interval) over the replicates. n: replicates; samples/s: training throughput; "
-            f"speedup: samples/s over the baseline's; samples→target: training samples until {metric} {sign} "
-            f"{summary.target:.4g} [replicates that reached it]; t→target: samples→target / samples/s (s of training, "
-            f"validation and checkpoint pauses excluded); wall t→target: wall-clock s since the job started; "
-            f"speedup→target: the baseline's t→target / this one's; {metric}: final value; Δ: {metric} minus the "
-            f"baseline's. Speedups and Δ are paired with the baseline's job of the same round, with simultaneous "
-            f"intervals (Bonferroni): docs/verdict.md")
+            + f"Cells: median (95 % t interval) over the replicates. n: replicates; {columns}. The target: {metric} "
+            f"{sign} {summary.target:.4g}. Speedups and Δ are paired with the baseline's job of the same round, with "
+            f"simultaneous intervals (Bonferroni): docs/verdict.md")
 
 
 def config_csv_rows(summary: verdict.SweepSummary) -> list[dict[str, object]]:
@@ -220,12 +216,7 @@ def config_csv_rows(summary: verdict.SweepSummary) -> list[dict[str, object]]:
     for config in summary.configs:
         row: dict[str, object] = {"row": "configuration", "configuration": config.config, "jobs": config.jobs,
                                   "reached target": config.reached_target, "quality": config.quality}
-        figures = {
-            "samples/s": config.samples_per_sec, "speedup": config.speedup,
-            "samples to target": config.samples_to_target, "time to target (s)": config.time_to_target,
-            "wall time to target (s)": config.wall_time_to_target, "speedup to target": config.speedup_to_target,
-            f"final {summary.metric_name}": config.final_metric, "Δ vs baseline": config.quality_difference,
-        }
+        figures = {f.named(f.csv, summary.metric_name): f.of(config) for f in verdict.FIGURES}
         for name, estimate in figures.items():
             if estimate is not None:
                 row[name] = estimate.point

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -174,6 +174,51 @@ class ConfigSummary:
     quality: Quality
     within_tolerance: bool
     validation_resolution: float
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One per-configuration figure, as every reader names and shows it: the report's table (`column`, a cell
+    `median (low–high)` in `number`'s format), report.csv (`csv`, with ` low` and ` high`), the configuration runs'
+    metrics (`metric`, with `_low` and `_high`) and, where `view` > 0, the MLflow view's text column and chart (in
+    that order). `{metric}` in a name stands for the monitored metric's (`val/cos`), `{metric_key}` for it inside a
+    key (`val_cos`). `legend`: what the column says, for the line under the table. Adding a figure is a ConfigSummary
+    field, the line that computes it and one entry here."""
+
+    column: str
+    csv: str
+    metric: str
+    number: str
+    of: Callable[[ConfigSummary], Estimate | None]
+    legend: str
+    view: int = 0
+
+    def named(self, name: str, metric_name: str) -> str:
+        return name.format(metric=metric_name, metric_key=metric_name.replace("/", "_"))
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("samples/s", "samples/s", "samples_per_sec", "{:.4g}", lambda c: c.samples_per_sec,
+           "training throughput", view=4),
+    Figure("speedup", "speedup", "speedup", "{:.2f}", lambda c: c.speedup, "samples/s over the baseline's"),
+    Figure("samples→target", "samples to target", "samples_to_target", "{:.4g}", lambda c: c.samples_to_target,
+           "training samples until the target [replicates that reached it]"),
+    Figure("t→target (s)", "time to target (s)", "time_to_target_s", "{:.4g}", lambda c: c.time_to_target,
+           "samples→target / samples/s (s of training, validation and checkpoint pauses excluded)", view=2),
+    Figure("wall t→target (s)", "wall time to target (s)", "wall_time_to_target_s", "{:.4g}",
+           lambda c: c.wall_time_to_target, "wall-clock s since the job started"),
+    Figure("speedup→target", "speedup to target", "speedup_to_target", "{:.2f}", lambda c: c.speedup_to_target,
+           "the baseline's t→target / this one's", view=1),
+    Figure("{metric}", "final {metric}", "final_{metric_key}", "{:.4g}", lambda c: c.final_metric,
+           "each job's best validation (the checkpoint it keeps)", view=3),
+    Figure("Δ", "Δ vs baseline", "quality_delta", "{:+.3g}", lambda c: c.quality_difference,
+           "that metric minus the baseline's"),
+)
+
+
+def shown_in_the_view() -> list[Figure]:
+    """The figures the MLflow view shows, in its order."""
+    return sorted((f for f in FIGURES if f.view), key=lambda f: f.view)
 
 
 @dataclass(frozen=True)
@@ -1038,8 +1083,7 @@ def render_table(summary: SweepSummary) -> str:
     """The per-configuration table as text: medians with their 95 % intervals, comparisons with their simultaneous
     ones (the header says the level)."""
     header = table_header(summary)
-    columns = ("config", "n", "samples/s", "speedup", "samples to target [reached]", "time to target (s)",
-               "wall time to target (s)", "speedup to target", "final metric", "Δ vs baseline", "quality")
+    columns = ("config", "n", *(f.named(f.csv, summary.metric_name) for f in FIGURES), "quality")
     rows = [columns] + [table_cells(c) for c in summary.configs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
@@ -1047,21 +1091,15 @@ def render_table(summary: SweepSummary) -> str:
 
 
 def table_cells(config: ConfigSummary) -> list[str]:
-    """One configuration's row of the per-configuration table (this text table and the report's)."""
-    wall = config.wall_time_to_target
-    return [
-        config.config,
-        str(config.jobs),
-        estimate_text(config.samples_per_sec, "{:.4g}"),
-        estimate_text(config.speedup, "{:.2f}"),
-        estimate_text(config.samples_to_target, "{:.4g}") + f" [{config.reached_target}/{config.jobs}]",
-        estimate_text(config.time_to_target, "{:.4g}"),
-        estimate_text(wall, "{:.4g}") if wall is not None else "",
-        estimate_text(config.speedup_to_target, "{:.2f}"),
-        estimate_text(config.final_metric, "{:.4g}"),
-        estimate_text(config.quality_difference, "{:+.3g}"),
-        config.quality,
-    ]
+    """One configuration's row of the per-configuration table (this text table and the report's): its name, its
+    replicates, a cell per FIGURES entry (empty where it has none; samples to target with how many reached it) and
+    its quality."""
+    cells = []
+    for figure in FIGURES:
+        estimate = figure.of(config)
+        cell = "" if estimate is None else estimate_text(estimate, figure.number)
+        cells.append(cell + (f" [{config.reached_target}/{config.jobs}]" if figure.metric == "samples_to_target" else ""))
+    return [config.config, str(config.jobs), *cells, config.quality]
 
 
 # An interval of a positive figure (a speedup, a time) whose bounds lie more than this factor from its point says
