@@ -96,6 +96,7 @@ def test_the_optimizer_state_is_dropped_at_the_end_of_training_after_the_last_ch
     import lightning as L
     from torch.utils.data import DataLoader
 
+    from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy
     from sweeplab.callbacks.checkpoints import LastCheckpoint
     from sweeplab.families import get_family
     from sweeplab.models.gpt import GPTConfig
@@ -113,7 +114,7 @@ def test_the_optimizer_state_is_dropped_at_the_end_of_training_after_the_last_ch
     trainer = L.Trainer(
         accelerator="cpu", max_steps=10, logger=False, enable_progress_bar=False, enable_model_summary=False,
         limit_val_batches=0, default_root_dir=str(tmp_path), plugins=[AtomicCheckpointIO(background=True)],
-        callbacks=[LastCheckpoint(tmp_path, every_n_steps=None, every_n_seconds=None), StopAtStep3()],
+        callbacks=[LastCheckpoint(tmp_path, CheckpointPolicy()), StopAtStep3()],
     )
     trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
     assert trainer.global_step == 3

@@ -1,10 +1,12 @@
-"""The job's two checkpoints, kept consistent with each other so that a run killed at any moment resumes to the
-same end as an uninterrupted one.
+"""The job's two checkpoints on Lightning, kept consistent with each other so that a run killed at any moment
+resumes to the same end as an uninterrupted one. When each is written is the job's CheckpointPolicy's decision
+(callbacks/checkpoint_policy.py, the MLX loop's too); these callbacks ask it and write the files.
 
 - `best-step{N}.ckpt` (`BestCheckpoint`): the weights of the best validation score so far; its score and path live
   in the callback's state, which every checkpoint carries.
-- `last.ckpt` (`LastCheckpoint`): what a killed run resumes from, every `checkpoint.every_n_steps` optimizer steps
-  and/or once `checkpoint.every_n_seconds` have passed since the last one, and at the last step. At a step that validates, it is written *after* the validation (and after the best
+- `last.ckpt` (`LastCheckpoint`): what a killed run resumes from, when the policy says it is due (every
+  `checkpoint.every_n_steps` optimizer steps and/or `checkpoint.every_n_seconds`, and at the last step). At a step
+  that validates, it is written *after* the validation (and after the best
   checkpoint took its score): written before, it would hold a best-checkpoint state that does not know that
   validation, Lightning does not repeat a validation whose step the checkpoint already completed, and a resumed run
   would lose that score for good (naming a worse checkpoint as its best, or one deleted since).
@@ -15,8 +17,6 @@ same end as an uninterrupted one.
 from __future__ import annotations
 
 import logging
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 from weakref import proxy
@@ -24,8 +24,8 @@ from weakref import proxy
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy, bring_best_files
 from sweeplab.core import wall
-from sweeplab.core.files import atomic_write
 from sweeplab.runtime.lightning_private import validates_after_this_batch
 
 log = logging.getLogger(__name__)
@@ -61,17 +61,25 @@ class ValidateAtLastStep(L.Callback):
 
 
 class BestCheckpoint(ModelCheckpoint):
-    """The checkpoint of the best `monitor` value so far, one file (`best-step{N}.ckpt`)."""
+    """The checkpoint of the best `monitor` value so far, one file (`best-step{N}.ckpt`); which validation makes a
+    new best is the policy's decision."""
 
-    def __init__(self, dirpath: str | Path, monitor: str, mode: str, optimizer_state: bool = True):
+    def __init__(self, dirpath: str | Path, monitor: str, policy: CheckpointPolicy, optimizer_state: bool = True):
         """`optimizer_state=False` (checkpoint.best=weights): the file holds the weights, the hyperparameters and
         the callbacks' state (the best score), not the optimizer's, a third of a full AdamW checkpoint; what the
         export, the report and a resume's best-checkpoint bookkeeping read from it. A run resumes from last.ckpt."""
         super().__init__(
-            dirpath=dirpath, filename="best-step{step}", monitor=monitor, mode=mode, auto_insert_metric_name=False,
+            dirpath=dirpath, filename="best-step{step}", monitor=monitor, mode=policy.mode,
+            auto_insert_metric_name=False,
             enable_version_counter=False,  # a resumed run re-saving a step's best overwrites it (no -v1 twin)
         )
-        self.optimizer_state = optimizer_state
+        self.policy, self.optimizer_state = policy, optimizer_state
+
+    def check_monitor_top_k(self, trainer: L.Trainer, current=None) -> bool:
+        """CheckpointPolicy.is_new_best; the ranks of a data-parallel job agree as in Lightning's own check."""
+        best = None if not self.best_k_models or self.best_model_score is None else float(self.best_model_score)
+        new = self.policy.is_new_best(None if current is None else float(current), best)
+        return trainer.strategy.reduce_boolean_decision(new) if best is not None else new
 
     @wall.charged_to("checkpoints")
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
@@ -96,29 +104,13 @@ class BestCheckpoint(ModelCheckpoint):
         return _plain_state_key(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the best score and file, keeping only best files that exist, in this job's directory.
-
-        A run resumed into another directory (`resume=PATH`) brings its best checkpoint along (copied), so the
-        directory it now writes to holds every file it names; a best file that is gone (deleted by hand, or a
-        checkpoint copied without it) is dropped with a warning, and the best is chosen from the validations
-        that follow."""
+        """Restore the best score and file, the best files brought into this job's directory as the policy's
+        resume rule says (bring_best_files: copied from another directory, a file that is gone dropped)."""
         here = Path(self.dirpath)
-        kept: dict[str, Any] = {}
-        for path, score in (state_dict.get("best_k_models") or {}).items():
-            source = Path(path)
-            if not source.is_file():
-                log.warning("resume: the best checkpoint %s named by the resumed checkpoint is missing; the best is "
-                            "chosen among the validations from here on", source)
-                continue
-            target = here / source.name
-            if source.parent != here:
-                with atomic_write(target) as f, source.open("rb") as src:
-                    shutil.copyfileobj(src, f)
-                log.info("resume: copied the best checkpoint %s to %s", source, target)
-            kept[str(target)] = score
+        kept = {str(path): score for path, score in bring_best_files(state_dict.get("best_k_models"), here).items()}
         state = {**state_dict, "dirpath": str(here), "best_k_models": kept}
         if kept:
-            state["best_model_path"] = (min if self.mode == "min" else max)(kept, key=kept.get)
+            state["best_model_path"] = self.policy.best_of(kept)
             state["kth_best_model_path"] = (max if self.mode == "min" else min)(kept, key=kept.get)
             state["best_model_score"] = kept[state["best_model_path"]]
             state["kth_value"] = kept[state["kth_best_model_path"]]
@@ -128,16 +120,15 @@ class BestCheckpoint(ModelCheckpoint):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """`last.ckpt` every `every_n_steps` optimizer steps and/or every `every_n_seconds`, and at the last step;
-    after the validation at a step that validates (see the module docstring)."""
+    """`last.ckpt` when the policy says it is due (CheckpointPolicy.last_due); after the validation at a step that
+    validates (see the module docstring)."""
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int | None, every_n_seconds: float | None = None):
+    def __init__(self, dirpath: str | Path, policy: CheckpointPolicy):
         super().__init__(  # always the one last.ckpt, overwritten (atomically: AtomicCheckpointIO)
-            dirpath=dirpath, every_n_train_steps=every_n_steps or 0, save_top_k=0, save_last=True,
+            dirpath=dirpath, every_n_train_steps=policy.every_n_steps or 0, save_top_k=0, save_last=True,
             enable_version_counter=False,
         )
-        self.every_n_seconds = every_n_seconds
-        self._since = time.monotonic()  # the clock of every_n_seconds: from the start of fit, then from each save
+        self.policy = policy
 
     @property
     def state_key(self) -> str:
@@ -148,28 +139,19 @@ class LastCheckpoint(ModelCheckpoint):
         lies in another directory)."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
-        self._since = time.monotonic()
+        self.policy.start()
 
     @wall.charged_to("checkpoints")
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)
 
     def _due(self, trainer: L.Trainer) -> bool:
-        step = trainer.global_step
-        if trainer.max_steps > 0 and step >= trainer.max_steps:
-            return True
-        due = bool(self._every_n_train_steps) and step % self._every_n_train_steps == 0
-        if self.every_n_seconds is not None:
-            timed = time.monotonic() - self._since >= self.every_n_seconds
-            if trainer.world_size > 1:  # every rank takes rank 0's decision (their clocks differ; a save is collective)
-                timed = trainer.strategy.broadcast(timed)
-            due = due or timed
-        return due
+        agree = trainer.strategy.broadcast if trainer.world_size > 1 else None  # every rank takes rank 0's decision
+        return self.policy.last_due(trainer.global_step, trainer.max_steps, agree)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._should_skip_saving_checkpoint(trainer) or not self._due(trainer):
             return
-        self._since = time.monotonic()
         if validates_after_this_batch(trainer):
             # Lightning's own deferral: its on_validation_end writes last.ckpt once the validation (and the best
             # checkpoint, which runs before this callback) is done

@@ -20,6 +20,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 
+from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy
 from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import files, interrupts, schema, wall
 from sweeplab.core.files import hold_run_lock, run_lock_is_free
@@ -162,6 +163,12 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
     base = mlflow_store.ui_base(run.uri)
     where = mlflow_store.run_url(base, run.experiment_id, run.run_id) if base else f"run {run.run_id} (`make ui` shows it)"
     return f"done: {run.run_name}: {', '.join(parts)}{saved}; {where}"
+
+
+def checkpoint_policy(p: JobPlan) -> CheckpointPolicy:
+    """The job's checkpoint policy, from `checkpoint.*` and the monitored metric's direction: one object that each
+    fit loop asks when to write last.ckpt and which validation makes a new best."""
+    return CheckpointPolicy(p.checkpoint.every_n_steps, p.checkpoint.every_n_seconds, p.family.monitor_mode)
 
 
 def clear_unfinished_writes(folder: Path) -> None:

@@ -21,7 +21,7 @@ from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.core.schema import COMPILE_CACHE_METRIC
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.engine import stopping, tuning
-from sweeplab.engine.job import FitResult, Job, clear_unfinished_writes, record_batch_size, start_fit
+from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
 from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
@@ -114,12 +114,13 @@ def fit(job: Job) -> FitResult:
 
     checkpoints = job.output_dir / "checkpoints"
     clear_unfinished_writes(checkpoints)
-    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, mode=p.family.monitor_mode,
+    policy = checkpoint_policy(p)  # when last.ckpt is written and which validation is a new best
+    best = BestCheckpoint(checkpoints, monitor=p.family.monitor, policy=policy,
                           optimizer_state=p.checkpoint.best == "full")
     timer = ThroughputTimer(**p.timing)
     guard = NonFiniteGuard(**p.guard)
     callbacks = [timer, guard, ValidateAtLastStep(), best,
-                 LastCheckpoint(checkpoints, p.checkpoint.every_n_steps, p.checkpoint.every_n_seconds),
+                 LastCheckpoint(checkpoints, policy),
                  *task.extra_callbacks(),
                  ResumableDataCheck(resuming=job.resume_ckpt is not None), _RecordBatchSize(job),
                  WallBreakdown(p.timing.get("warmup_steps", 0))]

@@ -10,9 +10,10 @@ Shared with the Lightning path, not copied:
   as its device sync (warm-up excluded, sync at window edges, validation and checkpoint writing excluded, `summary/*`);
 - MLflow: the same logger class, metric names, tags (plus `mlx`, its version) and run layout;
 - checkpoints: Lightning-format files with the PyTorch state dict (`families/loading.load_model` reads them), so
-  report and export work on an MLX-trained model; `best-step{N}.ckpt` and `last.ckpt` as the Lightning path writes
-  them (callbacks/checkpoints.py: last.ckpt every `checkpoint.every_n_steps` and at the last step, after that
-  step's validation), through the same atomic writer, with the metrics they cover in the store first.
+  report and export work on an MLX-trained model; `best-step{N}.ckpt` and `last.ckpt` when the job's
+  CheckpointPolicy says (callbacks/checkpoint_policy.py, the Lightning callbacks' policy: last.ckpt every
+  `checkpoint.every_n_steps` and/or `every_n_seconds` and at the last step, after that step's validation), through
+  the same atomic writer, with the metrics they cover in the store first.
 
 Resume (`resume=true` / `resume=PATH`, found and checked by sweeplab.engine.training as for Lightning): last.ckpt also holds
 what only this loop reads, under `mlx`: the optimizer's state (moments, step count; float32 bit for bit, under
@@ -32,21 +33,19 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
-import time
 from pathlib import Path
 
 import mlx.core as mx
 import torch
 
+from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy, bring_best_files
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core import interrupts, wall
-from sweeplab.core.files import atomic_write
 from sweeplab.data.sampling import check_resumable
-from sweeplab.engine.job import FitResult, Job, clear_unfinished_writes, record_batch_size, start_fit
+from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
@@ -132,7 +131,7 @@ def fit(job: Job) -> FitResult:
         accumulate=p.trainer.accumulate_grad_batches,
     ))
     clear_unfinished_writes(job.output_dir / "checkpoints")
-    best = _Best(job.output_dir / "checkpoints", p.family.monitor, p.family.monitor_mode)
+    best = _Best(job.output_dir / "checkpoints", p.family.monitor, checkpoint_policy(p))
     loop = _Loop(p, task, model, datamodule, step_fn, guard, timer, best, log_metrics)
     loop.before_save = [each.wait_for_writes for each in loggers if hasattr(each, "wait_for_writes")]
     loader = datamodule.train_dataloader()  # one loader for the whole fit: its sampler moves on per epoch
@@ -179,8 +178,8 @@ class _Loop:
     def __init__(self, p, task, model, datamodule, step_fn, guard, timer, best, log_metrics):
         self.p, self.task, self.model, self.datamodule = p, task, model, datamodule
         self.step_fn, self.guard, self.timer, self.best, self.log_metrics = step_fn, guard, timer, best, log_metrics
+        self.policy = best.policy  # when last.ckpt is written and which validation is a new best
         self.consecutive_skips = 0
-        self._last_saved_at = time.monotonic()  # checkpoint.every_n_seconds counts from here
         self.first_bad = None  # the first non-finite step, kept on the device until a check reads it
         self.last_values: dict[str, float] = {}  # the last logged value of each metric
         self.loader = None
@@ -191,6 +190,7 @@ class _Loop:
         """Train from optimizer step `step` (0, or a resumed checkpoint's) to trainer.max_steps."""
         max_steps = self.p.trainer.max_steps
         self.loader = loader
+        self.policy.start()
         self.log_model_values(step)
         batches = []  # the batches of one optimizer step (trainer.accumulate_grad_batches)
         while step < max_steps:
@@ -218,7 +218,7 @@ class _Loop:
                 self.inject_faults(step)
                 if step % self.p.trainer.val_check_interval == 0 or step >= max_steps:
                     self.validate(step, batch_index)
-                if self.last_checkpoint_due(step) or step >= max_steps:
+                if self.last_checkpoint_due(step):
                     self.save_last(step)
                 if step >= max_steps:
                     break
@@ -288,16 +288,11 @@ class _Loop:
         }
 
     def last_checkpoint_due(self, step: int) -> bool:
-        """checkpoint.every_n_steps and/or every_n_seconds, as the Lightning loop's LastCheckpoint reads them."""
-        every_steps, every_seconds = self.p.checkpoint.every_n_steps, self.p.checkpoint.every_n_seconds
-        if every_steps is not None and step % every_steps == 0:
-            return True
-        since = time.monotonic() - self._last_saved_at
-        return every_seconds is not None and since >= every_seconds
+        """CheckpointPolicy.last_due, as the Lightning loop's LastCheckpoint asks it (one process: no ranks)."""
+        return self.policy.last_due(step, self.p.trainer.max_steps)
 
     def save_last(self, step: int) -> None:
         """last.ckpt: what a killed run resumes from (the module docstring says what it holds); untimed."""
-        self._last_saved_at = time.monotonic()
         self.timer.pause()  # the windows closed so far are read first: the checkpoint covers their numbers
         mx.eval(self.step_fn.state)
         optimizer = convert.arrays_to_torch(self.step_fn.optimizer.state)
@@ -354,10 +349,11 @@ def _batch_limit(limit, available: int) -> int:
 
 
 class _Best:
-    """The best checkpoint so far (`best-step{N}.ckpt`, one file), as the Lightning path's BestCheckpoint."""
+    """The best checkpoint so far (`best-step{N}.ckpt`, one file), as the Lightning path's BestCheckpoint: which
+    validation makes a new best is the policy's decision."""
 
-    def __init__(self, directory: Path, monitor: str, mode: str):
-        self.directory, self.monitor, self.mode = directory, monitor, mode
+    def __init__(self, directory: Path, monitor: str, policy: CheckpointPolicy):
+        self.directory, self.monitor, self.policy, self.mode = directory, monitor, policy, policy.mode
         self.path: Path | None = None
         self.score: float | None = None
 
@@ -372,32 +368,22 @@ class _Best:
                 "best_k_models": best, "dirpath": str(self.directory)}
 
     def load_state_dict(self, state: dict) -> None:
-        """A resumed run's best checkpoint, copied into this job's directory when it lies elsewhere (resume=PATH);
-        a best file that is gone is dropped with a warning, as BestCheckpoint.load_state_dict does."""
-        for path, score in (state.get("best_k_models") or {}).items():
-            source = Path(path)
-            if not source.is_file():
-                log.warning("resume: the best checkpoint %s named by the resumed checkpoint is missing; the best is "
-                            "chosen among the validations from here on", source)
-                continue
-            target = self.directory / source.name
-            if source.resolve() != target.resolve():
-                self.directory.mkdir(parents=True, exist_ok=True)
-                with atomic_write(target) as f, source.open("rb") as src:
-                    shutil.copyfileobj(src, f)
-                log.info("resume: copied the best checkpoint %s to %s", source, target)
-            self.path, self.score = target, float(score)
+        """A resumed run's best checkpoint, brought into this job's directory by the policy's resume rule
+        (bring_best_files, as BestCheckpoint.load_state_dict)."""
+        kept = {path: float(score) for path, score in bring_best_files(state.get("best_k_models"), self.directory).items()}
+        if kept:
+            self.path = self.policy.best_of(kept)
+            self.score = kept[self.path]
 
     def update(self, value: float, step: int, make_checkpoint) -> None:
-        better = self.score is None or (value < self.score if self.mode == "min" else value > self.score)
-        if not better:
+        if not self.policy.is_new_best(value, self.score):
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"best-step{step}.ckpt"
         AtomicCheckpointIO().save_checkpoint(make_checkpoint(), path)
         if self.path is not None and self.path != path:
             self.path.unlink(missing_ok=True)
-        self.path, self.score = path, float(value)
+        self.path, self.score = path, self.policy.score(value)
 
 
 __all__ = ["fit", "to_mx"]
