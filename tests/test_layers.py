@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,20 @@ def test_every_module_of_the_machinery_sits_in_a_layer():
                        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
             unplaced += [f"{container}.{name}" for name in sorted(present - listed)]
     assert unplaced == []
+
+
+def test_every_environment_variable_of_sweeplab_is_named_in_channels():
+    """core/channels.py names each SWEEPLAB_* variable once, with its writer and its readers: no other module spells
+    one (a variable read where channels.py does not list it is a channel nobody can find)."""
+    spelt = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == SRC / "sweeplab" / "core" / "channels.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"SWEEPLAB_[A-Z_]+",
+                                                                                                node.value):
+                spelt.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value}")
+    assert spelt == []
 
 
 def _duplicates(paths: list[Path]) -> subprocess.CompletedProcess:

@@ -8,7 +8,11 @@ callbacks and sweeplab's entry point share no call path either (a Hydra callback
 the few facts they exchange are module attributes here, set and read as `channels.<name>`.
 
 Not listed: the launchers' own rank variables (torchrun, Lightning, SLURM), which sweeplab.runtime.distributed reads and
-restores between jobs (`RANK_ENV_VARS`, `LAUNCH_ENV_VARS`); they are the launchers' protocol, not sweeplab's.
+restores between jobs (`RANK_ENV_VARS`, `LAUNCH_ENV_VARS`); they are the launchers' protocol, not sweeplab's. Nor
+the files Hydra and its plugins write in the sweep dir for themselves (multirun.yaml, the Optuna sweeper's
+optimization_results.yaml, which the sweep callback attaches to the parent run as it is), nor settings sweeplab gives
+a library for its own use (console.py's quiet Kineto and Hugging Face, mps_fallback.py's PYTORCH_ENABLE_MPS_FALLBACK,
+HYDRA_FULL_ERROR), nor the cluster test harness's SWEEPLAB_CLUSTER_* (scripts/test_cluster.sh -> tests/cluster/).
 """
 
 from __future__ import annotations
@@ -17,46 +21,53 @@ from typing import Any
 
 # --- environment: the sweep's process -> its jobs -----------------------------------------------------------------
 # The keys whose values differ between the sweep's jobs, comma-separated. Written by the sweep callback before the
-# first job (sweep_callback.on_multirun_start); read by every job's run naming (tracking/naming.run_name),
+# first job (sweep.callback's on_multirun_start); read by every job's run naming (tracking/naming.run_name),
 # so a run's name starts with what tells it from its neighbours. The environment, as a job's own config cannot say
 # which of its values were swept.
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
 
-# the pid of the `python -m sweeplab.train` process that launched the jobs: a job running elsewhere (a joblib worker)
-# watches it and ends with it (core.orphans.watch_launcher)
+# The pid of the `python -m sweeplab.train` process that launched the jobs. Written by sweeplab.train.run; read by
+# each job (core.orphans.watch_launcher): a job running in a pool worker (joblib) watches it and ends with it.
 LAUNCHER_PID_ENV = "SWEEPLAB_LAUNCHER_PID"
 
 # "<sweep start time> <number of jobs>[ <number of its first job>]". Written by the sweep callback before the first
 # job (a continued sweep: the jobs it still runs, numbered from after its existing folders); read by each job's
-# process for its progress line (sweep_callback.progress_line): a joblib worker or a submitit job has no
+# process for its progress line (sweep.callback.progress_line): a joblib worker or a submitit job has no
 # other way to know when the sweep started and how many jobs it has.
 SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 
 # The sweep's MLflow parent run id. Written by the sweep callback once it created the parent run (and removed when
-# it closes it); read by each job (tracking/mlflow_store.read_parent_run_id) to nest its run under the parent. The
-# file PARENT_RUN_FILE in the sweep dir says the same and wins (it names this very sweep); the environment covers
-# a job that cannot see the sweep dir.
+# it closes it); read by each job (tracking/mlflow_store.read_parent_run_id) to nest its run under the parent, by
+# the sweeplab sweeper between rounds (study.rounds, which reads the rounds so far from that run) and by its watch
+# of submitted jobs (sweep.lost_jobs.record, which tags the run). The file PARENT_RUN_FILE in the sweep dir says the
+# same and wins (it names this very sweep); the environment covers a job that cannot see the sweep dir.
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 # The SLURM jobs a sweep submitted, one JSON line each (Hydra's job number, the scheduler's id, submitit's folder, the
 # overrides), in the sweep dir. Appended by the sweeplab sweeper at each submission (submitit_jobs.submit); read by a
 # continued study (submitit_jobs.still_out), which watches the jobs still out instead of submitting them again, and
 # named on the sweep run of a study left running. A file: the process that submitted may be long gone.
 SUBMITTED_JOBS_FILE = "submitted_jobs.jsonl"
-PARENT_RUN_FILE = "mlflow_parent_run_id"  # in the sweep dir; `sweeplab.report.tables --multirun-dir` and order_check read it
+# The same parent run id as a file in the sweep dir. Written by the sweep callback with the parent run; read by each
+# job (tracking/mlflow_store.read_parent_run_id), by a continued sweep (sweep.callback.reopen_sweep, which reopens
+# that run), by `python -m sweeplab.report --multirun-dir` and by order_check. A file: it outlives the process.
+PARENT_RUN_FILE = "mlflow_parent_run_id"
 
 # A replicated sweep's place of each job (sweeplab.study.replicates): its replicate r (seed `seed + r`), the round it ran
 # in, its configuration's index in the grid (0: the baseline of the verdict), and how many jobs the launcher ran at
 # once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job, which Hydra's
 # run_job sets in the job's own process wherever the launcher runs it; read by training.run_tags, which records
-# them as the run's tags `replicate`, `round`, `config_index`, `concurrent_jobs`. The environment: the overrides of
-# one batch reach joblib workers and submitit jobs, a Python object from the sweeper would not.
+# them as the run's tags `replicate`, `round`, `config_index`, `concurrent_jobs`, by the stop rules
+# (engine/stopping: the round's board, the baseline, the quality round) and by the sweep callback's line that starts
+# a job ("configuration 1, replicate 2"). The environment: the overrides of one batch reach joblib workers and
+# submitit jobs, a Python object from the sweeper would not.
 REPLICATE_ENV = "SWEEPLAB_REPLICATE"
 ROUND_ENV = "SWEEPLAB_ROUND"
 CONFIG_INDEX_ENV = "SWEEPLAB_CONFIG_INDEX"
 CONCURRENT_JOBS_ENV = "SWEEPLAB_CONCURRENT_JOBS"
 # The GPU slot (block of trainer.devices GPUs) a job of a GPU sweep runs on: (configuration index + round) modulo the
-# slots, so no configuration stays on one GPU (replicates.gpu_slot); read by the joblib lanes launcher and by
-# distributed.claim_gpus, which takes that slot's GPUs in a process that holds none yet.
+# slots, so no configuration stays on one GPU (replicates.gpu_slot); read by the joblib lanes launcher, by
+# distributed.claim_gpus, which takes that slot's GPUs in a process that holds none yet, and by the sweep callback's
+# line that starts a job.
 GPU_SLOT_ENV = "SWEEPLAB_GPU_SLOT"
 
 # --- environment: the user (or a test) -> every process of a run or sweep ----------------------------------------
@@ -68,13 +79,23 @@ DATA_DIR_ENV = "SWEEPLAB_DATA_DIR"
 # process when it claims its GPUs (distributed.gpu_lock_dir): the jobs of one host must agree on one directory.
 GPU_LOCK_DIR_ENV = "SWEEPLAB_GPU_LOCK_DIR"
 
+# Where `make ui` serves a local store's UI (http://host:port). Set by the user; read by `make ui` (sweeplab.ui,
+# through tracking/mlflow_store.ui_address) and by every address of a run sweeplab prints or records (a job's closing
+# line, the report's links: mlflow_store.ui_base), so they agree. Unset: `make ui` serves on 127.0.0.1:5000 and a
+# job does not guess.
+UI_URL_ENV = "SWEEPLAB_UI_URL"
+
+# Any value but "0": an expected error (one `error:` line, exit 2) prints its traceback above the line. Set by the
+# user (or a test) to debug; read by core.errors.report_user_error in every entry point.
+TRACEBACK_ENV = "SWEEPLAB_TRACEBACK"
+
 # The MLflow store; MLflow's own variable, which sweeplab reads before the config's logger.tracking_uri
 # (tracking/mlflow_store.resolve_uri) so every job of a sweep, wherever it runs, writes to the same store.
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 # The GPUs a process may use; CUDA's own variable. Written by a parallel sweep job that claims its GPUs before CUDA
 # starts (distributed.claim_gpus); read by CUDA, by the DDP ranks the job starts, and recorded as the job's
-# `cuda_visible_devices` tag (sweep_callback).
+# `cuda_visible_devices` tag (sweep.callback's on_job_end).
 CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
 # Fault injection (callbacks/faults.py says what each does). Set by the reliability tests in the environment of the
@@ -92,6 +113,13 @@ FAULT_KILL_AFTER_FIT_ENV = "SWEEPLAB_FAULT_KILL_AFTER_FIT"
 FAULT_PAUSE_IN_ENV = "SWEEPLAB_FAULT_PAUSE_IN"  # a stage (setup, validation, checkpointing, export, report): pause there once
 FAULT_PAUSE_S_ENV = "SWEEPLAB_FAULT_PAUSE_S"  # how long that pause lasts (seconds; the file's removal ends it early)
 
+# --- environment: a sweeplab process -> a child it starts ---------------------------------------------------------
+# The pid the child dies with. Written into the child's environment by core.interrupts.run_child
+# (core.orphans.child_env; order_check's sweeps); read and removed by the child's entry point (sweeplab.train.run:
+# core.orphans.die_with_parent_if_asked), so a parent killed with -9 leaves no orphan and the child's own children
+# are not tied to it. The environment: the child is a new `python -m` process.
+PARENT_PID_ENV = "SWEEPLAB_DIE_WITH_PARENT"
+
 # --- environment: `make ui` (sweeplab.ui) -> the MLflow server it starts ---------------------------------------------
 # A random token per start. Written by sweeplab.ui.start_server into the server's environment; read by the server's
 # app (tracking/ui_server.create_app, in every worker), which answers `GET /health` with it as the header
@@ -100,6 +128,25 @@ FAULT_PAUSE_S_ENV = "SWEEPLAB_FAULT_PAUSE_S"  # how long that pause lasts (secon
 UI_TOKEN_ENV = "SWEEPLAB_UI_TOKEN"
 UI_TOKEN_HEADER = "X-Sweeplab-UI"
 
+# --- files in the sweep dir: between the jobs of one sweep --------------------------------------------------------
+# (PARENT_RUN_FILE and SUBMITTED_JOBS_FILE above travel the same way.)
+# A round's board: the time to target of the round's leader and its curve, {"leader_seconds", "configuration",
+# "curve"}. Posted by each job of the round that reaches the target (the board keeps the shortest time) and extended
+# by the leader at its later validations (engine/stopping.RoundBoard, under a file lock); read by the round's other
+# jobs at each validation (engine/stopping.Behind). A file: the jobs of a round run in other processes, at once,
+# and on other hosts under SLURM.
+ROUND_BOARD_FILE = "stop/round-{round}.json"
+
+# The study's compiler cache: inductor's FX graph and AOTAutograd caches and Triton kernels, in the sweep dir's
+# folder COMPILE_CACHE_FOLDER. Set by each job (engine/training.share_compile_cache) as torch's own variable
+# TORCHINDUCTOR_CACHE_DIR unless the user set it; written and read by inductor in every job, so a later job of the
+# same graph loads what the first compiled, in another process or on another host of a shared file system.
+COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+COMPILE_CACHE_FOLDER = "compile_cache"
+
+# hydra/launcher=joblib_gpus's lanes settle which one runs a job with a marker file per job (os.O_EXCL) in a
+# `.lanes-*` folder of the sweep dir (hydra_plugins/sweeplab_sweeper/joblib_lanes.py), removed after the launch.
+
 # --- module attributes: between parts of one process ---------------------------------------------------------------
 # The MLflow run of the job this process ran last. Written by tracking/mlflow_store.JobRun when it creates or
 # reopens a run (None again via mlflow_store.forget_current_run); read by the sweep callback's on_job_end, which
@@ -107,7 +154,7 @@ UI_TOKEN_HEADER = "X-Sweeplab-UI"
 job_run_id: str | None = None
 
 # The sweep callback whose parent run is open in this process (None when none is). Written by the sweep callback
-# when it opens and closes the parent run; read by sweep_callback.end_interrupted_sweep, which the entry
+# when it opens and closes the parent run; read by sweep.callback.end_interrupted_sweep, which the entry
 # point (sweeplab.train) calls after Ctrl-C or SIGTERM: Hydra runs no callback when a job raises an interrupt.
 open_sweep: Any = None
 

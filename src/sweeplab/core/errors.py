@@ -15,6 +15,8 @@ import traceback
 from collections.abc import Iterator
 from typing import NoReturn
 
+from sweeplab.core.channels import TRACEBACK_ENV
+
 
 class UserError(ValueError):
     """An expected mistake in a config, a file or the environment; the message is the whole story."""
@@ -66,7 +68,7 @@ def report_user_error(exc: BaseException) -> int:
     (returned); anything else is re-raised with its traceback. SWEEPLAB_TRACEBACK=1 prints a user error's too."""
     if not is_user_error(exc):
         raise exc
-    if os.environ.get("SWEEPLAB_TRACEBACK", "") not in ("", "0"):
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         traceback.print_exception(exc)
     print(f"error: {user_message(exc)}", file=sys.stderr)
     return 2

@@ -18,8 +18,9 @@ import sys
 import threading
 import time
 
+from sweeplab.core.channels import PARENT_PID_ENV
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-PARENT_PID_ENV = "SWEEPLAB_DIE_WITH_PARENT"  # set by a parent for a child it starts: the pid the child dies with
 WATCH_INTERVAL_S = 0.2
 
 

@@ -90,7 +90,7 @@ class RoundBoard:
         round_ = os.environ.get(channels.ROUND_ENV, "")
         if sweep_dir is None or not round_.isdigit():
             return None
-        return cls(Path(sweep_dir) / "stop" / f"round-{round_}.json")
+        return cls(Path(sweep_dir) / channels.ROUND_BOARD_FILE.format(round=round_))
 
     def _read(self) -> dict:
         try:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
 from sweeplab.core import channels, files, host_arch, interrupts, schema, wall
+from sweeplab.core.channels import COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_FOLDER
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
@@ -106,10 +107,6 @@ def _preset_tags() -> dict[str, str]:
         return {}
     groups = ("debug", "sweep", "experiment", "hparams_search")
     return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
-
-
-COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's on-disk caches: FX graphs, AOTAutograd, Triton kernels
-COMPILE_CACHE_FOLDER = "compile_cache"
 
 
 def share_compile_cache(sweep_dir: str | None, scope: str = "study") -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeplab.core import channels, schema, wall
-from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV
+from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV, UI_URL_ENV
 from sweeplab.core.errors import UserError, exception_chain
 from sweeplab.core.interrupts import is_interrupt
 
@@ -318,10 +318,7 @@ def store_problem(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-# Where `make ui` serves a local store's UI (http://host:port); it reads the same variable, so a job's closing line
-# and the UI agree on the address. Unset: `make ui` serves on UI_DEFAULT and a job does not guess.
-UI_URL_ENV = "SWEEPLAB_UI_URL"
-UI_DEFAULT = ("127.0.0.1", 5000)
+UI_DEFAULT = ("127.0.0.1", 5000)  # where `make ui` serves when UI_URL_ENV is unset
 
 
 def ui_address() -> tuple[str, int]:
