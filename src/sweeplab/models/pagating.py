@@ -14,7 +14,7 @@ Plain PyTorch; no Lightning, MLflow or Hydra here.
   alpha_min (0) over T = schedule_steps; schedule_reverse runs it upwards;
 - "linear": α(s) = alpha_min + (alpha_max − alpha_min)·min(s/T, 1), a ramp up over T steps; reverse runs it down.
 A scheduled α lives in a buffer and only changes when someone calls `set_step(step)` (the training loop does,
-through `callbacks.alpha.AlphaScheduleCallback`); forward never builds a tensor on the host.
+through `families.pagating_lm.alpha.AlphaScheduleCallback`); forward never builds a tensor on the host.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The page holds what report.md holds, laid out for a screen: the verdict (`<section id="verdict">`) and the
 per-configuration table (`<table id="configurations">`, one `<tr data-config="bs=64 α=0.7">` per configuration; a
-sweep without replicates has one row per job there) at the top, then the pictures report_figures and the report
+sweep without replicates has one row per job there) at the top, then the pictures report/figures.py and the report
 already wrote (speed_quality.png as `<img id="speed-quality">`, curves.png as `<img id="curves">`, the throughput and
 validation plots), embedded as PNG data URIs, then the per-job table, folded. Nothing is fetched: the CSS and the
 few lines of script that sort a table when its header is clicked (on a cell's leading number, else its text) are

@@ -24,7 +24,7 @@ NO_REPLICATE_TAGS = verdict.ONE_REPLICATE.replace("one replicate: no verdict (",
                                                   "existed, or with a sweeper that runs each job once; ", 1)
 
 
-# the sweep run's record of what its verdict was asked (sweep_callback.verdict_option_tags)
+# the sweep run's record of what its verdict was asked (sweep.callback.verdict_option_tags)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def config_header(summary: verdict.SweepSummary, names: Mapping[str, str] | None
 
 def config_rows(summary: verdict.SweepSummary, names: Mapping[str, str]) -> list[dict[str, str]]:
     """One row per configuration ({column: cell}, each figure `median (low–high)`), named by its short name
-    (`names`: configuration -> `bs=64 α=0.7`, as report_figures' pictures and the run names say it)."""
+    (`names`: configuration -> `bs=64 α=0.7`, as report.figures' pictures and the run names say it)."""
     columns = config_columns(summary)
     rows = []
     for config in summary.configs:
