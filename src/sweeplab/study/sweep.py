@@ -113,7 +113,8 @@ class Sweep:
         return [verdict.Job(config=j.config, replicate=j.replicate, round=j.round, samples_per_sec=j.samples_per_sec,
                             final_metric=j.final_metric, curve=list(j.curve), host=j.host,
                             concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples,
-                            best_metric=j.best_metric(self.mode), stopped_at_target=j.stop_reason == "target")
+                            best_metric=j.best_metric(self.mode), stopped_at_target=j.stop_reason == "target",
+                            peak_mem_mb=j.metrics.get(schema.PEAK_MEM_MB))
                 for j in self.jobs
                 if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
                 and j.replicate is not None]

@@ -88,6 +88,7 @@ class Job:
     censored_samples: float | None = None
     best_metric: float | None = None
     stopped_at_target: bool = False
+    peak_mem_mb: float | None = None  # the most memory the job held (its run's summary/peak_mem_mb)
 
     @property
     def kept_metric(self) -> float | None:
@@ -174,6 +175,7 @@ class ConfigSummary:
     quality: Quality
     within_tolerance: bool
     validation_resolution: float
+    peak_mem_mb: Estimate | None = None  # median over its jobs that recorded one, with its 95 % interval
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ FIGURES: tuple[Figure, ...] = (
            "each job's best validation (the checkpoint it keeps)", view=3),
     Figure("Δ", "Δ vs baseline", "quality_delta", "{:+.3g}", lambda c: c.quality_difference,
            "that metric minus the baseline's"),
+    Figure("peak MB", "peak memory (MB)", "peak_mem_mb", "{:.4g}", lambda c: c.peak_mem_mb,
+           "the most memory a job held (CUDA or MPS: the device's; CPU: the process's)"),
 )
 
 
@@ -688,6 +692,7 @@ def _config_summary(
         quality=quality[1],
         within_tolerance=quality[2],
         validation_resolution=_validation_resolution(at_target),
+        peak_mem_mb=_median_if_any([j.peak_mem_mb for j in jobs if j.peak_mem_mb], confidence),
     )
 
 
@@ -709,6 +714,10 @@ def _speedup(
                           [(a.job, a.time_bound if a.time_bound is not None else a.time_to_target) for a in at_target],
                           pair_by)
     return dataclasses.replace(ratio_from_log_ratios(_log_ratios(pairs), level), bounded=bounded)
+
+
+def _median_if_any(values: Sequence[float], confidence: float) -> Estimate | None:
+    return median_of_positive(values, confidence) if values else None
 
 
 def _validation_resolution(at_target: list[JobAtTarget]) -> float:
