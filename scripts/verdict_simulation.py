@@ -35,7 +35,7 @@ import numpy as np
 from sweeplab.engine.stopping import StopConfig, StopRule
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds as study_rounds
-from sweeplab.study import verdict
+from sweeplab.study import selection, verdict
 
 SAMPLES = np.arange(2000, 100_001, 2000, dtype=float)
 SPEED, SCALE, PLATEAU = 1000.0, 5000.0, 0.95
@@ -125,7 +125,7 @@ def run_round(study: Study, rng: np.random.Generator, r: int, names: list[str]) 
         del index
 
 
-def summary_of(study: Study, looks: verdict.mcb.Looks | None = None, indifference: float = 1.0, tolerance: float = 0.01):
+def summary_of(study: Study, looks: selection.Looks | None = None, indifference: float = 1.0, tolerance: float = 0.01):
     return verdict.summarize(study.jobs, baseline=study.configs[0].name, target=study.target, metric_name="val/cos",
                              quality_tolerance=tolerance, looks=looks, indifference=indifference)
 
@@ -156,7 +156,7 @@ def auto_study(configs, noise, rng, first=3, most=12, target=None, stop=None, in
     rounds is spent or more rounds are unlikely to decide (replicates.auto_round)."""
     study = Study(configs, noise, target, stop)
     setting = replicated.AutoReplicates(first, most, None)
-    looks = verdict.mcb.Looks(first, most)
+    looks = selection.Looks(first, most)
     index = {c.name: i for i, c in enumerate(configs)}
     names = [c.name for c in configs]
     summary = None
