@@ -298,8 +298,10 @@ def _cli(site: Path, cwd: Path, uri: str, module: str, *args: str, env: dict | N
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+# checkpoint.keep_last: these tests damage and resume the finished run's last.ckpt, which a finished job drops otherwise
 EXAMPLE = ("model=mlp_regressor", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10",
-           "trainer.log_every_n_steps=5", "trainer.enable_progress_bar=false", "optim.warmup_steps=1")
+           "trainer.log_every_n_steps=5", "trainer.enable_progress_bar=false", "optim.warmup_steps=1",
+           "checkpoint.keep_last=true")
 
 
 @pytest.fixture(scope="module")
