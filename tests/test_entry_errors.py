@@ -60,7 +60,7 @@ CASES: dict[str, dict[str, tuple[list[str], str]]] = {
     },
     "sweeplab.ui": {
         "unknown key": (["--bogus"], "unrecognized arguments: --bogus"),
-        "syntax": (["--port", "x"], "argument --port: invalid int value: 'x'"),
+        "syntax": (["--port", "x"], "argument --port: 'x' is not a port number (1 to 65535)"),
     },
     "sweeplab.families.textbridge.prepare": {
         "group option": (["--teacher", "nope"], "argument --teacher: invalid choice: 'nope'"),

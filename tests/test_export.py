@@ -243,11 +243,11 @@ def test_failed_verification_publishes_nothing(checkpoints, tmp_path):
     ]
     assert "FAILED" in (tmp_path / "textbridge-standard-fp16.coreml.failed-report.md").read_text()
     export_checkpoint(checkpoints["textbridge"], ExportOptions(n_random=1), tmp_path)  # a passing retry cleans up
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
         "textbridge-standard-fp16.mlpackage",
         "textbridge-standard-fp16.coreml.report.json",
         "textbridge-standard-fp16.coreml.report.md",
-    ]
+    ])
 
 
 def _cli(monkeypatch, capsys, tmp_path, *args) -> tuple[int, str]:

@@ -127,7 +127,7 @@ def test_option_files_are_valid():
         ({"seq_lens": [32, 64]}, "needs deployment_target iOS18 or macOS15; got iOS17"),
         ({"seq_lens": [32, 64], "seq_len": 48, "deployment_target": "iOS18"}, "seq_len=48 is not one of seq_lens"),
         ({"precison": "fp32"}, "unknown key"),
-        ({"batch_size": 0}, "batch_size must be > 0"),
+        ({"batch_size": 0}, r"batch_size: must be in \[1, 4096\], got 0"),
     ],
 )
 def test_bad_options_are_one_line_config_errors(values, message):

@@ -277,6 +277,7 @@ def test_the_report_puts_the_verdict_first_then_configurations_then_jobs(mlflow_
 def test_the_report_run_again_asks_what_the_sweep_asked_unless_its_flags_say_otherwise(mlflow_uri, tmp_path, capsys):
     parent = _recorded_sweep(mlflow_uri, tmp_path, _replicated_jobs(rate_b=200.0))
     MlflowClient(mlflow_uri).set_tag(parent, "report.target", "0.65")  # what sweep_callback records of report.target
+    MlflowClient(mlflow_uri).set_terminated(parent, "FINISHED")  # a sweep that ended (a RUNNING one says so first)
     common = ["--sweep", parent, "--tracking-uri", mlflow_uri, "--out", str(tmp_path / "out")]
     assert report.main(common) == 0
     assert capsys.readouterr().out.startswith("fastest to val/cos ≥ 0.65:")

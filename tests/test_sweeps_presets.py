@@ -23,7 +23,7 @@ def test_slurm_preset_one_task_per_gpu_and_a_required_partition():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert launcher.gpus_per_node == launcher.tasks_per_node == 4 and launcher.nodes == 1
-    assert launcher.timeout_min > 0 and launcher.max_num_timeout == 0
+    assert launcher.timeout_min > 0 and launcher.max_num_timeout == 3  # a job at its time limit is requeued, 3 times
     assert OmegaConf.missing_keys(launcher) == {"hydra.launcher.partition"}
     given = compose_train(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], return_hydra_config=True)
     assert given.hydra.launcher.partition == "gpu" and not OmegaConf.missing_keys(given.hydra.launcher)

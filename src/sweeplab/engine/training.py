@@ -165,8 +165,9 @@ def drop_training_state(job: Job) -> None:
         return
     size = last.stat().st_size
     last.unlink()
-    log.info("removed %s (%.0f MB of optimizer state a finished run no longer needs; checkpoint.keep_last=true keeps "
-             "it)", last, size / 1e6)
+    # debug: every job of a study would print it; docs/usage.md and the retention setting's comment say it happens
+    log.debug("removed %s (%.0f MB of optimizer state a finished run no longer needs; checkpoint.keep_last=true "
+              "keeps it)", last, size / 1e6)
 
 
 def _one_process(job: Job, target: resume.ResumePoint | None, uri: str):
