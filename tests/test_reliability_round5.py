@@ -15,17 +15,12 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from test_bad_inputs_round4 import _one_line
+
 PY = sys.executable
 FAST_CPU_S = 3.0  # the bound for a wrong value's answer on the 2-core development machine
 
 
-def _one_line(err: str, *fragments: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert "Traceback" not in err, err[-3000:]
-    assert lines and lines[-1].startswith("error: "), err[-3000:]
-    for fragment in fragments:
-        assert fragment in lines[-1], lines[-1]
-    return lines[-1]
 
 
 def _train(args: list[str], cwd, env=None, timeout=120) -> tuple[subprocess.CompletedProcess, float]:

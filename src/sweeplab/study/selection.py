@@ -271,6 +271,14 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
     return low
 
 
+def replicates_to_decide_open(selection: Selection, looks: Looks | None = None) -> dict[tuple[str, str], int | None]:
+    """(leader, other) -> about how many pairs would decide each comparison that keeps the verdict open (open_pairs),
+    in a fixed-size study (looks None) or over a study's planned looks."""
+    return {(c.first, c.second): replicates_to_decide(c, selection.confidence, len(selection.configs),
+                                                      selection.indifference, looks)
+            for c in open_pairs(selection)}
+
+
 def open_pairs(selection: Selection) -> list[Comparison]:
     """The comparisons that keep the verdict open: with no configuration named, the leader (the member of G with the
     highest lower bound) against each other member of G."""

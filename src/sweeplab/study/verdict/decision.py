@@ -85,19 +85,12 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     if unclear:
         lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
                      + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
-    to_decide = _to_decide(selection, configs)
+    to_decide = mcb.replicates_to_decide_open(selection)
     lines += [_to_decide_line(pair, n, show) for pair, n in to_decide.items()]
     lines += _exclusion_lines(left_out, undetermined, show)
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
                    "", tuple(lines), caveat, within=selection.indifference if selection.within else 1.0,
                    to_decide={f"{a} vs {b}": n for (a, b), n in to_decide.items()})
-
-
-def _to_decide(selection: mcb.Selection, configs: Sequence[ConfigSummary]) -> dict[tuple[str, str], int | None]:
-    """(leader, other) -> about how many replicates a study of this size would need to decide it (fixed size)."""
-    return {(c.first, c.second): mcb.replicates_to_decide(c, selection.confidence, len(selection.configs),
-                                                          selection.indifference)
-            for c in mcb.open_pairs(selection)}
 
 
 def _to_decide_line(pair: tuple[str, str], replicates: int | None, show) -> str:

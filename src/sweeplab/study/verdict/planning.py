@@ -68,8 +68,7 @@ def _rounds_needed(summary: SweepSummary, open_by_config: Mapping[str, list[str]
         return 0
     if selection is None or summary.verdict.kind != "tie":
         return max((c.jobs for c in summary.configs), default=0) + 1  # quality or pairs: one more round to see
-    needed = [mcb.replicates_to_decide(pair, summary.confidence, len(selection.configs), selection.indifference,
-                                       summary.looks) for pair in mcb.open_pairs(selection)]
+    needed = list(mcb.replicates_to_decide_open(selection, summary.looks).values())
     if not needed or any(n is None for n in needed):
         return None
     return max(needed)
