@@ -99,8 +99,8 @@ def _handmade_checkpoint(path: Path, family: str = "textbridge", edit=None, **mo
 
     record = get_family(family)
     model = model or {"vocab_size": 64, "out_dim": 8}
-    config = record.build_model_config({"family": family, "size": "tiny", **model})
-    state = {f"model.{k}": v for k, v in record.build_model(config).state_dict().items()}
+    config = record.make_model_config({"family": family, "size": "tiny", **model})
+    state = {f"model.{k}": v for k, v in record.make_model(config).state_dict().items()}
     checkpoint = {"state_dict": state, "hyper_parameters": {"family": family, "model": dataclasses.asdict(config)}}
     if edit is not None:
         edit(checkpoint)
@@ -178,9 +178,9 @@ def test_the_round_trips_bad_arguments_are_one_line_before_anything_loads(tmp_pa
 def test_the_round_trip_on_data_the_checkpoints_were_not_trained_on_is_one_line(demo_dir, tmp_path, capsys):
     def decoder_edit(checkpoint):  # a decoder of 8-d cubes; the demo data holds 64-d embeddings
         record = get_family("textbridge_decoder")
-        config = record.build_model_config({"family": "textbridge_decoder", "size": "tiny", "vocab_size": 64,
+        config = record.make_model_config({"family": "textbridge_decoder", "size": "tiny", "vocab_size": 64,
                                             "embed_dim": 8, "bos_id": 1, "eos_id": 2})
-        checkpoint["state_dict"] = {f"model.{k}": v for k, v in record.build_model(config).state_dict().items()}
+        checkpoint["state_dict"] = {f"model.{k}": v for k, v in record.make_model(config).state_dict().items()}
         checkpoint["hyper_parameters"] = {"family": "textbridge_decoder", "model": dataclasses.asdict(config)}
 
     encoder = _handmade_checkpoint(tmp_path / "encoder.ckpt")

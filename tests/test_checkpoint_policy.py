@@ -110,7 +110,7 @@ def test_the_optimizer_state_is_dropped_at_the_end_of_training_after_the_last_ch
     batches = [{"input_ids": (ids := torch.randint(0, 64, (2, 16), generator=g)), "labels": ids.roll(-1, 1)}
                for _ in range(10)]
     config = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, d_model=16, d_ff=32)
-    task = get_family("pagating_lm").build_task(config, {}, OptimConfig(lr=1e-3, warmup_steps=1))
+    task = get_family("pagating_lm").make_task(config, {}, OptimConfig(lr=1e-3, warmup_steps=1))
     trainer = L.Trainer(
         accelerator="cpu", max_steps=10, logger=False, enable_progress_bar=False, enable_model_summary=False,
         limit_val_batches=0, default_root_dir=str(tmp_path), plugins=[AtomicCheckpointIO(background=True)],

@@ -72,8 +72,8 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
         for _ in range(3)
     ]
     root = tmp_path_factory.mktemp("runs")
-    tb_task = get_family("textbridge").build_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim)
-    lm_task = get_family("pagating_lm").build_task(LM_CONFIG, {}, optim)
+    tb_task = get_family("textbridge").make_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim)
+    lm_task = get_family("pagating_lm").make_task(LM_CONFIG, {}, optim)
     return {"textbridge": _train(tb_task, tb_batches, root / "tb"), "pagating_lm": _train(lm_task, lm_batches, root / "lm")}
 
 

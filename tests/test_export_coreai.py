@@ -252,9 +252,9 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
         decoder.append({"input_ids": ids * mask, "attention_mask": mask,
                         "target": torch.randn(4, DECODER_CONFIG.embed_dim, generator=g)})
     return {
-        "textbridge": _train(get_family("textbridge").build_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim), tb, root / "tb"),
-        "pagating_lm": _train(get_family("pagating_lm").build_task(LM_CONFIG, {}, optim), lm, root / "lm"),
-        "textbridge_decoder": _train(get_family("textbridge_decoder").build_task(DECODER_CONFIG, {}, optim), decoder,
+        "textbridge": _train(get_family("textbridge").make_task(TB_CONFIG, {"alpha": 1.0, "beta": 0.5}, optim), tb, root / "tb"),
+        "pagating_lm": _train(get_family("pagating_lm").make_task(LM_CONFIG, {}, optim), lm, root / "lm"),
+        "textbridge_decoder": _train(get_family("textbridge_decoder").make_task(DECODER_CONFIG, {}, optim), decoder,
                                      root / "decoder"),
     }
 

@@ -186,7 +186,7 @@ def test_a_task_keeping_no_model_config_is_refused_before_training(tmp_path):
 
     family = _small_family()
     config = GPTConfig(**SIZES["tiny"], vocab_size=300)
-    check_task(family, family.build_task(config, {}, OptimConfig()))  # the record's builder: family name and hparams set
+    check_task(family, family.make_task(config, {}, OptimConfig()))  # the record's builder: family name and hparams set
 
     class Forgetful(SweepTask):  # a model without a dataclass `config`, and no hparams passed
         family = "forgetful"
@@ -212,24 +212,53 @@ def test_a_registered_family_without_config_searchpath_is_named_at_composition(t
     assert families.missing_config_hint("Could not find 'model/textbridge2'") is None  # not a registered family
 
 
-def test_a_record_written_for_0_1_works_with_one_deprecation_line(caplog):
-    from sweeplab.families import Family
-    from sweeplab.families.record import _warned
+@pytest.mark.parametrize(("removed", "message"), [
+    ({"build_task": lambda config, loss, optim: None},
+     "family old_style: its record passes build_task, a field removed after sweeplab 0.1; write task='pkg.task:Task' "
+     "(built as Task(model_config, loss, optim)) (docs/families.md)"),
+    ({"build_model_config": lambda values: values, "report_params": ("model.x",)},
+     "family old_style: its record passes build_model_config, report_params, fields removed after sweeplab 0.1; "
+     "build_model_config: write model_config='pkg.model:Config'; report_params: write report_keys=(...) (docs/families.md)"),
+    ({"data_keys": ("vocab_size",)}, "family old_style: its record passes data_keys, a field removed after sweeplab 0.1; drop it"),
+    ({"modle": "pkg.model:Model"}, "family old_style: its record passes modle, which is not a field of Family; did you mean model?"),
+], ids=["build_task", "two", "data_keys", "typo"])
+def test_a_record_passing_a_removed_field_is_refused_in_one_line(removed, message, tmp_path, monkeypatch):
+    """A record written for sweeplab 0.1 fails when it is constructed, in one line naming the field and what to
+    write instead (not the dataclass's TypeError); through an entry point the line comes back as it is."""
+    from sweeplab import families
 
-    family = Family(
-        "old_style", monitor="val/loss", monitor_mode="min",
-        build_model_config=lambda values: values, build_datamodule=lambda values, config: values,
-        build_task=lambda config, loss, optim: None, name_parts=lambda cfg: {"model.x": "x=1"}, report_params=("model.x",),
-    )
-    assert family.build_model_config({"a": 1}) == {"a": 1} and family.report_keys == ("model.x",)
-    assert family.name_parts(None) == {"model.x": "x=1"}
-    _warned.discard("old_style")
-    with caplog.at_level("WARNING", logger="sweeplab.families"):
-        family.warn_if_legacy()
-        family.warn_if_legacy()
-    (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith("family old_style: its record sets build_model_config, build_datamodule, build_task, name_parts, report_params, deprecated")
-    assert "model_config='pkg.model:Config'" in line and "report_keys=(...)" in line
+    with pytest.raises(UserError) as raised:
+        families.Family("old_style", monitor="val/loss", monitor_mode="min", **removed)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+    package = tmp_path / "old_style_family.py"
+    keywords = ", ".join(f"{key}={value!r}" for key, value in removed.items() if not callable(value))
+    package.write_text("from sweeplab.families import Family\n"
+                       f"FAMILY = Family('old_style', monitor='val/loss', monitor_mode='min', {keywords or 'build_task=print'})\n")
+    _register(tmp_path, monkeypatch, "old_style", "old_style_family:FAMILY")
+    try:
+        with pytest.raises(UserError, match="^family old_style: its record passes "):
+            families.get_family("old_style")
+    finally:
+        families._entry_points.cache_clear()
+        families.get_family.cache_clear()
+
+
+def test_a_record_survives_replace_and_builds_from_its_targets():
+    """dataclasses.replace goes through the same constructor; the methods build from the new targets."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from sweeplab.models.gpt import SIZES, GPTConfig
+
+    family = dataclasses.replace(_small_family(), name="renamed", default_size="tiny")
+    config = family.make_model_config({"vocab_size": 300})
+    assert config == GPTConfig(**{**SIZES["tiny"], "vocab_size": 300})
+    assert family.rebuild_model_config(dataclasses.asdict(config)) == config
+    assert family.fitted_model_config(config, None, {}) is config  # the default fit: the data decides nothing
+    named = dataclasses.replace(family, name_keys=("model.x", "model.y"), labels={"model.x": "ex"})
+    assert named.run_name_parts(OmegaConf.create({"model": {"x": 1, "y": None}})) == {"model.x": "ex=1"}
 
 
 def test_the_example_family_stays_a_dozen_lines_of_record_and_150_of_code():

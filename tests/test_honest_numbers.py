@@ -50,9 +50,9 @@ def _job(demo_dir, cost: FirstShapeCost, *overrides: str, max_steps: int = 40) -
     dm = p.datamodule
     dm.prepare_data()
     dm.setup("fit")
-    model_config = p.family.fit_model_to_data(p.model_config, dm, p.model_values)
+    model_config = p.family.fitted_model_config(p.model_config, dm, p.model_values)
     L.seed_everything(0, verbose=False)
-    task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+    task = p.family.make_task(model_config, p.loss_config, p.optim)
     task.model.register_forward_pre_hook(cost.hook)
     timer = ThroughputTimer(**p.timing, sync=lambda device: None, clock=cost.clock)
     trainer = L.Trainer(

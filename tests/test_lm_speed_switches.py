@@ -95,7 +95,7 @@ def test_float8_and_attention_reach_the_model_the_task_and_the_raw_loop(tmp_path
     p = plan(cfg)
     assert (p.model_config.float8, p.model_config.attention) == ("blocks", "cudnn")
     raw = bench.RawLoop(cfg)
-    for model in (raw.model, p.family.build_task(p.model_config, {}, p.optim).model):
+    for model in (raw.model, p.family.make_task(p.model_config, {}, p.optim).model):
         block = model.blocks[0]
         assert isinstance(block.attn.qkv, Float8Linear) and isinstance(block.mlp.proj, Float8Linear)
         assert not isinstance(model.lm_head, Float8Linear)  # blocks only

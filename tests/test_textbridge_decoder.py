@@ -111,7 +111,7 @@ def checkpoint(tmp_path_factory):
         ids = torch.randint(4, VOCAB, (4, MAX_LEN), generator=g)
         mask = (torch.arange(MAX_LEN)[None] < torch.randint(1, MAX_LEN + 1, (4, 1), generator=g)).long()
         batches.append({"input_ids": ids * mask, "attention_mask": mask, "target": torch.randn(4, EMBED, generator=g)})
-    task = get_family("textbridge_decoder").build_task(CONFIG, {}, OptimConfig(lr=3e-2, warmup_steps=1))
+    task = get_family("textbridge_decoder").make_task(CONFIG, {}, OptimConfig(lr=3e-2, warmup_steps=1))
     directory = tmp_path_factory.mktemp("decoder")
     trainer = L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(directory))
@@ -165,7 +165,7 @@ def test_bad_special_ids_are_refused():
 def test_mlx_plans_the_decoder():  # its MLX port: families/textbridge_decoder/mlx_model.py, tests/test_mlx_parity.py
     pytest.importorskip("mlx.core")
     p = plan(compose_train(["model=textbridge_decoder", "backend=mlx"]))
-    assert p.backend == "mlx" and p.family.build_mlx_model is not None
+    assert p.backend == "mlx" and p.family.mlx_model is not None
 
 
 def test_layout_ane_is_refused_in_one_line():
@@ -218,10 +218,10 @@ def test_overfits_100_sentences_from_teacher_embeddings(tmp_path, teacher):
     dm = TextBridgeDataModule(path=str(data), batch_size=32, val_fraction=0.0, max_len=64)
     dm.setup()
     everything = _all_sentences(dm)
-    config = family.fit_model_to_data(DecoderConfig(max_len=64, **SIZES["small"]), dm, {})
+    config = family.fitted_model_config(DecoderConfig(max_len=64, **SIZES["small"]), dm, {})
     torch.manual_seed(0)
     optim = OptimConfig(lr=2e-3, warmup_steps=50)
-    task = family.build_task(config, {}, optim)
+    task = family.make_task(config, {}, optim)
     optimizer = build_optimizer(task.model, optim)
     scheduler = build_scheduler(optimizer, optim, OVERFIT_STEPS)
     step, exact, start = 0, 0.0, time.perf_counter()

@@ -149,8 +149,8 @@ class RawLoop:
         self.datamodule.device = self.device  # where device-resident batches (data.on_device) live
         self.datamodule.prepare_data()
         self.datamodule.setup("fit")
-        model_config = p.family.fit_model_to_data(p.model_config, self.datamodule, p.model_values)
-        task = p.family.build_task(model_config, p.container.get("loss") or {}, p.optim)
+        model_config = p.family.fitted_model_config(p.model_config, self.datamodule, p.model_values)
+        task = p.family.make_task(model_config, p.loss_config, p.optim)
         check_task(p.family, task)  # what the sweeplab job checks of it
         self.precision = p.trainer.precision
         self.model = task.model.to(self.device)

@@ -82,7 +82,7 @@ def start_fit(job: Job):
         data_path = training_data_path(datamodule)
         if data_path is not None:
             job.run.log_training_data(data_path, name=data_path.name)
-    task = p.family.make_task(model_config, p.loss_config, p.container.get("loss") or {}, p.optim)
+    task = p.family.make_task(model_config, p.loss_config, p.optim)
     check_task(p.family, task)
     task.mlflow_run_id = job.run_id
     wall.mark("task")
@@ -98,7 +98,7 @@ def resolve_model(p: JobPlan):
         p.datamodule.prepare_data()
         p.datamodule.setup("fit")
         interrupts.check()  # a stop requested while the data was indexed (and swallowed where it landed)
-        p.fitted_model_config = p.family.fit_model_to_data(p.model_config, p.datamodule, p.model_values)
+        p.fitted_model_config = p.family.fitted_model_config(p.model_config, p.datamodule, p.model_values)
         wall.mark("data")
     return p.fitted_model_config
 

@@ -87,7 +87,7 @@ def fit(job: Job) -> FitResult:
     datamodule, model_config, task = start_fit(job)
     if job.run is not None:
         job.run.set_tag("mlx", mx.__version__)
-    model = p.family.build_mlx_model(model_config)
+    model = p.family.make_mlx_model(model_config)
     resumed = read_checkpoint(job.resume_ckpt) if job.resume_ckpt is not None else None
     if resumed is not None:
         convert.load_state_dict(model, {k[len("model."):]: v for k, v in resumed["state_dict"].items()})

@@ -106,7 +106,7 @@ class JobPlan:
     checkpoint: CheckpointConfig
     tune: tuning.TuneConfig
     steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
-    loss_config: Any = None  # the `loss` group as the family's check_loss built it (handed to its task as is)
+    loss_config: Any = None  # the `loss` group as the family's make_loss_config built it (handed to its task as is)
     stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (engine/stopping.py)
     stop_target: float | None = None  # report.target, where stop.* needs it
     fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
@@ -155,7 +155,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     family = get_family(_family_name(container["model"]))
     settings.check_values(container)  # every value against the annotations, before anything heavy is built
     check_contract(family, container)  # a record missing a piece is named now, before anything is built
-    model_config = family.build_model_config(container["model"])
+    model_config = family.make_model_config(container["model"])
     optim = build(OptimConfig, container["optim"], "optim")
     trainer = build(TrainerConfig, container["trainer"], "trainer")
     if optim.warmup_steps > trainer.max_steps:
@@ -198,13 +198,13 @@ def plan(cfg: DictConfig) -> JobPlan:
     )
     rules.check_speed_switches(model_config, backend, compile_mode)
     container["data"] = family.data_group(container)  # what the family decides from the whole config is recorded
-    datamodule = family.build_datamodule(container["data"], model_config)
+    datamodule = family.make_datamodule(container["data"], model_config)
     check_data_path(getattr(datamodule, "path", None))
     if steps_per_batch > 1:
         rules.check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune,
                                     datamodule)
         datamodule.steps_per_batch = steps_per_batch
-    loss_config = family.check_loss(container.get("loss") or {})
+    loss_config = family.make_loss_config(container.get("loss") or {})
     stop = build(stopping.StopConfig, container.get("stop") or {}, "stop")
     stop_target = stopping.check(stop, (container.get("report") or {}).get("target"), backend)
     p = JobPlan(

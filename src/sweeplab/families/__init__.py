@@ -35,7 +35,6 @@ from typing import Any
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.families.checks import check_contract, check_task
 from sweeplab.families.record import ExportSpec, Family, Target, resolve
-from sweeplab.tracking.naming import name_value  # noqa: F401  (0.1 records format their run names' values with it)
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +71,14 @@ def get_family(name: str) -> Family:
         )
     try:
         family = ep.load()
+    except UserError:  # the record's own line (a field it passes that Family does not take, and what to write)
+        raise
     except Exception as exc:
         raise UserError(f"family {name!r} (entry point {ep.value}) failed to load: {type(exc).__name__}: {exc}") from exc
     if not isinstance(family, Family):
         raise UserError(f"family {name!r}: entry point {ep.value} is a {type(family).__name__}, not a sweeplab Family")
     if family.name != name:
         raise UserError(f"family {name!r}: entry point {ep.value} holds the record of {family.name!r}")
-    family.warn_if_legacy()
     return family
 
 

@@ -19,9 +19,9 @@ from sweeplab.families.record import Family
 
 # the record fields a job builds from, and what to write when one is missing
 _REQUIRED = {
-    "build_model_config": "model_config='pkg.model:Config' (a dataclass, SIZES beside it)",
-    "build_datamodule": "datamodule='pkg.data:DataModule'",
-    "build_task": "task='pkg.task:Task' (a SweepTask)",
+    "model_config": "model_config='pkg.model:Config' (a dataclass, SIZES beside it)",
+    "datamodule": "datamodule='pkg.data:DataModule'",
+    "task": "task='pkg.task:Task' (a SweepTask)",
 }
 
 
@@ -30,7 +30,7 @@ def check_contract(family: Family, container: Mapping[str, Any]) -> None:
     where = f"family {family.name}"
     for field_name, hint in _REQUIRED.items():
         if getattr(family, field_name) is None:
-            raise UserError(f"{where}: its record has no {field_name.removeprefix('build_')}; set {hint}")
+            raise UserError(f"{where}: its record has no {field_name}; set {hint}")
     if not isinstance(family.monitor, str) or "/" not in family.monitor:
         raise UserError(f"{where}: monitor={family.monitor!r} names no logged metric; set monitor='val/<metric>' "
                         "(what the task logs in validation)")
@@ -40,13 +40,11 @@ def check_contract(family: Family, container: Mapping[str, Any]) -> None:
     export = container.get("export") or {}
     if export.get("format", "none") != "none":
         _check_export(family, export)
-    if (container.get("backend") or {}).get("name") == "mlx" and family.build_mlx_model is None:
+    if (container.get("backend") or {}).get("name") == "mlx" and family.mlx_model is None:
         raise ConfigError("backend", f"the {family.name} family has no MLX port (its record sets no mlx_model); use a PyTorch backend")
 
 
 def _check_sizes(family: Family) -> None:
-    if family.model_config is None:  # a 0.1 record's own builder: its sizes are its own business
-        return
     config_class = family.target("model_config")
     if not dataclasses.is_dataclass(config_class):
         raise UserError(f"family {family.name}: model_config {config_class!r} is not a dataclass; "
@@ -58,8 +56,6 @@ def _check_sizes(family: Family) -> None:
 
 
 def _check_task_class(family: Family) -> None:
-    if family.task is None:  # a 0.1 record's own builder: check_task checks what it builds
-        return
     # deferred: tasks.base imports Lightning, which a record's plan-time check needs only here
     from sweeplab.tasks.base import SweepTask
 
@@ -81,7 +77,7 @@ def _check_export(family: Family, export: Mapping[str, Any]) -> None:
     if family.export is None:
         raise ConfigError("export", f"the {family.name} family has no Core ML export (its record sets no `export` "
                           "ExportSpec); use export=none")
-    if family.build_model is None:
+    if family.model is None:
         raise UserError(f"family {family.name}: export=coreml rebuilds the model from its checkpoint, and the record "
                         "sets no model; set model='pkg.model:Model'")
     if export.get("layout", "standard") == "ane" and family.export.ane_layout is None:
@@ -96,7 +92,7 @@ def check_task(family: Family, task: Any) -> None:
 
     where = f"family {family.name}"
     if not isinstance(task, SweepTask):
-        raise UserError(f"{where}: build_task returned a {type(task).__name__}, not a sweeplab SweepTask; derive the task from SweepTask")
+        raise UserError(f"{where}: its task ({family.task!r}) built a {type(task).__name__}, not a sweeplab SweepTask; derive the task from SweepTask")
     if task.family != family.name:
         raise UserError(f"{where}: its task {type(task).__name__} says family={task.family!r}; set it "
                         f"to {family.name!r} (checkpoints name their family by it)")
@@ -104,9 +100,9 @@ def check_task(family: Family, task: Any) -> None:
     if not isinstance(model_values, Mapping):
         raise UserError(f"{where}: its task {type(task).__name__} keeps no model config in hparams['model'] (resume and "
                         "load_model rebuild the model from it); give the model a dataclass `config` or pass hparams={'model': asdict(config)}")
-    if family.model_config_from_dict is not None:
+    if family.model_config is not None:
         try:
-            family.model_config_from_dict(dict(model_values))
+            family.rebuild_model_config(dict(model_values))
         except (TypeError, ValueError, ConfigError) as exc:
             raise UserError(f"{where}: hparams['model'] of its task does not rebuild the model config ({exc}); "
                             "store asdict(model_config) there") from None

@@ -24,18 +24,18 @@ def load_model(path: str | Path, expect_family: str | None = None) -> LoadedMode
         family = get_family(family_name)
     except ConfigError as exc:
         raise UserError(f"checkpoint {path}: {exc.problem}") from None
-    if family.model_config_from_dict is None or family.build_model is None:
+    if family.model_config is None or family.model is None:
         raise UserError(f"checkpoint {path}: the {family_name} family cannot rebuild its model from a checkpoint "
-                        "(its record sets no model_config_from_dict/build_model)")
+                        "(its record sets no model_config/model)")
     try:
-        model_config = family.model_config_from_dict(hparams["model"])
+        model_config = family.rebuild_model_config(hparams["model"])
     except (ConfigError, TypeError, ValueError) as exc:
         raise UserError(f"checkpoint {path}: its model hyperparameters are not a {family_name} model: {exc}") from None
     prefix = "model."
     state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
     state = {k.replace("_orig_mod.", ""): v for k, v in state.items()}  # saved from a torch.compile'd module
     _check_shapes(path, family, model_config, state)  # before any memory is taken for the real model
-    model = family.build_model(model_config)
+    model = family.make_model(model_config)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise UserError(
@@ -52,7 +52,7 @@ def _check_shapes(path, family, model_config, state) -> None:
     costs nothing here), has a tensor of each saved tensor's shape: one line naming the first that differs."""
     try:
         with torch.device("meta"):
-            expected = family.build_model(model_config).state_dict()
+            expected = family.make_model(model_config).state_dict()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise UserError(f"checkpoint {path}: its model hyperparameters build no {family.name} model: {exc}") from None
     for name, tensor in state.items():

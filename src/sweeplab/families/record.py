@@ -13,21 +13,21 @@ A record names the family's classes; sweeplab builds them the one way every fami
 
 A target is imported on first use, so a record imports nothing heavy: the report, the search-path plugin and
 `names()` read records of families whose torch code they never run. Every field may also hold the object itself.
+The engine builds through the record's methods (`make_model_config`, `make_datamodule`, `make_loss_config`,
+`make_task`, `make_model`, `make_mlx_model`, `rebuild_model_config`, `fitted_model_config`, `run_name_parts`).
 
-The `build_*`, `check_loss`, `model_config_from_dict`, `name_parts` and `report_params` fields are what a record
-written for sweeplab 0.1 set by hand; they are derived from the targets now, and a record that still sets them
-works for this release, with one deprecation line naming what to change.
+A record that passes a field sweeplab 0.1 had (a hand-written builder such as `build_task`) is refused when it is
+constructed, in one line naming the field and what to write instead.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
-import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from omegaconf import OmegaConf
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     # annotations only: tasks import Lightning (seconds), and the records stay light
     from sweeplab.tasks.base import SweepTask
     from sweeplab.tasks.optim import OptimConfig
-
-log = logging.getLogger("sweeplab.families")
 
 Target = str | Callable[..., Any]  # "package.module:Name" (imported on first use), or the object itself
 
@@ -93,28 +91,40 @@ def _model_fits_any_data(model_config: Any, datamodule: Any, model_values: Mappi
     return model_config
 
 
-class _Derived(partial):
-    """A builder the record derived from its targets (not one a 0.1 record set by hand): `dataclasses.replace`
-    derives it again from the new targets."""
-
-
-LEGACY_FIELDS = (
-    "build_model_config", "build_datamodule", "build_task", "check_loss", "model_config_from_dict", "build_model",
-    "build_mlx_model", "name_parts", "report_params",
-)
-# what each 0.1 field becomes
-_LEGACY_HINTS = {
-    "build_model_config": "model_config='pkg.model:Config'",
-    "build_datamodule": "datamodule='pkg.data:DataModule' (+ model_keys_for_data)",
-    "build_task": "task='pkg.task:Task' (built as Task(model_config, loss, optim))",
-    "check_loss": "loss='pkg.task:LossConfig'",
-    "model_config_from_dict": "model_config='pkg.model:Config'",
-    "build_model": "model='pkg.model:Model'",
-    "build_mlx_model": "mlx_model='pkg.mlx_model:build'",
-    "name_parts": "name_keys=(...) with labels={key: short}",
-    "report_params": "report_keys=(...)",
+# the fields sweeplab 0.1's record had and this one does not, with what a record does instead
+_REMOVED_FIELDS = {
+    "build_model_config": "write model_config='pkg.model:Config'",
+    "build_datamodule": "write datamodule='pkg.data:DataModule' (+ model_keys_for_data)",
+    "build_task": "write task='pkg.task:Task' (built as Task(model_config, loss, optim))",
+    "check_loss": "write loss='pkg.task:LossConfig'",
+    "model_config_from_dict": "write model_config='pkg.model:Config'",
+    "build_model": "write model='pkg.model:Model'",
+    "build_mlx_model": "write mlx_model='pkg.mlx_model:build'",
+    "name_parts": "write name_keys=(...) with labels={key: short}",
+    "report_params": "write report_keys=(...)",
+    "report_metric": "drop it (the report judges, plots and tabulates the record's `monitor`)",
+    "data_keys": "drop it (resume compares a checkpoint with the model as fit_model_to_data completes it)",
 }
-_warned: set[str] = set()
+
+
+def _refuse_unknown_fields(args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """One line for a keyword `Family` does not take, not the dataclass's TypeError: a removed 0.1 field with what to
+    do instead, any other with the nearest field."""
+    accepted = [f.name for f in fields(Family)]
+    unknown = [key for key in kwargs if key not in accepted]
+    if not unknown:
+        return
+    where = f"family {kwargs.get('name', args[0] if args else '?')}: its record passes"
+    removed = [key for key in unknown if key in _REMOVED_FIELDS]
+    if len(removed) == 1:
+        raise UserError(f"{where} {removed[0]}, a field removed after sweeplab 0.1; {_REMOVED_FIELDS[removed[0]]} "
+                        "(docs/families.md)")
+    if removed:
+        fixes = "; ".join(f"{key}: {_REMOVED_FIELDS[key]}" for key in removed)
+        raise UserError(f"{where} {', '.join(removed)}, fields removed after sweeplab 0.1; {fixes} (docs/families.md)")
+    close = difflib.get_close_matches(unknown[0], accepted, n=1)
+    hint = f"did you mean {close[0]}?" if close else "docs/families.md lists the fields"
+    raise UserError(f"{where} {unknown[0]}, which is not a field of Family; {hint}")
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: a record is its own identity (and `labels` is a dict)
@@ -122,8 +132,9 @@ class Family:
     """One model family. `name`, `monitor` and `monitor_mode`, then the four targets (`model_config`, `datamodule`,
     `task`, and `model` for export and resume); every other field has a default that works.
 
-    Builders receive the config groups as plain dicts (Hydra's composed values, interpolations resolved) and raise
-    `ConfigError(key, problem)` for a bad value, which sweeplab prints as one line before any job trains.
+    The targets are built from the config groups as plain dicts (Hydra's composed values, interpolations resolved) by
+    the `make_*` methods below, and raise `ConfigError(key, problem)` for a bad value, which sweeplab prints as one
+    line before any job trains.
     """
 
     name: str
@@ -151,33 +162,20 @@ class Family:
     # after the data is set up: fill in what the data decides (vocabulary, output size); gets the model keys as the
     # user wrote them, so it can tell "unset" from a value to check
     fit_model_to_data: Target = field(default=_model_fits_any_data, repr=False)
-    # model config fields fit_model_to_data fills when the config leaves them null. Not read any more (a resume
-    # compares a checkpoint with the model as fit_model_to_data completes it: engine.job.resolve_model); kept so
-    # records that set it still load
-    data_keys: tuple[str, ...] = ("vocab_size",)
     # --- how runs, the report and the UI show it -----------------------------------------------------------------
     labels: Mapping[str, str] = field(default_factory=dict)  # short labels of its keys: {"loss.alpha": "α"}
     name_keys: tuple[str, ...] | Target = ()  # keys every run name shows (a swept key is named anyway); or cfg -> keys
     report_keys: tuple[str, ...] = ()  # keys the report's table shows for this family (after the batch size)
-    # deprecated, ignored: the report judges, plots and tabulates one metric, the one the jobs monitor (`monitor`);
-    # kept so that a record written for sweeplab 0.1 still loads
-    report_metric: tuple[str, str] | None = None
     # --- optional parts ------------------------------------------------------------------------------------------
     export: ExportSpec | None = None  # the Core ML export; None: export=coreml is refused at plan time
     config_searchpath: str | None = None  # where Hydra finds its configs ("pkg://my_package.conf"); None: sweeplab's conf/
     mlx_model: Target | None = None  # model config -> the MLX port of `model` (backend=mlx); None: no MLX port
     # (data group, n_samples, out_dir) -> data keys to set for the bench's rows (`bench.data_samples`); None: as is
     bench_data: Target | None = None
-    # --- a 0.1 record's hand-written builders (deprecated): derived from the targets above when not given ---------
-    build_model_config: Callable[[Mapping[str, Any]], Any] | None = field(default=None, repr=False)
-    build_datamodule: Callable[[Mapping[str, Any], Any], L.LightningDataModule] | None = field(default=None, repr=False)
-    build_task: Callable[[Any, Mapping[str, Any], OptimConfig], SweepTask] | None = field(default=None, repr=False)
-    check_loss: Callable[[Mapping[str, Any]], Any] | None = field(default=None, repr=False)
-    model_config_from_dict: Callable[[Mapping[str, Any]], Any] | None = field(default=None, repr=False)
-    build_model: Callable[[Any], Any] | None = field(default=None, repr=False)
-    build_mlx_model: Callable[[Any], Any] | None = field(default=None, repr=False)
-    name_parts: Callable[[Any], dict[str, str]] | None = field(default=None, repr=False)
-    report_params: tuple[str, ...] | None = field(default=None, repr=False)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Family:
+        _refuse_unknown_fields(args, kwargs)  # before the dataclass's __init__ raises its TypeError
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if self.monitor_mode not in ("max", "min"):
@@ -185,41 +183,6 @@ class Family:
         if self.quality_tolerance is not None and not (self.quality_tolerance >= 0 and math.isfinite(self.quality_tolerance)):
             raise ValueError(f"family {self.name}: quality_tolerance must be a finite number >= 0 (metric units) or "
                              f"None, got {self.quality_tolerance!r}")
-        derived = {
-            "build_model_config": _model_config if self.model_config is not None else None,
-            "build_datamodule": _datamodule if self.datamodule is not None else None,
-            "build_task": _task if self.task is not None else None,
-            "check_loss": _loss_config,
-            "model_config_from_dict": _model_config_from_dict if self.model_config is not None else None,
-            "build_model": _model if self.model is not None else None,
-            "build_mlx_model": _mlx_model if self.mlx_model is not None else None,
-            "name_parts": _name_parts,
-        }
-        for name, builder in derived.items():
-            if getattr(self, name) is None or isinstance(getattr(self, name), _Derived):
-                object.__setattr__(self, name, _Derived(builder, self) if builder is not None else None)
-        if self.report_params is not None and not self.report_keys:
-            object.__setattr__(self, "report_keys", tuple(self.report_params))
-        fit = self.fit_model_to_data
-        fit = fit.args[1] if isinstance(fit, _Derived) else fit
-        if isinstance(fit, str):  # a target: imported when the engine first calls it
-            object.__setattr__(self, "fit_model_to_data", _Derived(_fit_model_to_data, self, fit))
-
-    @property
-    def legacy_fields(self) -> list[str]:
-        """The 0.1 fields this record sets by hand."""
-        return [name for name in LEGACY_FIELDS if getattr(self, name) is not None and not isinstance(getattr(self, name), _Derived)]
-
-    def warn_if_legacy(self) -> None:
-        """One deprecation line per family and process for a record written against sweeplab 0.1's `Family`."""
-        legacy = self.legacy_fields
-        if not legacy or self.name in _warned:
-            return
-        _warned.add(self.name)
-        log.warning(
-            "family %s: its record sets %s, deprecated (removed in the next release); write %s instead "
-            "(docs/families.md)", self.name, ", ".join(legacy), "; ".join(dict.fromkeys(_LEGACY_HINTS[f] for f in legacy)),
-        )
 
     def target(self, field_name: str) -> Any:
         """A target field's object, imported on first use."""
@@ -234,12 +197,6 @@ class Family:
         data = dict(config.get("data") or {})
         return self.target("resolve_data")(data, config) if self.resolve_data is not None else data
 
-    def make_task(self, model_config: Any, loss_config: Any, loss_values: Mapping[str, Any], optim: OptimConfig) -> Any:
-        """The family's task from the loss config plan() built; a 0.1 record's own build_task gets the values."""
-        if isinstance(self.build_task, _Derived):
-            return _task(self, model_config, loss_config, optim)
-        return self.build_task(model_config, loss_values, optim)
-
     def model_sizes(self) -> Mapping[str, Mapping[str, Any]]:
         """The family's named model sizes: `sizes`, else SIZES in the module of `model_config`."""
         if self.sizes is not None:
@@ -251,63 +208,61 @@ class Family:
                             "define SIZES = {'tiny': {...}, ...} there or set the record's `sizes`")
         return sizes
 
+    # --- what the engine builds from the targets ---------------------------------------------------------------------
+    def make_model_config(self, values: Mapping[str, Any]) -> Any:
+        """The `model` group built: the named `size` (else `default_size`), then the group's non-null keys."""
+        return build_sized(self.target("model_config"), self.model_sizes(), {"size": self.default_size, **values}, "model")
 
-# --- the builders a record gets from its targets -------------------------------------------------------------------
-def _model_config(family: Family, values: Mapping[str, Any]) -> Any:
-    return build_sized(family.target("model_config"), family.model_sizes(), {"size": family.default_size, **values}, "model")
+    def rebuild_model_config(self, values: Mapping[str, Any]) -> Any:
+        """The model config from every one of its fields (a checkpoint's hparams["model"])."""
+        return self.target("model_config")(**values)
 
+    def fitted_model_config(self, model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:
+        """`model_config` with what the data (set up) decides filled in (`fit_model_to_data`)."""
+        return self.target("fit_model_to_data")(model_config, datamodule, model_values)
 
-def _datamodule(family: Family, values: Mapping[str, Any], model_config: Any) -> Any:
-    from_model = {key: getattr(model_config, key) for key in family.model_keys_for_data}
-    return build(family.target("datamodule"), {**values, **from_model}, "data")
+    def make_datamodule(self, values: Mapping[str, Any], model_config: Any) -> L.LightningDataModule:
+        """The `data` group built, plus the model config's `model_keys_for_data`."""
+        from_model = {key: getattr(model_config, key) for key in self.model_keys_for_data}
+        return build(self.target("datamodule"), {**values, **from_model}, "data")
 
+    def make_loss_config(self, values: Mapping[str, Any]) -> Any:
+        """The `loss` group built into the family's loss config; None for a family whose loss takes no settings."""
+        if self.loss is None:
+            if values:
+                raise ConfigError(f"loss.{next(iter(values))}", f"the {self.name} family's loss takes no settings (it has no `loss` config)")
+            return None
+        loss = self.target("loss")
+        return build(loss, values, "loss") if inspect.isclass(loss) else loss(values)
 
-def _loss_config(family: Family, values: Mapping[str, Any]) -> Any:
-    """The `loss` group built into the family's loss config; None for a family whose loss takes no settings."""
-    if family.loss is None:
-        if values:
-            raise ConfigError(f"loss.{next(iter(values))}", f"the {family.name} family's loss takes no settings (it has no `loss` config)")
-        return None
-    loss = family.target("loss")
-    return build(loss, values, "loss") if inspect.isclass(loss) else loss(values)
+    def make_task(self, model_config: Any, loss: Any, optim: OptimConfig) -> SweepTask:
+        """Task(model_config, loss config, optim), named for this family. `loss`: the loss config the plan built once,
+        or the `loss` group's values (built here)."""
+        loss_config = self.make_loss_config(loss) if isinstance(loss, Mapping) else loss
+        task = self.target("task")(model_config, loss_config, optim)
+        if getattr(task, "family", None) == "":  # the SweepTask default: the record names the family
+            task.family = self.name
+            if "family" in getattr(task, "hparams", {}):
+                task.hparams["family"] = self.name
+        return task
 
+    def make_model(self, model_config: Any) -> Any:
+        """The plain-torch model, Model(model_config): export, resume, load_model."""
+        return self.target("model")(model_config)
 
-def _task(family: Family, model_config: Any, loss: Any, optim: OptimConfig) -> Any:
-    """`loss`: the loss config check_loss built at plan time (built once), or the `loss` group's values."""
-    loss_config = family.check_loss(loss) if isinstance(loss, Mapping) else loss
-    task = family.target("task")(model_config, loss_config, optim)
-    if getattr(task, "family", None) == "":  # the SweepTask default: the record names the family
-        task.family = family.name
-        if "family" in getattr(task, "hparams", {}):
-            task.hparams["family"] = family.name
-    return task
+    def make_mlx_model(self, model_config: Any) -> Any:
+        """The MLX port of the model (backend=mlx)."""
+        return self.target("mlx_model")(model_config)
 
-
-def _model_config_from_dict(family: Family, values: Mapping[str, Any]) -> Any:
-    return family.target("model_config")(**values)
-
-
-def _model(family: Family, model_config: Any) -> Any:
-    return family.target("model")(model_config)
-
-
-def _mlx_model(family: Family, model_config: Any) -> Any:
-    return family.target("mlx_model")(model_config)
-
-
-def _fit_model_to_data(family: Family, target: str, model_config: Any, datamodule: Any, model_values: Mapping[str, Any]) -> Any:
-    return resolve(target, f"family {family.name}", "fit_model_to_data")(model_config, datamodule, model_values)
-
-
-def _name_parts(family: Family, cfg: Any) -> dict[str, str]:
-    """{key: "label=value"} of the keys the family's run names always show (a key set to null shows nothing)."""
-    keys = family.name_keys if isinstance(family.name_keys, tuple) else resolve(family.name_keys, f"family {family.name}", "name_keys")(cfg)
-    parts = {}
-    for key in keys:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None:
-            parts[key] = f"{family.label(key)}={name_value(value)}"
-    return parts
+    def run_name_parts(self, cfg: Any) -> dict[str, str]:
+        """{key: "label=value"} of the keys the family's run names always show (a key set to null shows nothing)."""
+        keys = self.name_keys if isinstance(self.name_keys, tuple) else self.target("name_keys")(cfg)
+        parts = {}
+        for key in keys:
+            value = OmegaConf.select(cfg, key, default=None)
+            if value is not None:
+                parts[key] = f"{self.label(key)}={name_value(value)}"
+        return parts
 
 
-__all__ = ["LEGACY_FIELDS", "ExportSpec", "Family", "Target", "resolve"]
+__all__ = ["ExportSpec", "Family", "Target", "resolve"]

@@ -157,7 +157,7 @@ def run_name(p, cfg: DictConfig) -> str:
     """A job's run name (p: its training.JobPlan): swept keys first (and in a replicated sweep the replicate,
     `rep=1`, counted from 0 as its tag), then the family and its own keys, a non-default model size or step budget,
     and the backend's settings."""
-    family_parts = {k: v for k, v in p.family.name_parts(cfg).items() if v}
+    family_parts = {k: v for k, v in p.family.run_name_parts(cfg).items() if v}
     swept = _swept_values()
     parts = []
     for key, value in swept.items():

@@ -73,7 +73,6 @@ FAMILY = Family(
     default_size="small",
     resolve_data="sweeplab.families.textbridge.device_batches:resolve_data",
     fit_model_to_data=_fit_model_to_data,
-    data_keys=("vocab_size", "embed_dim", "bos_id", "eos_id", "pad_id"),
     name_keys=("data.batch_size",),
     report_keys=("model.size",),
     bench_data="sweeplab.families.textbridge.bench:bench_data",
