@@ -135,7 +135,7 @@ def test_no_module_but_the_schema_spells_a_run_record_key():
     assert "summary/samples_per_sec" in names and "config_index" in names
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        if path.name == "schema.py":
+        if path.relative_to(SRC).as_posix() == "core/records.py":
             continue
         for literal in re.findall(r"""(?<![\w{])["']([\w./]+)["']""", path.read_text(encoding="utf-8")):
             if literal in names:

@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Mapping
@@ -416,6 +417,33 @@ def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
         client.log_batch(run_id, params=items[i : i + 100])
 
 
+BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's most per log_batch (1000 entries in all)
+
+
+def write(store, run_id: str, record, step: int = 0) -> None:
+    """Log a run record (sweeplab.core.records: its fields that are not None) to the run `run_id` in one log_batch;
+    metrics at `step`. `store` is a tracking URI or a client. A record past MLflow's limits per batch (100 params or
+    tags, 1000 metrics) goes in as few batches as those allow."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    logged = record.to_mlflow()
+    if not logged:
+        return
+    now = int(time.time() * 1000)
+    entries = {
+        "metrics": [Metric(k, v, now, step) for k, v in logged.metrics.items()],
+        "params": [Param(k, v[:MAX_PARAM_CHARS]) for k, v in logged.params.items()],
+        "tags": [RunTag(k, v) for k, v in logged.tags.items()],
+    }
+    store = client(store) if isinstance(store, str) else store
+    while any(entries.values()):
+        batch, room = {}, 1000
+        for kind, items in entries.items():
+            batch[kind], entries[kind] = items[:min(BATCH_LIMITS[kind], room)], items[min(BATCH_LIMITS[kind], room):]
+            room -= len(batch[kind])
+        store.log_batch(run_id, **batch)
+
+
 class JobRun:
     """One MLflow run for one training job; use as a context manager."""
 
@@ -484,8 +512,6 @@ class JobRun:
 
     @wall.charged_to("mlflow")
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
