@@ -1,12 +1,8 @@
 """sweeplab: Hydra-configured experiment sweeps for training-acceleration studies."""
 
 import sys
-from pathlib import Path
 
-# The Hydra config tree every entry point composes from (train, export, bench, order check, run names' defaults):
-# inside the package in an installed wheel (setup.py copies it there), the checkout's top-level conf/ otherwise.
-_PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
-CONF_DIR = str(_PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).resolve().parents[2] / "conf")
+from sweeplab.core.conf_dir import CONF_DIR  # the Hydra config tree every entry point composes from
 
 # `python -m sweeplab.<app>`: runpy imports this package before the app's module, with sys.argv[0] still "-m"
 # (it becomes the module's path before the module runs), so this is the one place that runs before any app's
@@ -21,3 +17,5 @@ if getattr(sys, "argv", [])[:1] == ["-m"]:
     remember_early_sigint()  # Ctrl-C while torch and the rest are imported is not lost (core.interrupts)
     exit_if_translated()  # an x86_64 Python under Rosetta: one line, before torch (which it cannot have) loads
     set_before_torch(sys.argv[1:])
+
+__all__ = ["CONF_DIR"]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from sweeplab.core.conf_dir import CONF_DIR
 from sweeplab.core.errors import ConfigError, UserError, exit_on_user_error
 
 GRAMMAR = "quote a value holding spaces or other special characters: key='value'"
@@ -89,8 +90,6 @@ def compose(config_name: str, overrides: list[str], return_hydra_config: bool = 
     """Hydra's compose API over sweeplab's conf/; a mistake in `overrides` raises one-line UserError."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-
-    from sweeplab import CONF_DIR
 
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
