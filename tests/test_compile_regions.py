@@ -226,7 +226,7 @@ def test_a_model_without_regions_is_refused_in_one_line(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match="compile_scope: regions does nothing with compile=off"):  # nothing compiles
         plan(compose_train([*LM, f"data.cache_dir={tmp_path}", "compile=off", "compile_scope=regions"]))
 
-    class Plain(LMTask):  # a task whose model has no regions, configured directly (a 0.1 record's, the bench's)
+    class Plain(LMTask):  # a task whose model has no regions, configured directly (as the bench's loop does)
         family = "pagating_lm"
 
     task = Plain(GPTConfig(vocab_size=97, **SIZES["tiny"]), None, OptimConfig())
