@@ -62,7 +62,7 @@ def test_a_smoke_sweep_prints_only_sweeplabs_lines_and_one_name_for_each_thing(d
 
 
 def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_replicate():
-    from sweeplab.sweep.callback import progress_line
+    from sweeplab.sweep.progress import progress_line
 
     assert progress_line(0, "1000 8", 1000.0) == "sweep: job 0 (the 1st of 8)"
     line = progress_line(4, "1000 8", 1076.0, "configuration 2, replicate 1")

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeplab.core import channels
-from sweeplab.sweep import callback as sweep_callback
+from sweeplab.sweep import study
 from sweeplab.tracking import mlflow_store, naming
 
 # what Hydra receives (argv) for `+label='a b c'` and for `'+label="it'"'"'s \"q\""'` (a Hydra-quoted value)
@@ -34,7 +34,7 @@ def test_the_continue_command_pasted_into_bash_gives_back_every_override_and_is_
     client.set_terminated(parent, "KILLED")
     (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
     task = [a for a in argv[3:] if not a.startswith("hydra.")]  # what Hydra's hydra.overrides.task holds
-    assert sweep_callback.reopen_sweep(client, tmp_path, task) == parent  # accepted: the same overrides
+    assert study.reopen_sweep(client, tmp_path, task) == parent  # accepted: the same overrides
     assert naming.recorded_overrides(naming.overrides_tag(ODD)) == ODD
     assert naming.recorded_overrides("data.batch_size=8,16 replicates=2") == ["data.batch_size=8,16", "replicates=2"]
 

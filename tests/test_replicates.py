@@ -22,7 +22,8 @@ from sweeplab.report import tables as report
 from sweeplab.study import replicates, rounds
 from sweeplab.study.record import VerdictOptions
 from sweeplab.study.sweep import read_sweep
-from sweeplab.sweep import callback as sweep_callback
+from sweeplab.sweep import best, checks, study
+from sweeplab.sweep.study import Study
 from sweeplab.tracking import mlflow_store
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -117,7 +118,8 @@ def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(mon
     sweeper.launcher = RecordingLauncher()
     sweeper.hydra_context = SimpleNamespace(config_loader=None)
     monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)
-    sweeper.sweep([])
+    sweeper.study = Study(sweeper.config)  # untracked: what the rounds ask of it is monkeypatched above
+    sweeper._rounds([])
 
     assert launched == [
         (0, ["data.batch_size=32", "data.batch_size=64", "data.batch_size=128"]),
@@ -149,7 +151,8 @@ def test_the_sweeper_launches_the_study_at_once_round_by_round_with_the_replicat
     sweeper.hydra_context = SimpleNamespace(config_loader=None)
     monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    sweeper.sweep(["optim.lr=0.01"])
+    sweeper.study = Study(sweeper.config)
+    sweeper._rounds(["optim.lr=0.01"])
 
     assert [start for start, _ in launched] == [0]
     ((_, jobs),) = launched
@@ -179,12 +182,12 @@ def test_a_sweep_is_continued_only_with_the_overrides_it_ran_with(mlflow_uri, tm
     parent = client.create_run(experiment, tags={"sweep_overrides": "replicates=2 data.batch_size=8,16"}).info.run_id
     client.set_terminated(parent, "KILLED")
     with pytest.raises(UserError, match="holds none"):
-        sweep_callback.reopen_sweep(client, tmp_path, ["replicates=2"])
+        study.reopen_sweep(client, tmp_path, ["replicates=2"])
     (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
     with pytest.raises(UserError, match=r"ran with overrides 'data.batch_size=8,16 replicates=2', this command has"):
-        sweep_callback.reopen_sweep(client, tmp_path, ["replicates=3", "data.batch_size=8,16", "resume=true"])
+        study.reopen_sweep(client, tmp_path, ["replicates=3", "data.batch_size=8,16", "resume=true"])
     assert client.get_run(parent).info.status == "KILLED"  # a refusal changes nothing
-    assert sweep_callback.reopen_sweep(client, tmp_path, ["data.batch_size=8,16", "replicates=2", "resume=true"]) == parent
+    assert study.reopen_sweep(client, tmp_path, ["data.batch_size=8,16", "replicates=2", "resume=true"]) == parent
     assert client.get_run(parent).info.status == "RUNNING" and client.get_run(parent).data.tags["resumed"] == "1"
 
 
@@ -200,8 +203,8 @@ def test_the_default_sweeper_is_sweeplabs_and_counts_replicates_in_the_planned_j
 def test_optuna_refuses_replicates_in_one_line():
     config = compose_train(["hparams_search=optuna_alpha_beta", "replicates=3"], return_hydra_config=True)
     with pytest.raises(UserError, match=r"^replicates=3 needs hydra/sweeper=sweeplab; the optuna sweeper"):
-        sweep_callback._check_replicates(config)
-    sweep_callback._check_replicates(compose_train(["hparams_search=optuna_alpha_beta"], return_hydra_config=True))
+        checks.check_replicates(config)
+    checks.check_replicates(compose_train(["hparams_search=optuna_alpha_beta"], return_hydra_config=True))
 
 
 def test_a_swept_seed_and_replicates_refuse_each_other():
@@ -209,7 +212,7 @@ def test_a_swept_seed_and_replicates_refuse_each_other():
     with open_dict(config):
         config.hydra.overrides.task = ["replicates=2", "seed=0,1"]  # what `-m ... seed=0,1` records
     with pytest.raises(UserError, match="seed"):
-        sweep_callback._check_replicates(config)
+        checks.check_replicates(config)
 
 
 # --- the report (MLflow runs made here, no training) ---------------------------------------------------------------
@@ -290,7 +293,7 @@ def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_p
     summary = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65)).verdict.summary
     client = MlflowClient(mlflow_uri)
     config = compose_train([], return_hydra_config=True)
-    line = sweep_callback.record_best(client, parent, read_sweep(mlflow_uri, parent), config, summary)
+    line = best.record_best(client, parent, read_sweep(mlflow_uri, parent), config, summary)
     assert line.startswith("tie between "), line
     tags = client.get_run(parent).data.tags
     assert tags["best_verdict"] == "tie" and set(tags["best_config"].split(" | ")) == {"bs=32 a", "bs=32 b"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import cloudpickle
 
+from conftest import compose_train
 from hydra_plugins.sweeplab_sweeper.submitit_jobs import resumed_overrides
 from sweeplab.core.files import hold_run_lock
 from sweeplab.sweep.callback import MLflowSweepCallback
+from sweeplab.sweep.study import Study
 from sweeplab.tracking import naming
 
 
@@ -31,12 +33,16 @@ def test_the_continue_command_keeps_the_launcher_and_its_settings_and_nothing_of
     assert command.split()[3:7] == ["-m", *kept] and command.endswith("resume=true")
 
 
-def test_the_sweep_callback_pickles_while_it_holds_the_sweep_folder(tmp_path):
-    """submitit pickles the launcher with Hydra's context, callbacks included, at every submission."""
+def test_a_study_pickles_while_it_holds_the_sweep_folder(tmp_path):
+    """submitit pickles the launcher with Hydra's context, callbacks (and the study one opened) included, at every
+    submission; the sweep folder's lock stays with the process holding it."""
+    study = Study(compose_train([f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True))
+    study.continue_command = "python -m sweeplab.train -m resume=true"
     callback = MLflowSweepCallback()
+    callback.study = study
     with hold_run_lock(tmp_path, "sweep", "run"):
         (tmp_path / "held").mkdir()
-        callback._held.enter_context(hold_run_lock(tmp_path / "held", "sweep", "run"))
+        study._held.enter_context(hold_run_lock(tmp_path / "held", "sweep", "run"))
         copy = cloudpickle.loads(cloudpickle.dumps(callback))
-        callback._held.close()
-    assert copy.continue_command == callback.continue_command
+        study._held.close()
+    assert copy.study.continue_command == study.continue_command

@@ -1,5 +1,5 @@
-"""The sweep callback without running jobs: the parent run and how it reaches jobs, required launcher keys, the best
-job on the parent."""
+"""The study and the sweep callback without running jobs: the sweep run and how it reaches jobs, which sweeper opens
+the study, required launcher keys, the best job on the sweep run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from sweeplab.core import channels
+from sweeplab.core.errors import UserError
 from sweeplab.study.sweep import sweep_from_runs
-from sweeplab.sweep.callback import MLflowSweepCallback, record_best
+from sweeplab.sweep.best import record_best
+from sweeplab.sweep.callback import MLflowSweepCallback
+from sweeplab.sweep.study import Study
 from sweeplab.tracking import mlflow_store
 
 
@@ -23,25 +26,46 @@ def _sweep_config(tmp_path, *overrides):
     return cfg
 
 
-def test_the_parent_run_reaches_jobs_through_the_environment_and_the_sweep_dir(mlflow_uri, tmp_path, monkeypatch):
+def test_the_sweep_run_reaches_jobs_through_the_environment_and_the_sweep_dir(mlflow_uri, tmp_path, monkeypatch):
     monkeypatch.delenv(channels.PARENT_RUN_ENV, raising=False)
     cfg = _sweep_config(tmp_path, "data.batch_size=4")
-    callback = MLflowSweepCallback(print_report=False)
-    callback.on_multirun_start(cfg)
-    parent_id = callback.parent_run_id
+    study = Study.open(cfg, print_report=False)
+    parent_id = study.parent_run_id
     assert os.environ[channels.PARENT_RUN_ENV] == parent_id  # joblib/loky workers and submitit jobs inherit it
     assert (tmp_path / "multirun/day/time" / channels.PARENT_RUN_FILE).read_text() == parent_id
     parent = MlflowClient(mlflow_uri).get_run(parent_id)
     assert parent.data.tags["sweeplab.role"] == "sweep" and parent.data.tags["sweep_id"] == "day/time"
     assert parent.data.tags["mlflow.runName"] == "sweep day/time"  # one name for the sweep: run name, tag, report
     assert parent.info.status == "RUNNING"
-    callback.on_multirun_end(cfg)
+    assert channels.open_sweep is study  # what the entry point closes after an interrupt
+    study.finish()
     assert MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"
-    assert channels.PARENT_RUN_ENV not in os.environ
+    assert channels.PARENT_RUN_ENV not in os.environ and channels.open_sweep is None
+
+
+def test_the_callback_opens_a_study_only_for_a_sweeper_that_holds_none(mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.delenv(channels.PARENT_RUN_ENV, raising=False)
+    callback = MLflowSweepCallback(print_report=False)
+    callback.on_multirun_start(_sweep_config(tmp_path, "data.batch_size=4"))  # the sweeplab sweeper: it holds its own
+    assert callback.study is None and channels.PARENT_RUN_ENV not in os.environ
+    cfg = _sweep_config(tmp_path, "data.batch_size=4", "replicates=1", "hydra/sweeper=basic")
+    callback.on_multirun_start(cfg)
+    parent_id = callback.study.parent_run_id
+    assert MlflowClient(mlflow_uri).get_run(parent_id).data.tags["sweeper"] == "basic"
+    callback.on_multirun_end(cfg)
+    assert callback.study is None and MlflowClient(mlflow_uri).get_run(parent_id).info.status == "FINISHED"
+
+
+def test_a_study_the_sweeper_opens_refuses_a_missing_data_path_in_one_line_before_its_run(mlflow_uri, tmp_path):
+    cfg = _sweep_config(tmp_path, f"data.path={tmp_path / 'nope.jsonl'}")
+    with pytest.raises(UserError, match="data.path: .*nope.jsonl: no such file or directory"):
+        Study.open(cfg)
+    client = MlflowClient(mlflow_uri)
+    assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
 
 
 def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp_path, capsys):
-    cfg = _sweep_config(tmp_path, "hydra/launcher=slurm")
+    cfg = _sweep_config(tmp_path, "hydra/launcher=slurm", "hydra/sweeper=basic", "replicates=1")
     with pytest.raises(SystemExit) as stop:
         MLflowSweepCallback().on_multirun_start(cfg)
     assert stop.value.code == 2
@@ -50,7 +74,7 @@ def test_a_missing_slurm_partition_stops_the_sweep_with_one_line(mlflow_uri, tmp
 
 
 def test_a_missing_data_path_stops_the_sweep_before_its_run_exists(mlflow_uri, tmp_path, capsys):
-    cfg = _sweep_config(tmp_path, f"data.path={tmp_path / 'nope.jsonl'}")
+    cfg = _sweep_config(tmp_path, f"data.path={tmp_path / 'nope.jsonl'}", "hydra/sweeper=basic", "replicates=1")
     with pytest.raises(SystemExit) as stop:
         MLflowSweepCallback().on_multirun_start(cfg)
     assert stop.value.code == 2

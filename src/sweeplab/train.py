@@ -16,7 +16,7 @@ from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, u
 from sweeplab.engine import settings
 from sweeplab.families import missing_config_hint
 from sweeplab.study import replicates
-from sweeplab.sweep import callback as sweep_callback
+from sweeplab.sweep.study import end_open_study
 
 log = logging.getLogger("sweeplab")
 quiet_libraries()
@@ -80,14 +80,14 @@ def run() -> None:
     except interrupts.Interrupted as exc:
         # the job's run is KILLED already (JobRun); the sweep's parent is closed here, as Hydra calls no callback
         # when a job raises more than an Exception
-        sweep_callback.end_interrupted_sweep(exc)
+        end_open_study(exc)
         print(f"error: {exc}; the MLflow runs it stopped are marked KILLED", file=sys.stderr)
         sys.exit(exc.exit_status)
     except Exception as exc:
         # a sweep that failed outside its jobs (a misspelt swept key fails when the sweeper checks the first batch):
         # Hydra calls no on_multirun_end, so its parent run is closed here, FAILED with the reason
         error = composition_error(exc) if cli.is_hydra_error(exc) else exc
-        sweep_callback.end_failed_sweep(error)
+        end_open_study(error)
         exit_on_user_error(error)  # re-raises what is no user error, with its traceback
 
     failed = channels.failed_jobs

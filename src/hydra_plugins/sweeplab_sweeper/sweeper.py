@@ -36,26 +36,39 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from hydra_plugins.sweeplab_sweeper import submitit_jobs
-from sweeplab.core import channels
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
-from sweeplab.sweep import lost_jobs
-from sweeplab.sweep.callback import next_job_number
+from sweeplab.sweep.study import Study, next_job_number
 
 log = logging.getLogger(__name__)
 
 
 class SweeplabSweeper(BasicSweeper):
-    runs_replicates = True  # what the sweep callback and sweeplab.study.rounds ask of a sweeper's class
+    runs_replicates = True  # what the study's checks and sweeplab.study.rounds ask of a sweeper's class
+    holds_study = True  # it opens, reads and finishes its own Study: the sweep callback opens none for it
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
                  leave: bool = False) -> None:
         super().__init__(max_batch_size, params)
         self.leave = leave  # submit and leave: the first launch only, not watched (hydra/launcher=slurm)
+        self.study: Study | None = None
 
     def sweep(self, arguments: list[str]) -> Any:
+        """Open the study (or reopen it: resume=true), run its rounds, finish it: its report, best and counts; however
+        the rounds end (an interrupt, a failure outside the jobs), its sweep run is closed with the reason."""
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        self.study = Study.open(self.config)
+        try:
+            returns = self._rounds(arguments)
+        except BaseException as exc:
+            self.study.end(exc)
+            raise
+        self.study.finish()
+        return returns
+
+    def _rounds(self, arguments: list[str]) -> list:
+        assert self.config is not None and self.study is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         (grid,) = self.split_arguments(overrides, None)
@@ -95,7 +108,7 @@ class SweeplabSweeper(BasicSweeper):
                     log.info("sweep: replicates=auto stops: %s", stop)
                     break
             next_index = self._launch_round(round_jobs, next_index, returns, round_size)
-            if self.leave and channels.left_jobs:  # submitted: the continue command takes it from here
+            if self.leave and self.study.left_jobs:  # submitted: the continue command takes it from here
                 break
         else:
             if auto is not None:  # every planned round ran: is anything still open?
@@ -109,8 +122,7 @@ class SweeplabSweeper(BasicSweeper):
         """The jobs of this round that replicates=auto runs, or why it stops; the decisions still open are logged."""
         if round_number < auto.first:
             return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
-        more, plan = rounds.undecided_configurations(rounds.read_open_sweep(self.config),
-                                                     rounds.verdict_options(self.config))
+        more, plan = rounds.undecided_configurations(self.study.read(), self.study.options)
         jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s,
                                            plan.rounds_needed if plan is not None else 0)
         for decision in plan.open_decisions if plan is not None else ():
@@ -122,7 +134,7 @@ class SweeplabSweeper(BasicSweeper):
 
     def _without_the_clearly_lost(self, round_jobs: list) -> list:
         """stop.behind: the round without the configurations stopped behind in enough rounds (study/rounds.py)."""
-        lost = rounds.stopped_for_good(rounds.read_open_sweep(self.config))
+        lost = rounds.stopped_for_good(self.study.read())
         if lost:
             log.info("sweep: stop.behind: no more rounds for configurations %s (stopped behind their round's leader "
                      "in %d rounds)", sorted(lost), rounds.ROUNDS_BEHIND_FOR_GOOD)
@@ -136,11 +148,11 @@ class SweeplabSweeper(BasicSweeper):
             log.info("sweep: %d jobs of this study are still out (%s): watching them first", len(out),
                      ", ".join(job.scheduler_id for job in out))
             # a lost one is recorded, and run again below like any interrupted job
-            submitit_jobs.watch(out, lambda lost: lost_jobs.record(self.config, lost, counted=False))
+            submitit_jobs.watch(out, lambda lost: self.study.record_lost(lost, counted=False))
 
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""
-        states = rounds.job_states(rounds.read_open_sweep(self.config))
+        states = self.study.job_states()
         continued = [replicated.continue_round(round_jobs, states) for round_jobs in planned]
         done = sum(states.get((j.config_index, j.replicate)) == "finished" for r in planned for j in r)
         resumed = sum("resume=true" in j.overrides for r in continued for j in r)
@@ -166,9 +178,9 @@ class SweeplabSweeper(BasicSweeper):
         placed = {first_number + i: job for i, job in enumerate(planned)}
         submitted = submitit_jobs.submit(self.launcher, batch, first_number)
         if self.leave:
-            channels.left_jobs.extend(f"job {job.number}: {job.scheduler_id}" for job in submitted)
+            self.study.left_jobs.extend(f"job {job.number}: {job.scheduler_id}" for job in submitted)
             return []
-        results = submitit_jobs.watch(submitted, lambda lost: lost_jobs.record(self.config, lost, placed[lost.number]))
+        results = submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
         for result in results:
             if not isinstance(result._return_value, submitit_jobs.LostJobError):
                 _ = result.return_value
@@ -189,3 +201,4 @@ class SweeplabSweeper(BasicSweeper):
             next_index += len(batch)
             returns.append(results)
         return next_index
+

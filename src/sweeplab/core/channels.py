@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 # --- environment: the sweep's process -> its jobs -----------------------------------------------------------------
-# The keys whose values differ between the sweep's jobs, comma-separated. Written by the sweep callback before the
-# first job (sweep.callback's on_multirun_start); read by every job's run naming (tracking/naming.run_name),
+# The keys whose values differ between the sweep's jobs, comma-separated. Written by the study when it opens, before the
+# first job (sweep.study.Study.open); read by every job's run naming (tracking/naming.run_name),
 # so a run's name starts with what tells it from its neighbours. The environment, as a job's own config cannot say
 # which of its values were swept.
 SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
@@ -30,25 +30,25 @@ SWEPT_KEYS_ENV = "SWEEPLAB_SWEPT_KEYS"
 # each job (core.orphans.watch_launcher): a job running in a pool worker (joblib) watches it and ends with it.
 LAUNCHER_PID_ENV = "SWEEPLAB_LAUNCHER_PID"
 
-# "<sweep start time> <number of jobs>[ <number of its first job>]". Written by the sweep callback before the first
+# "<sweep start time> <number of jobs>[ <number of its first job>]". Written by the study when it opens, before the first
 # job (a continued sweep: the jobs it still runs, numbered from after its existing folders); read by each job's
-# process for its progress line (sweep.callback.progress_line): a joblib worker or a submitit job has no
+# process for its progress line (sweep.progress.progress_line): a joblib worker or a submitit job has no
 # other way to know when the sweep started and how many jobs it has.
 SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 
-# The sweep's MLflow parent run id. Written by the sweep callback once it created the parent run (and removed when
-# it closes it); read by each job (tracking/mlflow_store.read_parent_run_id) to nest its run under the parent, by
-# the sweeplab sweeper between rounds (study.rounds, which reads the rounds so far from that run) and by its watch
-# of submitted jobs (sweep.lost_jobs.record, which tags the run). The file PARENT_RUN_FILE in the sweep dir says the
-# same and wins (it names this very sweep); the environment covers a job that cannot see the sweep dir.
+# The sweep's MLflow parent run id (the study's sweep run), for the jobs' processes. Written by the study once it
+# created or reopened its sweep run (sweep.study.Study, which removes it when it closes the run); read by each job
+# (tracking/mlflow_store.read_parent_run_id) to nest its run under the sweep run. The file PARENT_RUN_FILE in the sweep
+# dir says the same and wins (it names this very sweep); the environment covers a job that cannot see the sweep dir.
+# The sweeper itself never reads it: it holds its study, which knows its run.
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 # The SLURM jobs a sweep submitted, one JSON line each (Hydra's job number, the scheduler's id, submitit's folder, the
 # overrides), in the sweep dir. Appended by the sweeplab sweeper at each submission (submitit_jobs.submit); read by a
 # continued study (submitit_jobs.still_out), which watches the jobs still out instead of submitting them again, and
 # named on the sweep run of a study left running. A file: the process that submitted may be long gone.
 SUBMITTED_JOBS_FILE = "submitted_jobs.jsonl"
-# The same parent run id as a file in the sweep dir. Written by the sweep callback with the parent run; read by each
-# job (tracking/mlflow_store.read_parent_run_id), by a continued sweep (sweep.callback.reopen_sweep, which reopens
+# The same parent run id as a file in the sweep dir. Written by the study with its sweep run; read by each
+# job (tracking/mlflow_store.read_parent_run_id), by a continued sweep (sweep.study.reopen_sweep, which reopens
 # that run), by `python -m sweeplab.report --multirun-dir` and by order_check. A file: it outlives the process.
 PARENT_RUN_FILE = "mlflow_parent_run_id"
 
@@ -153,23 +153,13 @@ COMPILE_CACHE_FOLDER = "compile_cache"
 # records the job's return value on that run: Hydra hands the callback the return value but not the run.
 job_run_id: str | None = None
 
-# The sweep callback whose parent run is open in this process (None when none is). Written by the sweep callback
-# when it opens and closes the parent run; read by sweep.callback.end_interrupted_sweep, which the entry
-# point (sweeplab.train) calls after Ctrl-C or SIGTERM: Hydra runs no callback when a job raises an interrupt.
+# The study whose sweep run is open in this process (None when none is). Written by sweep.study.Study when it opens
+# and closes its sweep run; read by sweep.study.end_open_study, which the entry point (sweeplab.train) calls after
+# Ctrl-C, SIGTERM or a failure outside the jobs: Hydra runs no callback when a job raises an interrupt, and a sweeper
+# that raises never returns to the callback that opened a study for it.
 open_sweep: Any = None
 
-# Failed jobs of the last sweep in this process. Written by the sweep callback's on_multirun_end; read by the entry
-# point (sweeplab.train.run), which exits non-zero when it is > 0: Hydra's multirun returns nothing to the app.
+# Failed jobs of the last sweep in this process. Written by the study when it finishes (sweep.study.Study.finish);
+# read by the entry point (sweeplab.train.run), which exits non-zero when it is > 0: Hydra's multirun returns nothing
+# to the app.
 failed_jobs: int = 0
-
-# The jobs of this process's sweep that the scheduler ended before they could end themselves (cancelled, timed out,
-# a node failure), one "job N (scheduler job ID): STATE" each. Appended by the sweeplab sweeper's watch of its
-# submitit jobs (sweeplab.sweep.lost_jobs.record); read by the sweep callback's on_multirun_end, which ends the parent
-# run FAILED naming them and prints the continue command: the sweeper has no other way to hand it a finding.
-lost_jobs: list[str] = []
-
-# The jobs of this process's sweep that were submitted and left running (`hydra.sweeper.leave=true`), one
-# "job N: <scheduler id>" each. Appended by the sweeplab sweeper when it submits without watching; read by the sweep
-# callback's on_multirun_end, which then writes no report, leaves the parent run RUNNING with a tag naming them and
-# prints the command that watches, continues and finishes the study.
-left_jobs: list[str] = []

@@ -1,26 +1,24 @@
 """The study between its rounds, as the sweeplab sweeper sees it: which sweeper runs a study, how many jobs it
 plans, which jobs of a continued study already finished, and which configurations replicates=auto runs again.
 
-The sweeper (src/hydra_plugins/sweeplab_sweeper) calls these with a `Sweep` read from MLflow; the Hydra callback
-(sweeplab.sweep.callback) keeps the MLflow side: the store, the parent run, closing it.
+The sweeper (src/hydra_plugins/sweeplab_sweeper) calls these with the `Sweep` its study (sweeplab.sweep.study.Study)
+read; the study keeps the MLflow side: the store, the sweep run, closing it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels, schema
+from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.selection import Looks
-from sweeplab.study.sweep import Sweep, read_sweep
+from sweeplab.study.sweep import Sweep
 from sweeplab.study.verdict import ReplicatePlan, plan_replicates
-from sweeplab.tracking import mlflow_store
 
 
 def sweeper_class(config: DictConfig):
@@ -77,15 +75,6 @@ def verdict_options(config: DictConfig) -> VerdictOptions:
     except (TypeError, ValueError) as exc:
         raise UserError(f"config error: report.target, report.quality_tolerance and report.indifference must be "
                         f"numbers ({exc})") from None
-
-
-def read_open_sweep(config: DictConfig) -> Sweep | None:
-    """The record of the sweep this process runs (its parent run, opened by the callback); None before it has one."""
-    parent = os.environ.get(channels.PARENT_RUN_ENV)
-    if not parent:
-        return None
-    logger = config.get("logger") or {}
-    return read_sweep(mlflow_store.resolve_uri(logger.get("tracking_uri")), parent)
 
 
 def job_states(sweep: Sweep | None) -> dict[tuple[int, int], str]:

@@ -6,19 +6,16 @@ The sweeplab sweeper calls `record` as soon as its watch sees the job end (hydra
 submitit_jobs.py). The job's run is found by its scheduler id (tag `slurm_job_id`, written by the job at its start)
 and ended KILLED (cancelled, timed out, preempted) or FAILED (any other end) with the scheduler's state in its
 `slurm_end` tag (and `error`, where the job could not close its run itself); a job that never started gets a run of that status, nested under the sweep, with its place in the study.
-The sweep's end (sweep.callback) reads `channels.lost_jobs`: the parent run is FAILED, its `lost_jobs` tag names them,
-and the continue command is printed.
+The study (sweep.study.Study.record_lost) counts it: its sweep run ends FAILED, its `lost_jobs` tag names them, and
+the continue command is printed.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 
-from omegaconf import DictConfig
-
-from sweeplab.core import channels, schema
+from sweeplab.core import schema
 from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger(__name__)
@@ -26,22 +23,17 @@ log = logging.getLogger(__name__)
 STOPPED_STATES = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "INTERRUPTED")  # KILLED, as a stopped local job
 
 
-def record(config: DictConfig, lost, planned=None, counted: bool = True) -> str | None:
-    """Record `lost` (submitit_jobs.LostJob) in the sweep's store; `planned` (replicates.PlannedJob): its place in
-    the study. Returns the run id (None without a store or parent run). Never raises: the other jobs go on.
-    `counted`: the sweep ends FAILED naming it (not for a job a continued study runs again at once)."""
+def record(uri: str | None, parent_run_id: str | None, lost, planned=None) -> str | None:
+    """Record `lost` (submitit_jobs.LostJob) under the sweep run `parent_run_id` of the store `uri`; `planned`
+    (replicates.PlannedJob): its place in the study. Returns the run id (None without a store or sweep run). Never
+    raises: the other jobs go on. The study that calls this (sweep.study.Study.record_lost) counts it."""
     status = "KILLED" if lost.state in STOPPED_STATES else "FAILED"
     what = f"job {lost.number} (scheduler job {lost.scheduler_id})"
-    if counted:
-        channels.lost_jobs.append(f"{what}: {lost.state}")
     error = f"{lost.state}: ended by the scheduler (job {lost.scheduler_id})" + (f": {lost.reason}" if lost.reason else "")
-    logger = config.get("logger") or {}
-    parent = os.environ.get(channels.PARENT_RUN_ENV)
     run_id = None
-    if parent and logger.get("enabled", True):
+    if uri and parent_run_id:
         try:
-            run_id = _record_run(mlflow_store.resolve_uri(logger.get("tracking_uri")), parent, lost, planned, status,
-                                 error)
+            run_id = _record_run(uri, parent_run_id, lost, planned, status, error)
         except Exception as exc:  # bookkeeping: the sweep and its other jobs go on
             log.warning("could not record the lost %s in MLflow: %s", what, exc)
     log.warning("sweep: %s ended %s%s; recorded as %s, the other jobs go on", what, lost.state,

@@ -1,0 +1,83 @@
+"""What a study's config must hold before its sweep run opens: each mistake one line (UserError), no job started.
+
+The checks of the values every job shares run here once (report.target among them: a wrong one fails now, not after
+the sweep); the swept values are each job's own plan's to check.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab.core.errors import UserError
+from sweeplab.engine import settings
+from sweeplab.study import replicates
+from sweeplab.study.rounds import runs_replicates, verdict_options
+from sweeplab.tracking import mlflow_store, naming
+
+
+def tracking_settings(config: DictConfig) -> tuple[str, str, bool]:
+    """(tracking URI, experiment name, logger enabled) of the study's config."""
+    logger = config.get("logger") or {}
+    return (
+        mlflow_store.resolve_uri(logger.get("tracking_uri")),
+        logger.get("experiment_name", "sweeplab"),
+        bool(logger.get("enabled", True)),
+    )
+
+
+def check_study(config: DictConfig) -> None:
+    """Every check a study passes before its sweep run opens."""
+    check_required(config)
+    swept = naming.swept_keys(config)
+    if (values := unswept_values(config, swept)) is not None:  # the swept ones: each job checks its own
+        settings.check_values(values)
+    check_replicates(config)
+    verdict_options(config)
+    if "data.path" not in swept:  # one missing path for every job: no sweep run at all
+        from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
+
+        check_data_path(OmegaConf.select(config, "data.path", default=None))
+
+
+def check_required(config: DictConfig) -> None:
+    """A `???` left in the launcher or sweeper (e.g. the SLURM partition) fails here, naming the key."""
+    for node in ("hydra.launcher", "hydra.sweeper"):
+        section = OmegaConf.select(config, node)
+        if section is None:
+            continue
+        missing = sorted(OmegaConf.missing_keys(section))
+        if missing:
+            choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get(node.replace(".", "/"), "")
+            raise UserError(f"{missing[0]} is required by {node.replace('.', '/')}={choice}: add {missing[0]}=...")
+
+
+def unswept_values(config: DictConfig, swept: list[str]) -> dict | None:
+    """The sweep's config as plain values, without `hydra` and the swept keys; None where an interpolation cannot
+    resolve yet (each job's plan names it)."""
+    values = settings.plain_values(config)
+    for key in swept if values is not None else ():
+        *parents, last = key.lstrip("+~").split(".")
+        node = values
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return values
+
+
+def check_replicates(config: DictConfig) -> None:
+    """replicates=N needs a sweeper that runs replicates, and sets the seed itself: one line otherwise, before any
+    job. replicates=auto reads the jobs' results between rounds: it needs the MLflow logger too."""
+    count = replicates.replicates_setting(config)
+    if count == 1:
+        return
+    if replicates.is_auto(config) and not tracking_settings(config)[2]:
+        raise UserError("replicates=auto decides from the jobs' results in MLflow: it needs logger.enabled=true "
+                        "(or give a number of replicates)")
+    setting = f"replicates={config.get('replicates')}"
+    if not runs_replicates(config):
+        choice = (OmegaConf.select(config, "hydra.runtime.choices") or {}).get("hydra/sweeper", "")
+        raise UserError(f"{setting} needs hydra/sweeper=sweeplab; the {choice} sweeper runs each job once "
+                        "(run it with replicates=1)")
+    if "seed" in naming.swept_keys(config):
+        raise UserError(f"{setting} gives replicate r the seed seed + r: sweep seed with replicates=1, or leave it out")

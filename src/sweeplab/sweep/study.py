@@ -1,0 +1,347 @@
+"""A study in the process that runs it: its sweep run in MLflow (the parent of every job's run), the sweep folder's
+lock, its record read between rounds, and its end (the report, the best, the job counts, the status).
+
+The sweeplab sweeper holds its `Study`, as Hydra's Optuna sweeper holds its optuna study: it opens (or reopens) it
+before its first round, reads it to plan each next round, records the jobs a scheduler lost, and finishes it after
+its last round. For any other sweeper (Hydra's basic one, a plugin) the sweep callback opens one in
+`on_multirun_start` and finishes it in `on_multirun_end`, so every sweep keeps its report.
+
+Opening: the store and the experiment are created once (parallel jobs racing to create a fresh sqlite schema fail),
+an unreachable tracking server or a missing launcher setting stops the study with one line, and the sweep run is
+created (or, with `-m ... resume=true`, the sweep recorded in `hydra.sweep.dir` is reopened). Its id reaches every
+job through the `mlflow_parent_run_id` file in the sweep dir and the SWEEPLAB_PARENT_RUN_ID variable (inherited by
+joblib/loky workers and submitit jobs); sweeplab.core.channels lists these and every other channel to the jobs.
+
+Finishing: the sweep's report (tables, plots and report.html: sweeplab.report.tables) and, for a search, an
+objective-per-job plot are attached to the sweep run, which also names the best (sweep.best); the closing lines are
+`best: ...` and `report: <absolute path of report.html>`. However the study ends, its sweep run is closed with the job
+counts (`jobs_done`, `jobs_failed`, `jobs_killed`, `jobs_planned`, `jobs_not_run`): FINISHED, FAILED when a job
+failed or a scheduler lost one, KILLED when Ctrl-C or SIGTERM stopped it, FAILED when the study itself failed
+outside its jobs (a misspelt swept key found when the sweeper checks its first batch). A study submitted and left
+(`hydra.sweeper.leave=true`) leaves its run RUNNING, naming the jobs out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeplab.core import bytecode, channels, interrupts, schema, wall
+from sweeplab.core.errors import UserError, is_user_error, user_message
+from sweeplab.core.files import hold_run_lock, write_text_atomic
+from sweeplab.core.interrupts import is_interrupt
+from sweeplab.report import ui_links
+from sweeplab.report.tables import sweep_report
+from sweeplab.study.record import VerdictOptions
+from sweeplab.study.rounds import job_states, planned_jobs, runs_replicates, verdict_options
+from sweeplab.study.sweep import Sweep, read_sweep
+from sweeplab.sweep import best, lost_jobs
+from sweeplab.sweep.checks import check_study, tracking_settings
+from sweeplab.tracking import mlflow_store, naming
+
+log = logging.getLogger(__name__)
+OPTUNA_RESULTS = "optimization_results.yaml"  # what an Optuna search writes in the sweep dir: attached to the report
+
+
+class Study:
+    """One sweep's study, from its sweep run's opening to its closing, in the process that launches its jobs."""
+
+    def __init__(self, config: DictConfig, print_report: bool = True) -> None:
+        self.config = config
+        self.print_report = print_report
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.uri, self.experiment, self.tracked = tracking_settings(config)
+        self.options: VerdictOptions = verdict_options(config)
+        self.parent_run_id: str | None = None  # the sweep run, while it is open
+        self.planned_jobs: int | None = None
+        self.continue_command = ""  # how to continue the study after an interruption (printed when one stops it)
+        self.lost_jobs: list[str] = []  # jobs a scheduler ended before they could (sweep.lost_jobs)
+        self.left_jobs: list[str] = []  # jobs submitted and left running (hydra.sweeper.leave=true)
+        self.failed_jobs = 0
+        # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
+        self._jobs_die_with_the_study = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+        self._held = contextlib.ExitStack()  # the sweep folder's lock, for the study's life in this process
+
+    def __getstate__(self) -> dict:
+        """Pickled with a submitit job's Hydra context: without the sweep folder's lock, which stays with the process
+        holding it (an open lock is not picklable)."""
+        return {**self.__dict__, "_held": contextlib.ExitStack()}
+
+    # --- opening ----------------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, config: DictConfig, print_report: bool = True) -> Study:
+        """Check the config, take the sweep folder, and create (or, with resume=true, reopen) the sweep run. A
+        failure after the run exists closes it FAILED (an interrupt: KILLED, by `end_open_study`)."""
+        channels.failed_jobs = 0
+        study = cls(config, print_report)
+        try:
+            study._open()
+        except BaseException as exc:
+            if study.parent_run_id is not None and not is_interrupt(exc):
+                study.close("FAILED")
+            raise
+        return study
+
+    def _open(self) -> None:
+        config = self.config
+        check_study(config)
+        os.environ[channels.SWEPT_KEYS_ENV] = ",".join(naming.swept_keys(config))  # job run names show what differs
+        os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {planned_jobs(config) or 0}"
+        # one process runs or continues a study: a second continue command refused in one line naming the first's
+        # pid (two trained the same jobs under different folders); held until the study ends
+        self._held.enter_context(hold_run_lock(self.sweep_dir, f"sweep {self.sweep_dir}", "run or continued"))
+        if not self.tracked:
+            return
+        overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+        self.continue_command = naming.continue_command(
+            overrides, self.sweep_dir,
+            naming.launcher_overrides(OmegaConf.select(config, "hydra.overrides.hydra") or []))
+        experiment_id = mlflow_store.init_store(self.uri, self.experiment)
+        if config.get("resume") is True:
+            if not runs_replicates(config):
+                raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
+                                "cannot skip the jobs that finished)")
+            self.parent_run_id = reopen_sweep(mlflow_store.client(self.uri), self.sweep_dir, overrides)
+        else:
+            self.parent_run_id = self._create_run(experiment_id, overrides)
+        channels.open_sweep = self
+        os.environ[channels.PARENT_RUN_ENV] = self.parent_run_id  # for the jobs' processes (joblib, submitit)
+        try:
+            self.planned_jobs = planned_jobs(config)
+        except Exception as exc:  # a sweep type the count does not know: no jobs_not_run, the study still runs
+            log.warning("could not count the sweep's jobs in advance: %s", exc)
+        if self.planned_jobs and config.get("resume") is True:
+            # progress counts this continuation's jobs, numbered after the sweep's folders
+            left = self.planned_jobs - sum(state == "finished" for state in self.job_states().values())
+            os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {left} {next_job_number(self.sweep_dir)}"
+
+    def _create_run(self, experiment_id: str, overrides: list[str]) -> str:
+        client = mlflow_store.client(self.uri)
+        choices = OmegaConf.select(self.config, "hydra.runtime.choices") or {}
+        run = client.create_run(
+            experiment_id,
+            run_name=naming.sweep_run_name(self.sweep_dir),
+            tags=mlflow_store.context_tags({
+                "sweeplab.role": "sweep",
+                schema.SWEEP_ID_TAG: naming.sweep_id(self.sweep_dir),
+                schema.SWEEP_DIR_TAG: str(self.sweep_dir.resolve()),
+                "launcher": str(choices.get("hydra/launcher", "")),
+                "sweeper": str(choices.get("hydra/sweeper", "")),
+                schema.SWEEP_OVERRIDES_TAG: naming.overrides_tag(overrides)[:5000],
+                schema.CONTINUE_COMMAND_TAG: self.continue_command[:5000],
+                "mlflow.note.content": naming.sweep_description(overrides),
+                **self.options.tags(),
+                **_bytecode_tags(),
+            }),
+        )
+        run_id = run.info.run_id
+        search_space = OmegaConf.select(self.config, "hydra.sweeper.params") or {}
+        mlflow_store.log_params(client, run_id, {f"sweep.{k}": v for k, v in search_space.items()})
+        planned = planned_jobs(self.config)
+        if planned:  # a report asked for while the study runs counts against it (report.tables.still_running)
+            client.log_metric(run_id, schema.JOBS_PLANNED, planned)
+        write_text_atomic(self.sweep_dir / channels.PARENT_RUN_FILE, run_id)
+        return run_id
+
+    # --- between rounds ---------------------------------------------------------------------------------------------
+    def read(self) -> Sweep | None:
+        """The study's record so far (its jobs' runs); None without a sweep run (logger.enabled=false)."""
+        return read_sweep(self.uri, self.parent_run_id) if self.parent_run_id else None
+
+    def job_states(self) -> dict[tuple[int, int], str]:
+        """(configuration index, replicate) -> "finished" | "interrupted" for the jobs the study has run."""
+        return job_states(self.read())
+
+    def record_lost(self, lost, planned=None, counted: bool = True) -> None:
+        """A job the scheduler ended before it could (submitit_jobs.LostJob): its run ended KILLED or FAILED, the
+        others go on; `counted`: the study ends FAILED naming it (not a job a continued study runs again at once)."""
+        if counted:
+            self.lost_jobs.append(f"job {lost.number} (scheduler job {lost.scheduler_id}): {lost.state}")
+        lost_jobs.record(self.uri if self.tracked else None, self.parent_run_id, lost, planned)
+
+    # --- the end ----------------------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """After the last round: the report, the best and the counts on the sweep run, closed FINISHED (FAILED when a
+        job failed or was lost; KILLED when an interrupt lands in the report); a study left running stays open."""
+        if self.parent_run_id is None:
+            return
+        if self.left_jobs:
+            self._leave()
+            return
+        client = mlflow_store.client(self.uri)
+        status, sweep = "FINISHED", None
+        try:
+            if os.environ.get(channels.FAULT_PAUSE_IN_ENV):  # reliability tests: a signal lands in the report
+                from sweeplab.callbacks.faults import pause_in  # imports Lightning: only when a test asks for it
+
+                pause_in("report")
+            if (process_wall := wall.process_age_s()) > 0:  # what the study cost until its report, which reads it
+                from mlflow.entities import Metric
+
+                now = time.time()
+                client.log_batch(self.parent_run_id, metrics=[
+                    Metric(schema.SWEEP_PROCESS_WALL_METRIC, process_wall, int(now * 1000), 0),
+                    Metric(schema.SWEEP_PROCESS_START_METRIC, now - process_wall, int(now * 1000), 0)])
+            # the run list once, each job's history once: `best`, the plot and the job counts read the report's record
+            report = sweep_report(self.uri, self.parent_run_id, self.sweep_dir, options=self.options)
+            sweep = report.sweep
+            summary = report.verdict.summary if report.verdict is not None else None
+            best_line = best.record_best(client, self.parent_run_id, sweep, self.config, summary)
+            files = list(report.files) + best.objective_plot(sweep, self.sweep_dir, self.config)
+            if (self.sweep_dir / OPTUNA_RESULTS).exists():
+                files.append(self.sweep_dir / OPTUNA_RESULTS)
+            if self.print_report:
+                print(report.markdown + (f"\nbest: {best_line}" if best_line else ""), flush=True)
+                print(ui_links.sweep_line(self.uri, self.parent_run_id), flush=True)  # where make ui's address opens
+                if report.html:
+                    print(f"report: {report.html}", flush=True)  # the page, for those who never open the UI
+            for path in files:
+                client.log_artifact(self.parent_run_id, str(path), "report")
+            if report.failed:
+                self.failed_jobs = report.failed
+                status = "FAILED"
+                client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
+            if self.lost_jobs:  # ended by the scheduler: the study is not done
+                status = "FAILED"
+                self.failed_jobs = report.failed + sum(j.status == "KILLED" for j in sweep.jobs)
+                client.set_tag(self.parent_run_id, schema.LOST_JOBS_TAG, "; ".join(self.lost_jobs)[:5000])
+                print(f"sweep: {len(self.lost_jobs)} job(s) ended by the scheduler ({'; '.join(self.lost_jobs)})"
+                      f"; the others ran. Continue the study with: {self.continue_command}", file=sys.stderr, flush=True)
+            channels.failed_jobs = self.failed_jobs
+            interrupts.check()  # a stop request swallowed where it landed in the report still ends the study KILLED
+        except BaseException as exc:
+            if is_interrupt(exc):  # Ctrl-C while the report is written: the study itself is over
+                status = "KILLED"
+            raise
+        finally:
+            self.close(status, sweep)
+
+    def _leave(self) -> None:
+        """Leave the sweep run RUNNING, naming the jobs left running and where they are recorded, and say how to
+        finish the study (the continue command watches them, runs what is left and writes the report)."""
+        parent, self.parent_run_id = self.parent_run_id, None
+        channels.open_sweep = None
+        self._held.close()  # the continue command takes the sweep's folder
+        os.environ.pop(channels.PARENT_RUN_ENV, None)
+        left = f"{'; '.join(self.left_jobs)} (recorded in {self.sweep_dir.resolve() / channels.SUBMITTED_JOBS_FILE})"
+        mlflow_store.client(self.uri).set_tag(parent, schema.LEFT_JOBS_TAG, left[:5000])
+        print(f"sweep: submitted {len(self.left_jobs)} job(s) and left them running ({'; '.join(self.left_jobs)})"
+              f"; the sweep run stays RUNNING. Watch, continue and finish the study with: {self.continue_command}",
+              flush=True)
+
+    def end(self, exc: BaseException) -> None:
+        """The study stopped outside its report: KILLED for an interrupt (it says how to continue), else FAILED with
+        the reason in the sweep run's `error` tag; the job counts either way."""
+        if self.parent_run_id is None:
+            self._held.close()
+            return
+        killed = is_interrupt(exc)
+        reason = str(exc) if killed else user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            mlflow_store.client(self.uri).set_tag(self.parent_run_id, schema.ERROR_TAG, reason[:5000])
+        self.close("KILLED" if killed else "FAILED")
+
+    def close(self, status: str, sweep: Sweep | None = None) -> None:
+        """End the sweep run with `status` and the job counts (from `sweep`, read after the last job, where the report
+        read it); once, whichever way the study ends."""
+        parent, self.parent_run_id = self.parent_run_id, None
+        channels.open_sweep = None
+        self._held.close()  # the sweep folder's lock: the study is over
+        os.environ.pop(channels.PARENT_RUN_ENV, None)
+        if parent is None:
+            return
+        client = mlflow_store.client(self.uri)
+        try:
+            if sweep is not None and status != "KILLED":
+                statuses = [job.status for job in sweep.jobs]
+            else:
+                children = mlflow_store.sweep_jobs(self.uri, parent)
+                if status == "KILLED" and self._jobs_die_with_the_study:
+                    # joblib's workers are terminated with the launching process before they can close their runs
+                    for run in children:
+                        if run.info.status == "RUNNING":
+                            client.set_tag(run.info.run_id, schema.ERROR_TAG, "Interrupted: the sweep was interrupted")
+                            client.set_terminated(run.info.run_id, "KILLED")
+                    children = mlflow_store.sweep_jobs(self.uri, parent)
+                statuses = [run.info.status for run in children]
+            record_job_counts(client, parent, statuses, self.planned_jobs)
+        except Exception as exc:  # the counts are bookkeeping; closing the sweep run is what matters
+            log.warning("could not record the sweep's job counts in MLflow: %s", exc)
+        client.set_terminated(parent, status)
+        if status == "KILLED" and self.continue_command:  # interrupted in a job, between two, or in the report
+            print(f"sweep interrupted; its finished jobs are kept. Continue it with: {self.continue_command}",
+                  file=sys.stderr, flush=True)
+
+
+def end_open_study(exc: BaseException) -> None:
+    """Close the sweep run of the study this process has open, if any (KILLED for an interrupt, else FAILED with the
+    reason). The entry point calls this: Hydra runs no callback when a job raises more than an Exception, nor when
+    the sweeper fails outside its jobs."""
+    study = channels.open_sweep
+    if study is not None and study.parent_run_id is not None:
+        study.end(exc)
+
+
+def record_job_counts(client, parent_run_id: str, statuses: list[str], planned: int | None) -> dict[str, int]:
+    """Metrics `jobs_done` (FINISHED), `jobs_failed`, `jobs_killed` and, when the sweeper says how many jobs it
+    plans, `jobs_planned` and `jobs_not_run` on the sweep run, from the statuses of its jobs' runs."""
+    from mlflow.entities import Metric
+
+    counts = {
+        "jobs_done": statuses.count("FINISHED"),
+        "jobs_failed": statuses.count("FAILED"),
+        "jobs_killed": statuses.count("KILLED"),
+    }
+    if planned is not None:
+        counts[schema.JOBS_PLANNED] = planned
+        counts[schema.JOBS_NOT_RUN] = max(0, planned - len(statuses))
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+    return counts
+
+
+def next_job_number(sweep_dir: Path) -> int:
+    """The number a continued sweep's first job gets: after every job folder the sweep has, so no two share one."""
+    numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()] if sweep_dir.is_dir() else []
+    return max(numbered, default=-1) + 1
+
+
+def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
+    """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own sweep run (RUNNING
+    again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
+    ones (sweeplab.study.rounds.job_states). The same study only: the overrides must be the ones it ran with."""
+    marker = sweep_dir / channels.PARENT_RUN_FILE
+    if not marker.is_file():
+        raise UserError(f"resume=true with -m continues the sweep in hydra.sweep.dir; {sweep_dir} holds none (no "
+                        f"{channels.PARENT_RUN_FILE}): pass hydra.sweep.dir=<the interrupted sweep's folder>")
+    parent_id = marker.read_text().strip()
+    try:
+        parent = mlflow_store.record_of(client.get_run(parent_id))
+    except Exception:
+        raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
+    recorded = naming.recorded_overrides(parent.tags.get(schema.SWEEP_OVERRIDES_TAG, ""))
+    if naming.study_overrides(recorded) != naming.study_overrides(overrides):
+        raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
+                        f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
+    client.update_run(parent_id, status="RUNNING")
+    # the jobs a kill -9 left RUNNING are closed now (KILLED): the interrupted ones resume into their run again
+    from sweeplab.engine.job import close_abandoned_runs  # deferred: the engine imports Lightning (seconds)
+
+    close_abandoned_runs(client, client.search_runs([parent.experiment_id], max_results=10000,
+                                                    filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"))
+    client.set_tag(parent_id, "resumed", str(int(parent.tags.get("resumed", "0")) + 1))
+    log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
+    return parent_id
+
+
+def _bytecode_tags() -> dict[str, str]:
+    """The sweep run's note that this Python compiled the heavy libraries' sources at its start (its report says
+    what that cost); none when their bytecode is cached."""
+    uncached = bytecode.uncached_packages()
+    return {schema.SWEEP_UNCACHED_BYTECODE_TAG: ", ".join(uncached)} if uncached else {}
