@@ -110,3 +110,25 @@ def test_the_parent_names_the_best_job_in_the_sweeps_direction(mlflow_uri, tmp_p
     assert parent.data.tags["best_run_id"] == best.info.run_id and parent.data.tags["objective"] == "val/ppl"
     assert parent.data.metrics["best/objective"] == best.data.metrics["objective"]
     assert line.startswith("job ") and f"optim.lr={expected_lr}" in line
+
+
+# --- the study's shape: the sweeper holds it, the callback keeps the job side ----------------------------------------
+
+SRC = __import__("pathlib").Path(__file__).resolve().parents[1] / "src"
+
+
+def test_the_sweeper_reaches_its_study_through_the_object_it_holds_not_the_environment():
+    """The sweeplab sweeper learns its study's state from its `Study` (no sweep run id in the environment between two
+    objects of one process), and the callback is the job-side hooks plus a study for sweepers that hold none."""
+    import ast
+
+    for path in (SRC / "hydra_plugins/sweeplab_sweeper/sweeper.py", SRC / "sweeplab/study/rounds.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "os.environ" not in text and "PARENT_RUN_ENV" not in text, path
+    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+
+    assert SweeplabSweeper.holds_study and "self.study" in (SRC / "hydra_plugins/sweeplab_sweeper/sweeper.py").read_text()
+    callback = (SRC / "sweeplab/sweep/callback.py").read_text(encoding="utf-8")
+    assert len(callback.splitlines()) <= 200
+    imported = {node.module for node in ast.walk(ast.parse(callback)) if isinstance(node, ast.ImportFrom)}
+    assert not any(name == "mlflow" or name.startswith("mlflow.") for name in imported if name)

@@ -21,8 +21,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import channels, schema
+from sweeplab.core import channels
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JobRun
 from sweeplab.runtime import distributed
 from sweeplab.study.rounds import sweeper_class
 from sweeplab.sweep.best import objective_of
@@ -92,19 +93,12 @@ class MLflowSweepCallback(Callback):
         value = job_return.return_value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return
-        from mlflow.entities import Metric, RunTag
-
         metric, mode = objective_of(config)
-        job_number = str(OmegaConf.select(config, "hydra.job.num", default=""))
-        tags = {"objective": metric, schema.OBJECTIVE_MODE_TAG: mode, schema.HYDRA_JOB_TAG: job_number}
-        if os.environ.get(channels.CUDA_VISIBLE_DEVICES_ENV) is not None:
-            tags["cuda_visible_devices"] = os.environ[channels.CUDA_VISIBLE_DEVICES_ENV]
+        record = JobRun(objective=float(value), objective_metric=metric, objective_mode=mode,
+                        hydra_job=str(OmegaConf.select(config, "hydra.job.num", default="")),
+                        cuda_visible_devices=os.environ.get(channels.CUDA_VISIBLE_DEVICES_ENV))
         try:
-            mlflow_store.client(tracking_settings(config)[0]).log_batch(
-                run_id,
-                metrics=[Metric("objective", float(value), int(time.time() * 1000), 0)],
-                tags=[RunTag(k, v) for k, v in tags.items()],
-            )
+            mlflow_store.write(tracking_settings(config)[0], run_id, record)
         except Exception as exc:  # bookkeeping must never fail a job that trained
             log.warning("could not record the job's objective in MLflow: %s", exc)
 
