@@ -220,7 +220,7 @@ def test_a_damaged_checkpoint_is_refused_by_resume_export_and_report_and_the_fin
     from sweeplab.engine.training import train
     from sweeplab.export.options import options_from_config
     from sweeplab.export.pipeline import export_checkpoint
-    from sweeplab.report import tables as report
+    from sweeplab.report import __main__ as report
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", finished.uri)
     monkeypatch.chdir(tmp_path)

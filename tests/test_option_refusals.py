@@ -11,7 +11,7 @@ import pytest
 from sweeplab.core.errors import ConfigError
 from sweeplab.export.__main__ import check_conflicts
 from sweeplab.export.options import options_from_config
-from sweeplab.report import tables as report
+from sweeplab.report import __main__ as report
 
 
 @pytest.mark.parametrize("given, export, container, key", [

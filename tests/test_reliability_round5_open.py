@@ -118,7 +118,7 @@ def test_the_report_of_a_running_study_says_so_first_with_its_count(mlflow_uri, 
     the run stays RUNNING), that the study was interrupted, with the command that continues it; no verdict from part
     of the jobs, and none recorded on the sweep's run."""
     from sweeplab.core.files import hold_run_lock
-    from sweeplab.report.tables import main
+    from sweeplab.report.__main__ import main
     from sweeplab.tracking import mlflow_store
 
     client = MlflowClient(mlflow_uri)

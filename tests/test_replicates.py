@@ -18,6 +18,7 @@ from omegaconf import OmegaConf, open_dict
 from conftest import compose_train
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.report import __main__ as report_cli
 from sweeplab.report import tables as report
 from sweeplab.study import replicates, rounds
 from sweeplab.study.record import VerdictOptions
@@ -282,9 +283,9 @@ def test_the_report_run_again_asks_what_the_sweep_asked_unless_its_flags_say_oth
     MlflowClient(mlflow_uri).set_tag(parent, "report.target", "0.65")  # what sweep_callback records of report.target
     MlflowClient(mlflow_uri).set_terminated(parent, "FINISHED")  # a sweep that ended (a RUNNING one says so first)
     common = ["--sweep", parent, "--tracking-uri", mlflow_uri, "--out", str(tmp_path / "out")]
-    assert report.main(common) == 0
+    assert report_cli.main(common) == 0
     assert capsys.readouterr().out.startswith("fastest to val/cos ≥ 0.65:")
-    assert report.main([*common, "--target", "0.6"]) == 0
+    assert report_cli.main([*common, "--target", "0.6"]) == 0
     assert capsys.readouterr().out.startswith("fastest to val/cos ≥ 0.6:")
 
 

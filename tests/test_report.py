@@ -7,6 +7,7 @@ import csv
 from mlflow.tracking import MlflowClient
 
 from sweeplab.core import channels
+from sweeplab.report import __main__ as report_cli
 from sweeplab.report import tables as report
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
@@ -90,7 +91,7 @@ def test_throughput_series_are_per_backend_precision_compile(mlflow_uri, tmp_pat
 def test_cli_from_a_multirun_dir_logs_artifacts_and_flags_failures(mlflow_uri, tmp_path, capsys):
     parent = make_sweep(mlflow_uri, tmp_path, failed=True)
     sweep_dir = tmp_path / "multirun" / "sweep"
-    code = report.main(["--multirun-dir", str(sweep_dir), "--tracking-uri", mlflow_uri])
+    code = report_cli.main(["--multirun-dir", str(sweep_dir), "--tracking-uri", mlflow_uri])
     assert code == 1  # one job failed
     assert (sweep_dir / "report.md").exists() and (sweep_dir / "throughput.png").exists()
     out = capsys.readouterr().out

@@ -1,8 +1,5 @@
 """Comparison tables and plots from MLflow: the verdict, one row per configuration, one row per job of a sweep (or
-an experiment, or a multirun dir).
-
-    python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN]
-                              [--target VALUE] [--quality-tolerance VALUE] [--out DIR]
+an experiment, or a multirun dir). Its command line, `python -m sweeplab.report`, is sweeplab.report.__main__.
 
 report.md starts with the verdict's lines (which configuration reaches the target fastest among those that keep
 quality, or the tie, or why there is none: sweeplab.study.record, docs/verdict.md), then the per-configuration
@@ -19,23 +16,19 @@ every multirun and logs `report.files` as artifacts of the sweep's parent run.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import logging
-import math
 import re
 import statistics
-import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeplab.core import channels, cli, schema, stability
 from sweeplab.core import labels as config_labels
-from sweeplab.core.console import quiet_libraries
-from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.core.files import check_folder_path, run_lock_is_free, write_text_atomic
+from sweeplab.core import schema, stability
+from sweeplab.core.errors import UserError
+from sweeplab.core.files import run_lock_is_free, write_text_atomic
 from sweeplab.core.schema import SWEEP_PROCESS_START_METRIC, SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
@@ -55,8 +48,8 @@ from sweeplab.study.record import (
     config_rows,
     sweep_verdict,
 )
-from sweeplab.study.sweep import JobRecord, Sweep, read_experiment, read_sweep
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.study.sweep import JobRecord, Sweep, read_sweep
+from sweeplab.tracking import naming
 
 log = logging.getLogger(__name__)
 
@@ -541,99 +534,3 @@ def still_running(sweep: Sweep) -> tuple[str, ...]:
         return (f"interrupted ({count}): the sweep's process is gone and left its run RUNNING; no verdict from part "
                 f"of its jobs; continue it with: {command}",)
     return (f"still running ({count}): no verdict until its last job ends; run the report again then",)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(prog="python -m sweeplab.report", description=__doc__.split("\n\n")[0])
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
-    source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
-    source.add_argument("--experiment", help="every run of an MLflow experiment")
-    parser.add_argument("--experiment-name", default=None, help="where to look for the latest sweep (default: every experiment)")
-    parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--baseline", default=None, help="speedup baseline: row number or run-name substring (default: first CPU run)")
-    parser.add_argument("--target", type=float, default=None,
-                        help="the monitored metric's value to reach (default: the sweep's report.target, else the "
-                             "worst final metric of any job of the configurations that keep quality)")
-    parser.add_argument("--quality-tolerance", type=float, default=None,
-                        help="how much worse than the baseline's final metric still keeps quality (metric units; "
-                             "default: the sweep's report.quality_tolerance, else the family's, else the "
-                             "baseline's replicate spread)")
-    parser.add_argument("--indifference", type=float, default=None,
-                        help="a ratio >= 1: the verdict may name the fastest or one within this factor of it "
-                             "(default: the sweep's report.indifference, else 1: only the fastest)")
-    parser.add_argument("--out", default=None, help="where report.md/.csv/.png go (default: the sweep dir or reports/)")
-    args = parser.parse_args(argv)
-    quiet_libraries()  # matplotlib's note on building its font cache, on a first run
-    try:
-        check_arguments(args)
-        return _report(args)
-    except Exception as exc:  # a wrong URI, sweep id or experiment, an unwritable --out: one line, exit status 2
-        return report_user_error(exc)
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Options that conflict or could never apply are refused in one line rather than ignored."""
-    picked = [name for name in ("sweep", "multirun_dir", "experiment") if getattr(args, name)]
-    if args.experiment_name is not None and picked:
-        raise UserError(f"--experiment-name picks the latest sweep; it does nothing with --{picked[0].replace('_', '-')}")
-    for name in ("target", "quality_tolerance", "indifference"):
-        value = getattr(args, name)
-        if value is not None and not math.isfinite(value):
-            raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.quality_tolerance is not None and args.quality_tolerance < 0:
-        raise UserError(f"--quality-tolerance must be >= 0 (metric units worse than the baseline), got {args.quality_tolerance}")
-    if args.out is not None:
-        check_folder_path(args.out, "--out")
-
-
-def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
-    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
-    an experiment's runs), else the defaults."""
-    return VerdictOptions.from_tags(tags, target=args.target, quality_tolerance=args.quality_tolerance,
-                                    indifference=args.indifference, baseline_run=args.baseline)
-
-
-def _report(args: argparse.Namespace) -> int:
-    uri = mlflow_store.resolve_uri(args.tracking_uri)
-    mlflow_store.open_existing_store(uri)  # read-only: an unreachable server or a missing sqlite file fails now
-
-    if args.experiment:
-        out = Path(args.out or Path("reports") / args.experiment)
-        sweep = read_experiment(uri, args.experiment)
-        sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
-        report = write_report(sweep, out, args.experiment, args.baseline, asked_of_the_sweep(args, {}))
-    else:
-        parent = args.sweep
-        out = Path(args.out) if args.out else None
-        if args.multirun_dir:
-            marker = Path(args.multirun_dir) / channels.PARENT_RUN_FILE
-            if not marker.exists():
-                print(f"error: {marker} not found: is {args.multirun_dir} a sweeplab multirun dir?", file=sys.stderr)
-                return 2
-            parent = marker.read_text().strip()
-            out = out or Path(args.multirun_dir)
-        parent = parent or mlflow_store.latest_sweep(uri, args.experiment_name)
-        if parent is None:
-            where = f" (experiment {args.experiment_name!r})" if args.experiment_name else ""
-            print(f"error: no sweep found in {uri}{where}; run `make sweep` first", file=sys.stderr)
-            return 2
-        mlflow_store.get_run(uri, parent, "--sweep")  # an unknown run id: one line naming the flag
-        sweep = read_sweep(uri, parent)
-        sweep_dir = sweep.parent.tags.get(schema.SWEEP_DIR_TAG)
-        options = asked_of_the_sweep(args, sweep.parent.tags)
-        sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
-        if out is None:
-            out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
-        report = report_of(sweep, out, args.baseline, options, still_running(sweep))
-        client = mlflow_store.client(uri)
-        for path in report.files:  # the plots and tables travel with the sweep's parent run too
-            try:
-                client.log_artifact(parent, str(path), "report")
-            except Exception as exc:
-                log.warning("could not log %s to run %s: %s", path, parent, exc)
-    print(report.markdown)
-    print("written: " + ", ".join(str(p) for p in report.files))
-    print(f"report: {report.html}")
-    return 1 if report.failed else 0
-
