@@ -201,13 +201,6 @@ def test_the_default_sweeper_is_sweeplabs_and_counts_replicates_in_the_planned_j
     assert rounds.planned_jobs(config) == grid * config.replicates
 
 
-def test_optuna_refuses_replicates_in_one_line():
-    config = compose_train(["hparams_search=optuna_alpha_beta", "replicates=3"], return_hydra_config=True)
-    with pytest.raises(UserError, match=r"^replicates=3 needs hydra/sweeper=sweeplab; the optuna sweeper"):
-        checks.check_replicates(config)
-    checks.check_replicates(compose_train(["hparams_search=optuna_alpha_beta"], return_hydra_config=True))
-
-
 def test_a_swept_seed_and_replicates_refuse_each_other():
     config = compose_train(["replicates=2"], return_hydra_config=True)
     with open_dict(config):
