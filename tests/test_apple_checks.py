@@ -23,6 +23,7 @@ from sweeplab import bench
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core import host_arch, stability
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB
 from sweeplab.report import tables as report
 from sweeplab.runtime import devices
 from sweeplab.study.sweep import sweep_from_runs
@@ -217,9 +218,9 @@ def test_mlx_memory_falls_back_to_the_process_peak_where_mlx_keeps_none(monkeypa
 # --- the host's architecture; Rosetta refused -------------------------------------------------------------------
 def test_the_host_architecture_and_rosetta_are_tags(monkeypatch):
     monkeypatch.setattr(host_arch, "proc_translated", lambda: 0)
-    assert host_arch.host_tags() == {"platform.machine": platform.machine(), "rosetta": "false"}
+    assert host_arch.host_record().to_mlflow().tags == {JOB.platform_machine: platform.machine(), JOB.rosetta: "false"}
     monkeypatch.setattr(host_arch, "proc_translated", lambda: 1)
-    assert host_arch.host_tags()["rosetta"] == "true"
+    assert host_arch.host_record().rosetta is True
     with pytest.raises(UserError, match="Rosetta 2 on Apple silicon"):
         host_arch.check_native()
 

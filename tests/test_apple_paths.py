@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 import sweeplab
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.records import JOB
 from sweeplab.data.sampling import ResumableShuffleBatchSampler
 from sweeplab.families.textbridge.device_batches import DeviceBatches, ResidentSplit
 from sweeplab.runtime import backends, devices
@@ -82,11 +83,11 @@ def test_a_fallback_torch_did_not_load_with_is_refused_before_the_run_and_the_ta
     asked = backends.BackendConfig(name="mps", mps_fallback=True, matmul_precision=keep)
     with pytest.raises(ConfigError, match=r"backend\.mps_fallback.*torch was imported without"):
         backends.apply_backend_settings(asked, "mps")
-    assert backends.mps_fallback_tags("mps") == {"mps_fallback": "false"}
+    assert backends.mps_fallback_record("mps").to_mlflow().tags == {JOB.mps_fallback: "false"}
     monkeypatch.setenv(FALLBACK_VAR, "1")
     backends.apply_backend_settings(asked, "mps")  # loaded with it: nothing to refuse
-    assert backends.mps_fallback_tags("mps") == {"mps_fallback": "true"}
-    assert backends.mps_fallback_tags("cpu") == {}
+    assert backends.mps_fallback_record("mps").to_mlflow().tags == {JOB.mps_fallback: "true"}
+    assert backends.mps_fallback_record("cpu").to_mlflow().tags == {}
 
 
 # --- 2. no non-blocking copy to a device other than CUDA -------------------------------------------------------

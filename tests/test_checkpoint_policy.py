@@ -20,7 +20,7 @@ from omegaconf import open_dict
 from conftest import smoke_config
 from sweeplab.callbacks import faults
 from sweeplab.core import wall
-from sweeplab.core.schema import COMPILE_CACHE_METRIC, SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.core.records import JOB, key_of
 from sweeplab.core.wall import PARTS, SETUP_SEGMENTS
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO, check_integrity, read_checkpoint
 
@@ -182,13 +182,13 @@ def test_the_wall_breakdown_adds_up_to_the_jobs_wall_time(demo_dir, mlflow_uri, 
     # the job's wall time up to the moment its run was ended (MLflow's end time): ending the run, a sqlite write that
     # takes a second on a loaded host, comes after the record by design and is left out of both
     wall_s = run.info.end_time / 1000 - started
-    parts = {part: run.data.metrics[WALL_BREAKDOWN_METRIC.format(part=part)] for part in PARTS}
+    parts = {part: run.data.metrics[key_of(JOB.wall_breakdown, part)] for part in PARTS}
     assert all(seconds >= 0 for seconds in parts.values()), parts
     assert parts["steps"] > 0 and parts["setup"] > 0 and parts["validation"] > 0 and parts["checkpoints"] > 0, parts
     # the parts are charged up to the record; ending the run after it is the only time outside them
     assert abs(sum(parts.values()) - wall_s) <= 0.05 * wall_s, (parts, wall_s)
     # the set-up in segments, one per mark and the rest to the first batch, adding up to the set-up part
-    split = {label: run.data.metrics[SETUP_SPLIT_METRIC.format(segment=label)] for label in SETUP_SEGMENTS}
+    split = {label: run.data.metrics[key_of(JOB.setup_split, label)] for label in SETUP_SEGMENTS}
     assert all(seconds >= 0 for seconds in split.values()), split
     assert abs(sum(split.values()) - parts["setup"]) <= max(1e-6 * parts["setup"], 1e-3), (split, parts["setup"])
 
@@ -254,7 +254,7 @@ def test_the_second_job_of_a_study_loads_its_compiled_code_from_the_studys_cache
     runs = [r for r in MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time ASC"])
             if "config" in r.data.tags]
     first, second = (r.data.metrics for r in runs)
-    hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
+    hit, miss = key_of(JOB.compile_cache, "fxgraph_cache_hit"), key_of(JOB.compile_cache, "fxgraph_cache_miss")
     assert second[hit] > 0 and second[miss] == 0, second  # the second compiled nothing: every graph from the cache
     assert first[miss] > 0 or first[hit] > 0, first
 
@@ -279,7 +279,7 @@ def test_compile_cache_shared_lets_a_later_study_load_what_an_earlier_one_compil
     runs = [r for r in MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time ASC"])
             if "config" in r.data.tags]
     first, second, own = (r.data.metrics for r in runs)
-    hit, miss = COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_hit"), COMPILE_CACHE_METRIC.format(counter="fxgraph_cache_miss")
+    hit, miss = key_of(JOB.compile_cache, "fxgraph_cache_hit"), key_of(JOB.compile_cache, "fxgraph_cache_miss")
     assert first[miss] > 0, first  # a fresh folder: compiled
     assert second[hit] > 0 and second[miss] == 0, second  # another study, the same graph: loaded
     assert own[miss] > 0, own  # compile_cache=study: its own empty folder under the sweep

@@ -15,7 +15,8 @@ import pytest
 
 from hydra_plugins.sweeplab_sweeper import joblib_lanes
 from hydra_plugins.sweeplab_sweeper.joblib_lanes import lane_order, run_lane, slot_of
-from sweeplab.core import channels, schema
+from sweeplab.core import channels
+from sweeplab.core.records import JOB
 from sweeplab.study import replicates
 
 GRID = [[f"data.batch_size={b}"] for b in (16, 32, 64, 128)]
@@ -141,13 +142,12 @@ def test_a_gpu_sweep_job_records_its_gpu(monkeypatch, tmp_path):
         backend = "cuda"
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    tags = training._replicate_tags(Plan(), str(tmp_path))
-    assert tags[schema.GPU_TAG] == "3"
+    assert training._replicate_record(Plan(), str(tmp_path)).gpu == "3"
     monkeypatch.setattr(distributed, "_claim", None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # SLURM's, or a user's: the launcher chose the GPU
-    assert training._replicate_tags(Plan(), str(tmp_path))[schema.GPU_TAG] == "5"
+    assert training._replicate_record(Plan(), str(tmp_path)).gpu == "5"
     Plan.backend = "cpu"
-    assert schema.GPU_TAG not in training._replicate_tags(Plan(), str(tmp_path))
+    assert training._replicate_record(Plan(), str(tmp_path)).gpu is None
 
 
 def _late_lane(delay_s, *args):
@@ -183,9 +183,9 @@ def test_a_replicated_gpu_sweep_rotates_each_configuration_over_the_gpus(demo_di
     assert len(children) == 8 and all(r.info.status == "FINISHED" for r in children)
     gpus_of: dict[str, set[str]] = {}
     for run in children:
-        assert run.data.tags[schema.GPU_TAG] == run.data.tags["cuda_visible_devices"]
-        assert run.data.tags[schema.CONCURRENT_JOBS_TAG] == "2"
-        gpus_of.setdefault(run.data.tags[schema.CONFIG_TAG], set()).add(run.data.tags[schema.GPU_TAG])
+        assert run.data.tags[JOB.gpu] == run.data.tags[JOB.cuda_visible_devices]
+        assert run.data.tags[JOB.concurrent_jobs] == "2"
+        gpus_of.setdefault(run.data.tags[JOB.config], set()).add(run.data.tags[JOB.gpu])
     assert len(gpus_of) == 2 and all(gpus == {"0", "1"} for gpus in gpus_of.values()), gpus_of
     assert not list(Path(tmp_path).rglob(".lanes-*"))  # the lanes' markers are gone
 

@@ -3,15 +3,15 @@ report.html, from what the jobs recorded."""
 
 from __future__ import annotations
 
-from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.core.records import JOB, key_of
 from sweeplab.report import cost
 from sweeplab.report import html as report_html
 from sweeplab.study.sweep import JobRecord
 
 
 def _job(index: int, parts: dict[str, float], segments: dict[str, float] | None = None) -> JobRecord:
-    metrics = {WALL_BREAKDOWN_METRIC.format(part=p): s for p, s in parts.items()}
-    metrics |= {SETUP_SPLIT_METRIC.format(segment=k): s for k, s in (segments or {}).items()}
+    metrics = {key_of(JOB.wall_breakdown, p): s for p, s in parts.items()}
+    metrics |= {key_of(JOB.setup_split, k): s for k, s in (segments or {}).items()}
     return JobRecord(f"r{index}", f"job {index}", "FINISHED", 0, {}, {}, metrics, "x", None, None, None, None,
                      None, 1, "8", 8, 1.0)
 

@@ -19,6 +19,7 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_train
+from sweeplab.core.records import JobRun
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint, ResumingMLFlowLogger, logged_steps
 
@@ -262,7 +263,7 @@ def test_a_checkpoint_is_saved_only_after_the_metrics_it_covers_are_in_the_store
             history = MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss")
             stored_at_save[trainer.global_step] = (sorted(m.step for m in history), list(asked))
 
-    with mlflow_store.JobRun(mlflow_uri, "flush", "a job", tags={}, params={}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "flush", JobRun(name="a job", config_params={})) as job:
         logger = Recording(experiment_name="flush", tracking_uri=mlflow_uri, run_id=job.run_id, synchronous=False)
         last = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=0, save_last=True)
         trainer = L.Trainer(
@@ -277,7 +278,7 @@ def test_a_checkpoint_is_saved_only_after_the_metrics_it_covers_are_in_the_store
 
 
 def test_a_resumed_run_skips_exactly_the_steps_already_stored(mlflow_uri):
-    with mlflow_store.JobRun(mlflow_uri, "skip", "a job", tags={}, params={}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "skip", JobRun(name="a job", config_params={})) as job:
         job.log_metrics({"loss": 1.0}, step=0)
         job.log_metrics({"loss": 3.0}, step=2)  # a killed asynchronous attempt stored step 2 but lost step 1
         already = logged_steps(mlflow_uri, job.run_id)
@@ -299,7 +300,7 @@ def test_a_failed_metric_write_is_named_in_a_warning_and_training_goes_on(mlflow
 
     real_log_batch = SqlAlchemyStore.log_batch
     monkeypatch.setattr(SqlAlchemyStore, "log_batch", refuse)
-    with mlflow_store.JobRun(mlflow_uri, "refused", "a job", tags={}, params={}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "refused", JobRun(name="a job", config_params={})) as job:
         logger = ResumingMLFlowLogger(experiment_name="refused", tracking_uri=mlflow_uri, run_id=job.run_id,
                                       synchronous=False)
         for step in range(3):

@@ -10,8 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
-from sweeplab.core import channels, schema
+from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB
 from sweeplab.engine import stopping
 from sweeplab.engine.plan import plan
 from sweeplab.engine.training import train
@@ -52,7 +53,7 @@ def test_a_job_stops_at_the_target_and_says_why(demo_dir, mlflow_uri, caplog):
                for r in caplog.records), caplog.text
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "FINISHED"
-    assert run.data.tags[schema.STOP_REASON_TAG] == "target" and run.data.tags[schema.STOP_STEP_TAG] == "10"
+    assert run.data.tags[JOB.stop_reason] == "target" and run.data.tags[JOB.stop_step] == "10"
     assert [m.step for m in MlflowClient(mlflow_uri).get_metric_history(run.info.run_id, "val/cos")] == [9]
 
 
@@ -67,8 +68,8 @@ def test_a_job_of_a_round_stops_behind_the_posted_leader(demo_dir, mlflow_uri, t
     monkeypatch.setattr("sweeplab.engine.training._hydra_runtime", lambda: (tmp_path / "out", str(sweep_dir)))
     train(smoke_config(demo_dir, "stop.behind=2", "report.target=2.0"))  # val/cos never reaches 2
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
-    assert run.info.status == "FINISHED" and run.data.tags[schema.STOP_REASON_TAG] == "behind"
-    assert run.data.tags[schema.STOP_STEP_TAG] == "10"
+    assert run.info.status == "FINISHED" and run.data.tags[JOB.stop_reason] == "behind"
+    assert run.data.tags[JOB.stop_step] == "10"
 
 
 # --- the verdict with censored times ------------------------------------------------------------------------------
@@ -259,8 +260,8 @@ def test_a_resumed_job_keeps_counting_where_it_was(demo_dir, mlflow_uri, tmp_pat
     assert state["rules"]["no_improvement"]["waited"] == 3
     train(smoke_config(demo_dir, *base, "trainer.max_steps=10", f"resume={ckpt}"), output_dir=tmp_path / "longer")
     runs = MlflowClient(mlflow_uri).search_runs(["1"], order_by=["attributes.start_time DESC"])
-    assert runs[0].data.tags[schema.STOP_REASON_TAG] == "no_improvement"
-    assert runs[0].data.tags[schema.STOP_STEP_TAG] == "6"
+    assert runs[0].data.tags[JOB.stop_reason] == "no_improvement"
+    assert runs[0].data.tags[JOB.stop_step] == "6"
 
 
 @pytest.mark.slow  # ~40 s: two gloo ranks on the CPU
@@ -274,5 +275,5 @@ def test_the_ranks_of_a_data_parallel_job_stop_together(demo_dir, mlflow_uri, tm
                                                    "optim.lr=1e-9", "optim.min_lr=0", "stop.patience=2", "stop.min_delta=0.01"))
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
-    assert run.info.status == "FINISHED" and run.data.tags[schema.STOP_REASON_TAG] == "no_improvement"
-    assert run.data.tags[schema.STOP_STEP_TAG] == "6"
+    assert run.info.status == "FINISHED" and run.data.tags[JOB.stop_reason] == "no_improvement"
+    assert run.data.tags[JOB.stop_step] == "6"

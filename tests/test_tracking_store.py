@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeplab.core import channels
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JobRun
 from sweeplab.tracking import mlflow_store
 from test_sweeps_parallel import sweep
 
@@ -64,7 +65,7 @@ def test_an_unreachable_server_stops_a_sweep_before_any_job_with_one_line(demo_d
 
 
 def test_the_job_run_is_what_the_sweep_callback_records_the_objective_on(mlflow_uri):
-    with mlflow_store.JobRun(mlflow_uri, "sweeplab", "a job", tags={}, params={"a": 1}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "sweeplab", JobRun(name="a job", config_params={"a": 1})) as job:
         assert mlflow_store.current_run_id() == job.run_id
     mlflow_store.forget_current_run()
     assert mlflow_store.current_run_id() is None
@@ -86,7 +87,7 @@ def test_a_job_run_ends_only_after_its_asynchronous_metric_writes_are_stored(mlf
 
     monkeypatch.setattr(SqlAlchemyStore, "log_batch", slow_log_batch)
     started = time.perf_counter()
-    with mlflow_store.JobRun(mlflow_uri, "async", "a job", tags={}, params={}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "async", JobRun(name="a job", config_params={})) as job:
         logger = ResumingMLFlowLogger(experiment_name="async", tracking_uri=mlflow_uri, run_id=job.run_id,
                                       synchronous=False)
         for step in range(10):
@@ -142,7 +143,7 @@ def test_metric_points_wait_in_the_process_until_a_pause_or_their_time_is_up(mlf
     from sweeplab.tracking.run_logger import _PendingWritesClient
 
     now = [0.0]
-    with mlflow_store.JobRun(mlflow_uri, "held", "a job", tags={}, params={}) as job:
+    with mlflow_store.JobRun(mlflow_uri, "held", JobRun(name="a job", config_params={})) as job:
         client = _PendingWritesClient(mlflow_uri, hold_s=30.0, clock=lambda: now[0])
         stored = lambda: sorted((m.step, m.timestamp) for m in MlflowClient(mlflow_uri).get_metric_history(job.run_id, "loss"))  # noqa: E731
         for step in range(5):

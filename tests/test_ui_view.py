@@ -134,7 +134,7 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
     client = MlflowClient(mlflow_uri)
     experiment_id = client.get_run(parent).info.experiment_id
-    name, state = saved_view.read_view(client, experiment_id, saved_view.view_id(parent))
+    name, state = saved_view.read_view(mlflow_uri, experiment_id, saved_view.view_id(parent))
     assert name.endswith(": time to val/cos ≥ 0.8")
     assert parent in state["searchFilter"] and "configuration" in state["searchFilter"]
     assert state["selectedColumns"][:4] == ["tags.`speedup to target`", "tags.`verdict`", "tags.`target`",
@@ -164,7 +164,7 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     # a view deleted (or a sweep reported before views existed) is written again by make ui
     client.delete_experiment_tag(experiment_id, saved_view.VIEW_TAG_PREFIX + saved_view.view_id(parent))
     assert ui_links.latest_sweep_url(mlflow_uri, "http://ui") == url
-    assert saved_view.read_view(client, experiment_id, saved_view.view_id(parent)) is not None
+    assert saved_view.read_view(mlflow_uri, experiment_id, saved_view.view_id(parent)) is not None
     assert mlflow_store.latest_sweep(mlflow_uri) == parent
 
 

@@ -34,14 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from sweeplab.core import cli, schema, stability
+from sweeplab.core import cli, stability
 from sweeplab.core.config import build
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import UserError, exit_on_user_error
 from sweeplab.core.files import write_text_atomic
+from sweeplab.core.records import JOB, SWEEP_ROLE, JobRun, SweepRun
 from sweeplab.families import get_family, missing_config_hint, resolve
 from sweeplab.report.tables import format_number, to_csv, to_markdown
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking import mlflow_store, naming, runs
 
 if TYPE_CHECKING:
     import torch
@@ -306,7 +307,7 @@ class RawLoop:
 def sweeplab_rate(metrics: dict[str, float]) -> float | None:
     """A job's samples/s as the raw loop measures its own: all timed samples over all timed seconds (the job's
     headline `summary/samples_per_sec` is at its median window, which a single stopwatch stretch does not have)."""
-    return metrics.get("summary/samples_per_sec_overall") or metrics.get(schema.SAMPLES_PER_SEC)
+    return metrics.get(JOB.samples_per_sec_overall) or metrics.get(JOB.samples_per_sec)
 
 
 @dataclass
@@ -390,15 +391,10 @@ def wanted(row: BenchRow, only: str) -> bool:
 
 def _run_started_since(uri: str, experiment_id: str, since_ms: int):
     """The newest run of the experiment started at or after `since_ms` (the job `train` just ran)."""
-    runs = mlflow_store.client(uri).search_runs(
-        [experiment_id],
-        filter_string=f"attributes.start_time >= {since_ms}",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    if not runs:
+    run = runs.newest_run_since(uri, experiment_id, since_ms)
+    if run is None:
         raise RuntimeError(f"the sweeplab job left no MLflow run in experiment {experiment_id} of {uri}")
-    return runs[0]
+    return run
 
 
 def run_row(
@@ -412,8 +408,7 @@ def run_row(
     result = RowResult(row, cfg)
     warmup, steps = int(cfg.timing.warmup_steps), int(cfg.trainer.max_steps) - int(cfg.timing.warmup_steps)
     raw_loop = RawLoop(cfg)
-    client = mlflow_store.client(uri)
-    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    experiment_id = runs.fetch(uri, parent_run_id).experiment_id
     _allow_recompiles()
     repeats = settings.repeats if row.repeats is None else row.repeats
     started = time.monotonic()
@@ -439,18 +434,17 @@ def run_row(
             started_ms = int(time.time() * 1000) - 1
             job_dir = out_dir / "jobs" / f"{re.sub(r'[^A-Za-z0-9]+', '_', row.name).strip('_')}-{repeat}" if out_dir else None
             train(cfg, output_dir=job_dir)  # each job's checkpoints of its own, beside the bench's tables
-            run = mlflow_store.record_of(_run_started_since(uri, experiment_id, started_ms))
+            run = _run_started_since(uri, experiment_id, started_ms)
             result.run_ids.append(run.run_id)
             result.sweeplab.append(dict(run.metrics))
-            for key, value in (("mlflow.parentRunId", parent_run_id), ("bench.row", row.name), ("bench.repeat", str(repeat))):
-                client.set_tag(run.run_id, key, value)
+            mlflow_store.write(uri, run.run_id, JobRun(parent_run_id=parent_run_id, bench_row=row.name,
+                                                       bench_repeat=repeat))
             log.info("%s sweeplab %d: %.4g samples/s", row.name, repeat, sweeplab_rate(run.metrics) or 0)
     for run_id, ours, raw in zip(result.run_ids, result.sweeplab, result.raw):
-        metrics = {"bench/raw_samples_per_sec": raw["samples_per_sec"], "bench/raw_step_time_s": raw["step_time_s"]}
-        if sweeplab_rate(ours):
-            metrics["bench/overhead"] = sweeplab_rate(ours) / raw["samples_per_sec"]
-        for key, value in metrics.items():
-            client.log_metric(run_id, key, value)
+        ours_rate = sweeplab_rate(ours)
+        mlflow_store.write(uri, run_id, JobRun(
+            bench_raw_samples_per_sec=raw["samples_per_sec"], bench_raw_step_time=raw["step_time_s"],
+            bench_overhead=ours_rate / raw["samples_per_sec"] if ours_rate else None))
     del raw_loop
     devices.release_earlier_jobs()
     return result
@@ -483,7 +477,7 @@ def _select(cfg: DictConfig, key: str) -> Any:
 
 def _compile_note(r: RowResult) -> str:
     """Compilations inside timed steps make a row's numbers wrong: the status says so, per side."""
-    ours = sum(int(m.get("summary/compiles_in_timed_steps", 0)) for m in r.sweeplab)
+    ours = sum(int(m.get(JOB.compiles_in_timed_steps, 0)) for m in r.sweeplab)
     raw = sum(int(m.get("compiles", 0)) for m in r.raw)
     return f"compiled during timing (sweeplab {ours}, raw {raw})" if ours or raw else ""
 
@@ -550,15 +544,15 @@ def table_rows(results: list[RowResult]) -> list[dict[str, str]]:
         pairs = r.pair_overheads
         row.update(
             {
-                "step (s)": format_number(r.median("sweeplab", schema.STEP_TIME_MEDIAN)),
+                "step (s)": format_number(r.median("sweeplab", JOB.step_time_median)),
                 "samples/s": format_number(ours),
                 "raw samples/s": format_number(r.median("raw", "samples_per_sec")),
                 "overhead": format_number(r.overhead, 3),
                 "pairs": " ".join(f"{x:.3f}" for x in pairs),
                 "speedup": f"{ours / baseline:.2f}×" if ours and baseline else "",
-                "tokens/s": format_number(r.median("sweeplab", schema.TOKENS_PER_SEC)),
-                "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", schema.MFU)) else "",
-                "peak mem (MB)": format_number(r.median("sweeplab", schema.PEAK_MEM_MB)),
+                "tokens/s": format_number(r.median("sweeplab", JOB.tokens_per_sec)),
+                "MFU": f"{mfu:.1%}" if (mfu := r.median("sweeplab", JOB.mfu)) else "",
+                "peak mem (MB)": format_number(r.median("sweeplab", JOB.peak_mem_mb)),
                 "compile (s)": format_number(r.compile_s),
                 "final loss": format_number(r.median("sweeplab", "val/loss"), 4),
                 "status": _status(r),
@@ -649,13 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     has_accelerator = backends.resolve_backend("auto") != "cpu"
     uri = mlflow_store.resolve_uri(None)
     experiment_id = mlflow_store.init_store(uri, settings.experiment_name)
-    client = mlflow_store.client(uri)
-    parent = client.create_run(
-        experiment_id,
-        run_name=naming.bench_run_name(out_dir),
-        tags={mlflow_store.ROLE_TAG: mlflow_store.SWEEP_ROLE, schema.SWEEP_DIR_TAG: str(out_dir), "bench.command": command},
-    )
-    parent_run_id = parent.info.run_id
+    parent_run_id = runs.create(uri, experiment_id, SweepRun(
+        role=SWEEP_ROLE, name=naming.bench_run_name(out_dir), sweep_dir=str(out_dir), bench_command=command))
 
     results: list[RowResult] = []
     status = "FINISHED"
@@ -677,12 +666,11 @@ def main(argv: list[str] | None = None) -> int:
             devices.release_earlier_jobs()
             write_tables(results, settings, command, out_dir)  # after every row: a cut-off run keeps what it had
         markdown = write_tables(results, settings, command, out_dir)
-        for name in ("bench.md", "bench.csv"):
-            client.log_artifact(parent_run_id, str(out_dir / name), "report")
+        runs.log_artifacts(uri, parent_run_id, [out_dir / "bench.md", out_dir / "bench.csv"], "report")
         print(markdown, flush=True)
         print(f"written: {out_dir / 'bench.md'}, {out_dir / 'bench.csv'}")
     finally:
-        client.set_terminated(parent_run_id, status)
+        runs.end(uri, parent_run_id, status)
     return 0 if status == "FINISHED" else 1
 
 

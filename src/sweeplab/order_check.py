@@ -31,12 +31,13 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from sweeplab.core import channels, cli, interrupts, schema, stability
+from sweeplab.core import channels, cli, interrupts, stability
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import write_text_atomic
+from sweeplab.core.records import JOB
 from sweeplab.families import missing_config_hint
 from sweeplab.report.tables import format_number, to_markdown
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs
 
 ORDERS = ("forward", "reversed")
 _LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=")  # the check sets these itself
@@ -112,13 +113,13 @@ def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     if not marker.exists():
         return {}
     out = {}
-    jobs = map(mlflow_store.record_of, mlflow_store.sweep_jobs(uri, marker.read_text().strip()))
+    jobs = runs.job_runs(uri, marker.read_text().strip())
     for position, run in enumerate(jobs, start=1):
         config = tuple(run.params.get(key, "?") for key in keys)
         metrics = run.metrics
         out[config] = {
             "position": position,
-            "rate": metrics.get(schema.SAMPLES_PER_SEC),
+            "rate": metrics.get(JOB.samples_per_sec),
             "problems": stability.problems(metrics),
             "status": run.status,
         }

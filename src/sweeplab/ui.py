@@ -192,7 +192,7 @@ def serve(uri: str, host: str, port: int, base: str) -> int:
     with _StopSignals() as stops:
         try:
             if mlflow_store.sqlite_path(uri) is not None and not mlflow_store.sqlite_path(uri).exists():
-                mlflow_store.client(uri)  # a new store's schema, made once, before the server and the look-up open it
+                mlflow_store.create_store(uri)  # its schema, made once, before the server and the look-up open it
             with open(log_path, "wb") as log, stops.held():
                 server = start_server(uri, host, port, output=log.fileno(), token=token)
             found: dict[str, str | None] = {}

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.profilers import Profiler
 
+from sweeplab.core.records import JobRun
+
 # Lightning's profiler action names -> the phase of a training step they time (exclusive of nested actions).
 # Under cuda_graph=true forward, backward and clipping are one graph replay inside the optimizer's closure; the
 # task profiles it as its own action (GRAPH_ACTION), a phase of its own that only such runs show.
@@ -109,8 +111,9 @@ def write_profile(
     """profile.md in `out_dir` and the `profile/*` metrics (share and ms per step of each phase) of the timed steps."""
     shares = profiler.phases(timed_seconds)
     total = sum(shares.values()) or 1.0
-    metrics = {f"profile/{_metric_name(p)}_share": s / total for p, s in shares.items()}
-    metrics.update({f"profile/{_metric_name(p)}_ms": 1000 * s / max(steps, 1) for p, s in shares.items()})
+    metrics = JobRun(profile_share={_metric_name(p): s / total for p, s in shares.items()} or None,
+                     profile_ms={_metric_name(p): 1000 * s / max(steps, 1) for p, s in shares.items()} or None
+                     ).to_mlflow().metrics
     text = (
         f"## where the step time goes ({steps:g} timed steps, {device.type})\n\n"
         f"{phase_table(shares, steps)}\n\nThe device is synchronised at every phase edge, so these steps run slower "

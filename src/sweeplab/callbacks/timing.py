@@ -41,7 +41,7 @@ import torch
 from annotated_types import Ge, Interval
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
-from sweeplab.core import schema
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.core.stability import UNSYNCHRONISED, deciles
 from sweeplab.runtime.devices import (
     HostTimeline,
@@ -186,15 +186,19 @@ class StepTimer:
         does not say. For the run's `timing.clock` tag."""
         return getattr(self._timeline, "clock", None)
 
-    def run_tags(self) -> dict[str, str]:
-        """What the run records as tags about its timing: `timing.clock` (`clock_name`) and, once the read-back check
-        ran, `timing.sync_check`: `agrees`, or `unsynchronised` where the timer's window time was under half the
+    def run_record(self) -> JobRun:
+        """What the run records about its timing: `timing.clock` (`clock_name`) and, once the read-back check ran,
+        `timing.sync_check`: `agrees`, or `unsynchronised` where the timer's window time was under half the
         read-back time (`_check_readback`)."""
-        tags = {"timing.clock": self.clock_name} if self.clock_name else {}
+        sync_check = None
         if self._readback is not None:
             timer_s, readback_s = self._readback
-            tags["timing.sync_check"] = "unsynchronised" if timer_s < UNSYNCHRONISED * readback_s else "agrees"
-        return tags
+            sync_check = "unsynchronised" if timer_s < UNSYNCHRONISED * readback_s else "agrees"
+        return JobRun(timing_clock=self.clock_name or None, sync_check=sync_check)
+
+    def run_tags(self) -> dict[str, str]:
+        """run_record's tags, as MLflow gets them."""
+        return self.run_record().to_mlflow().tags
 
     def _reset_totals(self) -> None:
         self._batches_seen = 0
@@ -358,14 +362,13 @@ class StepTimer:
             self._total[key] += win[key]
         steps = self._steps(win["batches"])
         if log and steps > 0 and elapsed > 0:
-            metrics = {
-                "train/step_time_s": elapsed / steps,
-                "train/samples_per_sec": win["samples"] / elapsed,
-            }
-            if win["tokens"]:  # a family without tokens (tokens_in is 0) reports none
-                metrics["train/tokens_per_sec"] = win["tokens"] / elapsed
-            if self._peak and win["flops"]:
-                metrics["train/mfu"] = win["flops"] / elapsed / self._peak
+            metrics = JobRun(
+                window_step_time=elapsed / steps,
+                window_samples_per_sec=win["samples"] / elapsed,
+                # a family without tokens (tokens_in is 0) reports none
+                window_tokens_per_sec=win["tokens"] / elapsed if win["tokens"] else None,
+                window_mfu=win["flops"] / elapsed / self._peak if self._peak and win["flops"] else None,
+            ).to_mlflow().metrics
             self.windows.append({**metrics, "elapsed": elapsed, "samples": win["samples"], "steps": steps})
             # Straight to the loggers, once, at the window's step. Through pl_module.log the value stayed in
             # Lightning's results and was written again at the next `log_every_n_steps` step. The run logger holds
@@ -453,41 +456,36 @@ class StepTimer:
         time exactly; `samples_per_sec_overall` is all timed samples over all timed seconds (what a stopwatch around
         the timed steps gives; the bench compares it with its raw loop). `step_time_spread` = (p90 - p10) / median of
         the window step times: how much the run's own speed moved (sweeplab.core.stability judges it)."""
-        summary = {
-            schema.PEAK_MEM_MB: self._peak_mem_mb,
-            "summary/compiles_in_timed_steps": float(self._compiles_timed),
-            "summary/batch_shapes": float(len(self._timed_shapes)),
-            "summary/new_shapes_in_timed_steps": float(self._new_timed_shapes),
-        }
+        figures: dict[str, float | None] = dict(
+            peak_mem_mb=self._peak_mem_mb,
+            compiles_in_timed_steps=self._compiles_timed,
+            batch_shapes=len(self._timed_shapes),
+            new_shapes_in_timed_steps=self._new_timed_shapes,
+        )
         if self._driver_at is not None or self._driver_growth_mb:
-            summary["summary/mps_driver_growth_mb"] = self._driver_growth_mb
+            figures.update(mps_driver_growth_mb=self._driver_growth_mb)
         if self._readback is not None:
-            summary["summary/timer_readback_ratio"] = self._readback[0] / self._readback[1]
+            figures.update(timer_readback_ratio=self._readback[0] / self._readback[1])
         total = self._total
         steps = self._steps(total["batches"])
         if total["elapsed"] > 0:
-            summary["summary/samples_per_sec_overall"] = total["samples"] / total["elapsed"]
-            summary["summary/timed_steps"] = float(steps)
-            summary["summary/timed_seconds"] = float(total["elapsed"])
-        step_times = [w["train/step_time_s"] for w in self.windows]
+            figures.update(samples_per_sec_overall=total["samples"] / total["elapsed"], timed_steps=steps,
+                           timed_seconds=total["elapsed"])
+        step_times = [w[JOB.window_step_time] for w in self.windows]
         if not step_times and steps and total["elapsed"] > 0:
             step_times = [total["elapsed"] / steps]
-        if not step_times:
-            return summary
-        p10, median, p90 = deciles(step_times)
-        summary[schema.STEP_TIME_MEDIAN] = median
-        if len(step_times) >= 2:
-            summary[schema.STEP_TIME_SPREAD] = (p90 - p10) / median
-        summary["summary/step_time_s_p10"] = p10
-        summary["summary/step_time_s_p90"] = p90
-        if steps and median > 0:
-            summary[schema.SAMPLES_PER_SEC] = total["samples"] / steps / median
-            summary[schema.SAMPLES_PER_STEP] = total["samples"] / steps
-            if total["tokens"]:
-                summary[schema.TOKENS_PER_SEC] = total["tokens"] / steps / median
-            if self._peak and total["flops"]:
-                summary[schema.MFU] = total["flops"] / steps / median / self._peak
-        return summary
+        if step_times:
+            p10, median, p90 = deciles(step_times)
+            figures.update(step_time_median=median, step_time_p10=p10, step_time_p90=p90,
+                           step_time_spread=(p90 - p10) / median if len(step_times) >= 2 else None)
+            if steps and median > 0:
+                figures.update(
+                    samples_per_sec=total["samples"] / steps / median,
+                    samples_per_step=total["samples"] / steps,
+                    tokens_per_sec=total["tokens"] / steps / median if total["tokens"] else None,
+                    mfu=total["flops"] / steps / median / self._peak if self._peak and total["flops"] else None,
+                )
+        return JobRun(**figures).to_mlflow().metrics
 
     @staticmethod
     def host_summary(
@@ -496,14 +494,9 @@ class StepTimer:
         """What else ran on the host: its 1-minute load average when training started and ended (this run's threads
         included), the CPUs this process may use, torch's intra-op threads, and the larger of the host-steadiness
         probes at start and end (`summary/host_speed_spread`)."""
-        summary = {"summary/cpu_threads": float(torch.get_num_threads()), "summary/host_cpus": float(host_cpus())}
-        if load_start is not None:
-            summary["summary/load_avg_start"] = load_start
-        if load_end is not None:
-            summary["summary/load_avg_end"] = load_end
-        if spreads := [x for x in host_spreads if x is not None]:
-            summary["summary/host_speed_spread"] = max(spreads)
-        return summary
+        spreads = [x for x in host_spreads if x is not None]
+        return JobRun(cpu_threads=torch.get_num_threads(), host_cpus=host_cpus(), load_avg_start=load_start,
+                      load_avg_end=load_end, host_speed_spread=max(spreads) if spreads else None).to_mlflow().metrics
 
 
 class ThroughputTimer(StepTimer, L.Callback):

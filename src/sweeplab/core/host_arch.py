@@ -16,6 +16,7 @@ import platform
 import sys
 
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JobRun
 
 
 def proc_translated() -> int | None:
@@ -53,10 +54,7 @@ def exit_if_translated() -> None:
         sys.exit(2)
 
 
-def host_tags() -> dict[str, str]:
+def host_record() -> JobRun:
     """`platform.machine` (what this Python was built for: arm64, x86_64) and, on macOS, `rosetta` (true or false)."""
-    tags = {"platform.machine": platform.machine()}
     translated = proc_translated()
-    if translated is not None:
-        tags["rosetta"] = str(translated == 1).lower()
-    return tags
+    return JobRun(platform_machine=platform.machine(), rosetta=translated == 1 if translated is not None else None)

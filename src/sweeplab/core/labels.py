@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-ENGINE_LABELS: Mapping[str, str] = {
-    "data.batch_size": "bs",  # every family's data group has one: the batch-size search and the report's first column
-    "trainer.max_steps": "steps",
+from sweeplab.core.records import JOB
+
+ENGINE_LABELS: Mapping[str, str] = {  # by config key: a job's params are its flattened config, keys and all
+    JOB.batch_size: "bs",  # every family's data group has one: the batch-size search and the report's first column
+    JOB.max_steps: "steps",
     "optim.lr": "lr",
 }
 

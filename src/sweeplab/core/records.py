@@ -52,15 +52,18 @@ def metric(key: str) -> Any:
 
 
 def tags_named(template: str) -> Any:
-    """A mapping field: each entry `name: value` is the tag `template.format(name)` (one `{...}` placeholder)."""
+    """A mapping field: each entry `name: value` is the tag `key_of(template, name)`; a template with several
+    placeholders (`export/{variant}/{figure}`) takes tuples of names."""
     return _field(template, "tag", template=True)
 
 
 def params_named(template: str) -> Any:
+    """A mapping field of params, as tags_named."""
     return _field(template, "param", template=True)
 
 
 def metrics_named(template: str) -> Any:
+    """A mapping field of metrics, as tags_named."""
     return _field(template, "metric", template=True)
 
 
@@ -76,14 +79,21 @@ class Logged:
         return bool(self.tags or self.params or self.metrics)
 
 
-def key_of(template: str, name: str) -> str:
-    """A templated key filled in: `key_of(JOB.wall_breakdown, "setup") == "summary/wall_breakdown/setup_s"`."""
-    return re.sub(r"\{\w*\}", lambda _: name, template, count=1)
+PLACEHOLDER = re.compile(r"\{\w*\}")
+
+
+def key_of(template: str, *names: str) -> str:
+    """A templated key filled in, one name per placeholder: `key_of(JOB.wall_breakdown, "setup") ==
+    "summary/wall_breakdown/setup_s"`."""
+    filled = iter(names)
+    return PLACEHOLDER.sub(lambda _: next(filled), template)
 
 
 def _pattern(template: str) -> re.Pattern[str]:
-    before, _, after = re.split(r"(\{\w*\})", template, maxsplit=1)
-    return re.compile(f"{re.escape(before)}(.+){re.escape(after)}")
+    """The keys a template matches: a name per placeholder, the last one any text, the others no `/`."""
+    parts = PLACEHOLDER.split(template)
+    groups = ["([^/]+)"] * (len(parts) - 2) + ["(.+)"]
+    return re.compile(re.escape(parts[0]) + "".join(g + re.escape(p) for g, p in zip(groups, parts[1:])))
 
 
 def _text(value: Any) -> str:
@@ -117,8 +127,8 @@ class _Record:
             if value is None:
                 continue
             kind, key = f.metadata[KIND], f.metadata[KEY]
-            entries = ({key_of(key, name): v for name, v in value.items()} if f.metadata[TEMPLATE]
-                       else {key: value})
+            entries = ({key_of(key, *(name if isinstance(name, tuple) else (name,))): v for name, v in value.items()}
+                       if f.metadata[TEMPLATE] else {key: value})
             for k, v in entries.items():
                 out[kind][k] = float(v) if kind == "metric" else _text(v)
         return Logged(out["tag"], out["param"], out["metric"])
@@ -134,7 +144,8 @@ class _Record:
             store = stores[kind]
             if f.metadata[TEMPLATE]:
                 pattern = _pattern(key)
-                found = {m.group(1): _parsed(v, kind, to) for k, v in store.items() if (m := pattern.fullmatch(k))}
+                found = {(m.group(1) if pattern.groups == 1 else m.groups()): _parsed(v, kind, to)
+                         for k, v in store.items() if (m := pattern.fullmatch(k))}
                 values[f.name] = found or None
             elif key in store:
                 values[f.name] = _parsed(store[key], kind, to)
@@ -267,6 +278,13 @@ class JobRun(_Record):
     max_steps: int | None = param("trainer.max_steps")
     data_seed: int | None = param("data.seed")
 
+    """Per timing window (`timing.window` optimizer steps), at its last step: window wall time / its optimizer steps
+    (s), samples and tokens per second over it, model FLOPs / window time / the device's peak (fraction)."""
+    window_step_time: float | None = metric("train/step_time_s")
+    window_samples_per_sec: float | None = metric("train/samples_per_sec")
+    window_tokens_per_sec: float | None = metric("train/tokens_per_sec")
+    window_mfu: float | None = metric("train/mfu")
+
     """The run summary (written once when training ends; the timed steps only): median window step time (s) and its
     p10/p90, (p90 - p10) / median (fraction), throughput (samples/s, tokens/s; all timed samples / all timed
     seconds), samples per optimizer step, model FLOPs utilisation (fraction), peak memory (MiB), timed steps and
@@ -287,6 +305,7 @@ class JobRun(_Record):
     samples_per_sec_per_device: float | None = metric("summary/samples_per_sec_per_device")
     samples_per_sec_overall_per_device: float | None = metric("summary/samples_per_sec_overall_per_device")
     tokens_per_sec_per_device: float | None = metric("summary/tokens_per_sec_per_device")
+    samples_per_step_per_device: float | None = metric("summary/samples_per_step_per_device")
     num_parameters: float | None = metric("summary/num_parameters")
     trainable_parameters: float | None = metric("summary/trainable_parameters")
 
@@ -311,6 +330,11 @@ class JobRun(_Record):
     setup_split: Mapping[str, float] | None = metrics_named("summary/setup_split/{segment}_s")
     compile_cache: Mapping[str, float] | None = metrics_named("summary/compile_cache/{counter}")
 
+    """With `timing=profile`: each phase's ms per step and share of the step time (fraction; data_loading, forward,
+    backward, optimizer, framework, graph_step)."""
+    profile_ms: Mapping[str, float] | None = metrics_named("profile/{phase}_ms")
+    profile_share: Mapping[str, float] | None = metrics_named("profile/{phase}_share")
+
     """The sweep's record of it: the job's return value, the value its sweeper gets (the best monitored metric)."""
     objective: float | None = metric("objective")
 
@@ -322,7 +346,7 @@ class JobRun(_Record):
     bench_raw_step_time: float | None = metric("bench/raw_step_time_s")
     bench_overhead: float | None = metric("bench/overhead")
     export_verdicts: Mapping[str, str] | None = tags_named("export/{variant}/ane_verdict")
-    export_figures: Mapping[str, float] | None = metrics_named("export/{variant_figure}")
+    export_figures: Mapping[tuple[str, str], float] | None = metrics_named("export/{variant}/{figure}")
 
 
 # --- the sweep run: one per sweep, the parent of its jobs ------------------------------------------------------------
@@ -438,10 +462,52 @@ class ConfigurationRun(_Record):
     reached_target: int | None = metric("reached_target")
     figures: Mapping[str, float] | None = metrics_named("{figure}")
     figure_texts: Mapping[str, str] | None = tags_named("{figure}")
+    curve: Mapping[str, float] | None = metrics_named("median {metric}")  # a history: one value per shared validation
+    curve_seconds: float | None = metric("training seconds")  # its x axis (a history beside it)
+    curve_target: float | None = metric("the target")  # the baseline's run: the target's line (a history)
+
+
+def merged(*parts: Any) -> Any:
+    """One record holding the fields each of `parts` (records of one class) set; a later part's value wins."""
+    values: dict[str, Any] = {}
+    for part in parts:
+        values |= {f.name: getattr(part, f.name) for f in dataclasses.fields(part) if getattr(part, f.name) is not None}
+    return type(parts[0])(**values)
 
 
 JOB, SWEEP, CONFIGURATION = Keys(JobRun), Keys(SweepRun), Keys(ConfigurationRun)
 RECORDS = (JobRun, SweepRun, ConfigurationRun)
+
+# Keys that are plain words other vocabularies spell too: a literal of one of these outside this module names that
+# other thing, never the run's key (tests/test_sweep_record.py holds every literal of them to that: none is a key of
+# a run's tags, params or metrics there). The config keys among them name the config value the tag records.
+SHARED_SPELLINGS = {
+    "backend": "the config group (backend.name) and a checkpoint's `sweeplab.backend`; a report column",
+    "baseline": "a configuration's quality (`baseline`), the report's wording",
+    "caveat": "report.html's class of a caveat line",
+    "checkpoint": "the config group (checkpoint.*), and the export report's source field",
+    "compile": "the config key (torch.compile's mode) and its error messages; a bench column",
+    "config": "a task's hyperparameter group and a table column",
+    "cuda_graph": "the config key and its error messages; a bench column",
+    "device": "a timer's clock (CUDA events), an ANE placement's field; a bench column",
+    "error": "an export check's failure field",
+    "family": "the config key model.family, a checkpoint's hyperparameter, the export report's source field",
+    "gpu": "MLX's GPU device, Core ML's GPU compute unit",
+    "host": "a timer's clock (the host's), the verdict's pairing by host, the bench's environment",
+    "jobs": "the bench's jobs folder, report.html's id, the configuration table's column",
+    "lightning": "the library's module and logger names",
+    "mlx": "the backend of that name and a checkpoint's MLX section",
+    "monitor": "Lightning's checkpoint callback state field",
+    "objective": "the objective plot's axis label",
+    "precision": "the export option and a bench column",
+    "quality": "the report's and the verdict's quality column",
+    "round": "the verdict's pairing by round",
+    "seed": "the config key (the seed the tag records) and its overrides",
+    "stability": "the order check's column",
+    "target": "the config key report.target, a stop rule's reason, the data's `target` field",
+    "torch": "the library's module name and a model's init mode",
+    "verdict": "the export's readiness verdict field and the order check's column",
+}
 
 
 def all_keys() -> set[str]:

@@ -15,7 +15,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from sweeplab.core import schema
+from sweeplab.core.records import JOB
 
 # (p90 - p10) / median of a run's window step times above this: its own speed moved too much to compare closely.
 # A quiet machine gives a few percent.
@@ -65,18 +65,18 @@ def problems(metrics: Mapping[str, float], tags: Mapping[str, str] | None = None
     """Why a run's speed cannot be trusted (empty: nothing known against it); `tags`: the run's, for what it records
     as tags (the MPS fallback)."""
     found = []
-    spread = metrics.get(schema.STEP_TIME_SPREAD)
+    spread = metrics.get(JOB.step_time_spread)
     if spread is not None and spread > NOISY_SPREAD:
         found.append(f"noisy (spread {_over(spread, NOISY_SPREAD)})")
-    cpus = metrics.get("summary/host_cpus")
-    loads = [metrics[k] for k in ("summary/load_avg_start", "summary/load_avg_end") if metrics.get(k) is not None]
+    cpus = metrics.get(JOB.host_cpus)
+    loads = [metrics[k] for k in (JOB.load_avg_start, JOB.load_avg_end) if metrics.get(k) is not None]
     if cpus and loads and max(loads) / cpus > LOADED_HOST:
         found.append(f"loaded host (load {max(loads):.1f} on {cpus:g} CPUs)")
     if (host := unsteady_host(metrics)) is not None:
         found.append(f"unsteady host (Python speed spread {_over(host, UNSTEADY_HOST)})")
-    if compiles := metrics.get("summary/compiles_in_timed_steps"):
+    if compiles := metrics.get(JOB.compiles_in_timed_steps):
         found.append(f"{compiles:g} compilation(s) in timed steps")
-    if new_shapes := metrics.get("summary/new_shapes_in_timed_steps"):
+    if new_shapes := metrics.get(JOB.new_shapes_in_timed_steps):
         found.append(f"{new_shapes:g} new batch shape(s) in timed steps")
     return found + apple_problems(metrics, tags or {})
 
@@ -85,13 +85,13 @@ def apple_problems(metrics: Mapping[str, float], tags: Mapping[str, str]) -> lis
     """The MPS (and any host-clock) pitfalls a run records: a timer that does not wait for the device, MPS driver
     memory growing in timed steps, ops MPS lacks run on the CPU (`mps_fallback`)."""
     found = []
-    ratio = metrics.get("summary/timer_readback_ratio")
+    ratio = metrics.get(JOB.timer_readback_ratio)
     if ratio is not None and ratio < UNSYNCHRONISED:
         found.append(f"unsynchronised clock (timer {ratio:.0%} of a result's read-back time)")
-    growth = metrics.get("summary/mps_driver_growth_mb")
+    growth = metrics.get(JOB.mps_driver_growth_mb)
     if growth is not None and growth > MPS_DRIVER_GROWTH_MB:
         found.append(f"MPS driver memory grew {growth:,.0f} MiB in timed steps (graph cache or new buffers)")
-    if tags.get("mps_fallback") == "true":
+    if tags.get(JOB.mps_fallback) == "true":
         found.append("MPS fallback on (ops MPS lacks ran on the CPU)")
     return found
 
@@ -102,21 +102,21 @@ def unsteady_host(metrics: Mapping[str, float]) -> float | None:
     with it: on the H100 VM of issue 12 the paGating LM's batch-16 and batch-32 jobs (window spreads 0-4 %) agreed
     within 1 % over four runs while the probe read 53-196 %. Host-bound jobs on that host never held that still
     (6-69 %), and some of them moved 30-60 % between runs with window spreads of 6-9 %: those stay flagged."""
-    spread = metrics.get("summary/host_speed_spread")
+    spread = metrics.get(JOB.host_speed_spread)
     if spread is None or spread <= UNSTEADY_HOST:
         return None
-    steps = metrics.get(schema.STEP_TIME_SPREAD)
+    steps = metrics.get(JOB.step_time_spread)
     return None if steps is not None and steps < NOISE_FLOOR else spread
 
 
 def has_stability_data(metrics: Mapping[str, float]) -> bool:
     """Runs recorded before sweeplab measured its own stability have none of it."""
-    return "summary/batch_shapes" in metrics
+    return JOB.batch_shapes in metrics
 
 
 def noise(metrics: Mapping[str, float]) -> float:
     """Relative noise of a run's throughput: its spread, at least NOISE_FLOOR."""
-    return max(NOISE_FLOOR, metrics.get(schema.STEP_TIME_SPREAD) or 0.0)
+    return max(NOISE_FLOOR, metrics.get(JOB.step_time_spread) or 0.0)
 
 
 def within_noise(rate: float, metrics: Mapping[str, float], other_rate: float, other: Mapping[str, float]) -> bool:

@@ -13,6 +13,7 @@ the uploads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,9 @@ from hydra.core.hydra_config import HydraConfig
 
 from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy
 from sweeplab.callbacks.faults import pause_in
-from sweeplab.core import files, interrupts, schema, wall
+from sweeplab.core import files, interrupts, wall
 from sweeplab.core.files import hold_run_lock, run_lock_is_free
-from sweeplab.core.schema import BATCH_SIZE_USED_TAG
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.engine.plan import JobPlan, model_params
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
@@ -34,9 +35,6 @@ from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.resume import close_abandoned_runs  # here too: where the sweep callback and tests look
 
 log = logging.getLogger(__name__)
-
-DIVERGED_TAG = "diverged"  # guard.mode=off: what went non-finite
-
 
 @dataclass
 class Job:
@@ -63,7 +61,7 @@ class FitResult:
     step: int
     best_path: str | None = None
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
-    tags: dict[str, str] = field(default_factory=dict)  # the timer's (StepTimer.run_tags: timing.clock, ...)
+    timing: JobRun = field(default_factory=JobRun)  # the timer's tags (StepTimer.run_record: timing.clock, ...)
     diverged: str | None = None  # guard.mode=off: what was not finite when training ended (guard.nonfinite_at_end)
     stop_reason: str | None = None  # a stop rule ended the fit early (engine/stopping.py): "target" | "behind"
 
@@ -116,15 +114,12 @@ def _finish(job: Job, result: FitResult) -> float | None:
     if result.diverged:
         log.warning("the run diverged (guard.mode=off let it train on): %s", result.diverged)
     if run is not None:
-        if result.diverged:
-            run.set_tag(DIVERGED_TAG, result.diverged)
-        for key, value in result.tags.items():
-            run.set_tag(key, value)
+        run.write(dataclasses.replace(result.timing, diverged=result.diverged or None))
         run.log_metrics(result.summary, step=result.step)
         if job.logger is not None:
             job.logger.wait_for_writes()
         if result.best_path:
-            run.set_tag("checkpoint", result.best_path)
+            run.write(JobRun(checkpoint=result.best_path))
             interrupts.check()
             if p.logger.log_checkpoint:
                 run.log_artifact_capped(result.best_path, "checkpoints", p.logger.max_artifact_mb)
@@ -153,9 +148,9 @@ def final_line(run, monitor: str, monitored: float | None, summary: dict, diverg
         parts.append(f"stopped at step {stopped[0]} of {stopped[1]}")
     if diverged:
         parts.insert(0, f"DIVERGED ({diverged})")
-    if (rate := summary.get(schema.SAMPLES_PER_SEC)) is not None:
+    if (rate := summary.get(JOB.samples_per_sec)) is not None:
         parts.append(f"{rate:,.0f} samples/s")
-    if (step := summary.get(schema.STEP_TIME_MEDIAN)) is not None:
+    if (step := summary.get(JOB.step_time_median)) is not None:
         parts.append(f"{step * 1000:.0f} ms/step" if step >= 0.1 else f"{step * 1000:.3g} ms/step")
     saved = f"; best checkpoint {checkpoint}" if checkpoint else ""
     if run is None:
@@ -189,9 +184,9 @@ def record_batch_size(job: Job, loader) -> None:
         return
     log.warning("data.batch_size=%d is larger than the training split (%d samples): each batch is the whole split, "
                 "%d samples; the run records %s=%d", sampler.batch_size, sampler.num_samples, used,
-                BATCH_SIZE_USED_TAG, used)
+                JOB.batch_size_used, used)
     if job.run is not None:
-        job.run.set_tag(BATCH_SIZE_USED_TAG, str(used))
+        job.run.write(JobRun(batch_size_used=used))
 
 
 def job_log_file() -> Path | None:

@@ -18,7 +18,7 @@ from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.callbacks.wall import WallBreakdown
 from sweeplab.core import interrupts, wall
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
-from sweeplab.core.schema import COMPILE_CACHE_METRIC
+from sweeplab.core.records import JobRun
 from sweeplab.data.sampling import ResumableDataCheck
 from sweeplab.engine import stopping, tuning
 from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinished_writes, record_batch_size, start_fit
@@ -138,7 +138,7 @@ def fit(job: Job) -> FitResult:
     trainer = _trainer(p, callbacks, job, checkpoint_io, clips=task.automatic_optimization, progress_bar=show_bar)
     tuned = tuning.tune_batch_size(trainer, task, datamodule, p.tune)  # None unless tune.batch_size is set
     if tuned is not None and job.run is not None:
-        job.run.set_tag("tuned.batch_size", str(tuned))
+        job.run.write(JobRun(tuned_batch_size=tuned))
     wall.mark("trainer")
     with interrupts.at_safe_points():  # a signal is recorded; StopAtSafePoint acts on it
         try:
@@ -148,14 +148,14 @@ def fit(job: Job) -> FitResult:
             raise
     summary = distributed.job_summary({**timer.summary, **task.summary_metrics(trainer)}, trainer.world_size)
     if p.compile_mode != "off":  # what this job's compilation found in inductor's caches (docs/study-cost.md)
-        summary |= {COMPILE_CACHE_METRIC.format(counter=name): float(count - compile_counts[name])
-                    for name, count in _compile_cache_counts().items()}
+        summary |= JobRun(compile_cache={name: count - compile_counts[name]
+                                         for name, count in _compile_cache_counts().items()}).to_mlflow().metrics
     return FitResult(
         summary=summary,
         step=trainer.global_step,
         best_path=best.best_model_path or None,
         monitored=_monitored(trainer, best, p.family.monitor),
-        tags=timer.run_tags(),
+        timing=timer.run_record(),
         diverged=guard.diverged,
         stop_reason=stop.reason if stop is not None else None,
     )
@@ -218,10 +218,9 @@ def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecid
     p = job.plan
     rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir)
 
-    def record(tags: dict[str, str]) -> None:
+    def record(stopped: JobRun) -> None:
         if job.run is not None:
-            for key, value in tags.items():
-                job.run.set_tag(key, value)
+            job.run.write(stopped)
 
     batch = getattr(p.datamodule, "batch_size", None) or int(p.container["data"].get("batch_size", 1))
     per_step = int(batch) * p.trainer.accumulate_grad_batches * p.trainer.devices

@@ -44,6 +44,7 @@ from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
 from sweeplab.core import interrupts, wall
+from sweeplab.core.records import JobRun
 from sweeplab.data.sampling import check_resumable
 from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.mlx import convert
@@ -86,7 +87,7 @@ def fit(job: Job) -> FitResult:
     p = job.plan
     datamodule, model_config, task = start_fit(job)
     if job.run is not None:
-        job.run.set_tag("mlx", mx.__version__)
+        job.run.write(JobRun(mlx_version=mx.__version__))
     model = p.family.make_mlx_model(model_config)
     resumed = read_checkpoint(job.resume_ckpt) if job.resume_ckpt is not None else None
     if resumed is not None:
@@ -154,7 +155,7 @@ def fit(job: Job) -> FitResult:
     diverged = nonfinite_at_end(task.model, loop.last_values, step) if guard.mode == "off" else None
     if loop.faults is not None and loop.faults.kill_after_fit:
         os.kill(os.getpid(), signal.SIGKILL)
-    return FitResult(summary, step, str(best.path) if best.path else None, best.score, tags=timer.run_tags(),
+    return FitResult(summary, step, str(best.path) if best.path else None, best.score, timing=timer.run_record(),
                      diverged=diverged)
 
 

@@ -10,6 +10,7 @@ import logging
 import torch
 
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB
 from sweeplab.families.contract import serves_steps_per_batch
 from sweeplab.runtime import backends
 
@@ -34,7 +35,7 @@ def check_steps_per_batch(
         raise ConfigError("tune.batch_size", f"the batch-size search steps one batch at a time; unset it with steps_per_batch={k}")
     max_steps = trainer.max_steps
     intervals = {
-        "trainer.max_steps": max_steps,
+        JOB.max_steps: max_steps,  # the config key, logged as the param of that name
         "trainer.val_check_interval": trainer.val_check_interval,
         "trainer.log_every_n_steps": trainer.log_every_n_steps,
         **({"checkpoint.every_n_steps": checkpoint.every_n_steps} if checkpoint.every_n_steps is not None else {}),
@@ -46,7 +47,7 @@ def check_steps_per_batch(
         intervals["guard.check_every_n_steps"] = guard.get("check_every_n_steps", 1)
     for key, steps in intervals.items():
         # an interval longer than the run never fires inside it (the bench's "no periodic checkpoint")
-        if steps % k and not (key != "trainer.max_steps" and steps > max_steps):
+        if steps % k and not (key != JOB.max_steps and steps > max_steps):
             raise ConfigError(key, f"{steps} is not a multiple of steps_per_batch={k}: a batch of {k} steps cannot stop between them")
     warmup = timing.get("warmup_steps", 0)
     if cuda_graph and warmup < 2 * k:

@@ -16,10 +16,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sweeplab.core import schema
 from sweeplab.core.config import check_values as check_against
 from sweeplab.core.config import source_accepted
 from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.records import SWEEP
 
 # config group -> the class it configures (plan() builds each group into it)
 GROUP_TARGETS = {
@@ -135,19 +135,19 @@ def report_settings(container: Mapping[str, Any]) -> tuple[float | None, float |
     numbers, a tolerance >= 0, a target inside the values the family's monitored metric can take (a cosine above 1
     is never reached)."""
     report = container.get("report") or {}
-    target = finite_number(report.get("target"), schema.TARGET_TAG)
-    tolerance = finite_number(report.get("quality_tolerance"), schema.TOLERANCE_TAG)
+    target = finite_number(report.get("target"), SWEEP.target)
+    tolerance = finite_number(report.get("quality_tolerance"), SWEEP.quality_tolerance)
     if tolerance is not None and tolerance < 0:
-        raise ConfigError(schema.TOLERANCE_TAG, f"must be >= 0 (how much worse than the baseline still keeps "
+        raise ConfigError(SWEEP.quality_tolerance, f"must be >= 0 (how much worse than the baseline still keeps "
                                                 f"quality, in metric units), got {report['quality_tolerance']!r}")
-    indifference = finite_number(report.get("indifference"), schema.INDIFFERENCE_TAG)
+    indifference = finite_number(report.get("indifference"), SWEEP.indifference)
     if indifference is not None and indifference < 1:
-        raise ConfigError(schema.INDIFFERENCE_TAG, f"must be a ratio >= 1 (1.1: the verdict may name the fastest or "
+        raise ConfigError(SWEEP.indifference, f"must be a ratio >= 1 (1.1: the verdict may name the fastest or "
                                                    f"one within 1.1x of it; 1: only the fastest), got {indifference:g}")
     family = _family(container)
     bounds = getattr(family, "monitor_range", None)
     if target is not None and bounds is not None and not bounds[0] <= target <= bounds[1]:
-        raise ConfigError(schema.TARGET_TAG, f"{target:g} is outside the values {family.monitor} can take "
+        raise ConfigError(SWEEP.target, f"{target:g} is outside the values {family.monitor} can take "
                                              f"([{bounds[0]:g}, {bounds[1]:g}]): no job can reach it; give a value in that range")
     return target, tolerance
 

@@ -17,7 +17,7 @@
 
 The round's leader time is posted on a small board in the sweep's directory (`stop/round-<r>.json`, written
 atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
-Each stop is recorded on the job's run (core/schema.py: `stop_reason`, `stop_step`); the job ends FINISHED.
+Each stop is recorded on the job's run (core/records.py JobRun: `stop_reason`, `stop_step`); the job ends FINISHED.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from typing import Annotated, Any, Protocol
 import lightning as L
 from annotated_types import Ge, Gt
 
-from sweeplab.core import channels, schema
+from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError
 from sweeplab.core.files import write_text_atomic
+from sweeplab.core.records import SWEEP, JobRun
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def check(stop: StopConfig, target: Any, backend: str) -> float | None:
     try:
         return float(target)
     except (TypeError, ValueError):
-        raise ConfigError(schema.TARGET_TAG, f"expected a number, got {target!r}") from None
+        raise ConfigError(SWEEP.target, f"expected a number, got {target!r}") from None
 
 
 @dataclass
@@ -336,7 +337,7 @@ class StopWhatIsDecided(L.Callback):
     data-parallel job follow rank 0's decision (each rank reads the round's board at its own moment)."""
 
     def __init__(self, rule: StopRule, monitor: str, timer, record, samples_per_step: int) -> None:
-        self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(tags: dict[str, str])
+        self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(JobRun): onto the run
         self.samples_per_step = samples_per_step
         self.reason: str | None = None  # why it stopped the fit (a rule's reason), once it did
 
@@ -357,6 +358,6 @@ class StopWhatIsDecided(L.Callback):
         if reason is None:
             return
         log.info("stop: %s after %d steps (%s %.4g)", reason, trainer.global_step, self.monitor, value)
-        self.record({schema.STOP_REASON_TAG: reason, schema.STOP_STEP_TAG: str(trainer.global_step)})
+        self.record(JobRun(stop_reason=reason, stop_step=trainer.global_step))
         self.reason = reason
         trainer.should_stop = True

@@ -22,11 +22,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, files, host_arch, interrupts, schema, wall
+from sweeplab.core import channels, files, host_arch, interrupts, wall
 from sweeplab.core.channels import COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_FOLDER
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
-from sweeplab.core.schema import SETUP_SPLIT_METRIC, WALL_BREAKDOWN_METRIC
+from sweeplab.core.records import JOB, JobRun, merged
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock, resolve_model
 from sweeplab.engine.plan import JobPlan, job_params, plan
@@ -50,63 +50,68 @@ def _hydra_runtime() -> tuple[Path, str | None]:
         return Path.cwd() / "outputs", None
 
 
-def run_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
-    return {
-        schema.BACKEND_TAG: p.backend,
-        schema.DEVICE_TAG: devices.device_name(p.backend),
-        schema.FAMILY_TAG: p.family.name,
-        schema.MONITOR_TAG: p.family.monitor,
-        schema.MONITOR_MODE_TAG: p.family.monitor_mode,
-        schema.PRECISION_TAG: p.trainer.precision,
-        schema.COMPILE_TAG: p.compile_mode,
-        "cuda_graph": str(p.cuda_graph).lower(),
-        "torch": torch.__version__,
-        "lightning": L.__version__,
-        "git_commit": mlflow_store.git_commit(),
-        schema.SWEEP_ID_TAG: naming.sweep_id(sweep_dir),
-        **backends.mps_fallback_tags(p.backend),
-        **host_arch.host_tags(),
-        **_preset_tags(),
-        **_replicate_tags(p, sweep_dir),
-        **scheduler_tags(),
-    }
+def run_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
+    """What a new job run says about itself (its tags), as it is opened."""
+    return merged(
+        JobRun(
+            backend=p.backend,
+            device=devices.device_name(p.backend),
+            family=p.family.name,
+            monitor=p.family.monitor,
+            monitor_mode=p.family.monitor_mode,
+            precision=p.trainer.precision,
+            compile=p.compile_mode,
+            cuda_graph=p.cuda_graph,
+            torch_version=torch.__version__,
+            lightning_version=L.__version__,
+            git_commit=mlflow_store.git_commit(),
+            sweep_id=naming.sweep_id(sweep_dir),
+        ),
+        backends.mps_fallback_record(p.backend),
+        host_arch.host_record(),
+        _preset_record(),
+        _replicate_record(p, sweep_dir),
+        scheduler_record(),
+    )
 
 
-def scheduler_tags() -> dict[str, str]:
+def scheduler_record() -> JobRun:
     """The SLURM job this job runs as (none outside SLURM): its id as sacct and scancel name it, its array index, and
     how many times SLURM ran it again (a requeued job continues its own run: hydra_plugins/sweeplab_sweeper)."""
     array_job, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     job = f"{array_job}_{index}" if array_job and index else os.environ.get("SLURM_JOB_ID")
     if not job:
-        return {}
-    tags = {schema.SLURM_JOB_ID_TAG: job, schema.SLURM_RESTARTS_TAG: os.environ.get("SLURM_RESTART_COUNT") or "0"}
-    return tags | ({schema.SLURM_ARRAY_INDEX_TAG: index} if index else {})
+        return JobRun()
+    return JobRun(slurm_job_id=job, slurm_restarts=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+                  slurm_array_index=index or None)
 
 
-def _replicate_tags(p: JobPlan, sweep_dir: str | None) -> dict[str, str]:
+def _replicate_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
     """What the verdict groups and pairs a sweep job by (sweeplab.study.replicates): its configuration (the swept values,
     the same in every replicate), seed, host, and the replicate, round, configuration index and concurrency the
     sweeplab sweeper set in this job's environment. None outside a sweep."""
     if sweep_dir is None:
-        return {}
-    tags = {schema.CONFIG_TAG: naming.config_key(), schema.SEED_TAG: str(p.container.get("seed", 0)),
-            schema.HOST_TAG: platform.node()}
-    placed = {schema.REPLICATE_TAG: channels.REPLICATE_ENV, schema.ROUND_TAG: channels.ROUND_ENV,
-              schema.CONFIG_INDEX_TAG: channels.CONFIG_INDEX_ENV, schema.CONCURRENT_JOBS_TAG: channels.CONCURRENT_JOBS_ENV}
-    tags |= {tag: os.environ[name] for tag, name in placed.items() if os.environ.get(name)}
-    if gpus := distributed.job_gpus(p.backend):  # the GPU(s) it ran on (joblib_gpus: rotated per round)
-        tags[schema.GPU_TAG] = ",".join(gpus)
-    return tags
+        return JobRun()
+
+    def placed(variable: str) -> str | None:  # set by the sweeplab sweeper in this job's environment
+        return os.environ.get(variable) or None
+
+    gpus = distributed.job_gpus(p.backend)  # the GPU(s) it ran on (joblib_gpus: rotated per round)
+    return JobRun(config=naming.config_key(), seed=p.container.get(JOB.seed, 0),  # the config key the tag records
+                  host=platform.node(),
+                  replicate=placed(channels.REPLICATE_ENV), round=placed(channels.ROUND_ENV),
+                  config_index=placed(channels.CONFIG_INDEX_ENV), concurrent_jobs=placed(channels.CONCURRENT_JOBS_ENV),
+                  gpu=",".join(gpus) if gpus else None)
 
 
-def _preset_tags() -> dict[str, str]:
+def _preset_record() -> JobRun:
     """The presets a run was composed with (debug=smoke, sweep=..., experiment=...): smoke runs are findable."""
     try:
         choices = HydraConfig.get().runtime.choices
     except ValueError:  # not under Hydra
-        return {}
+        return JobRun()
     groups = ("debug", "sweep", "experiment", "hparams_search")
-    return {f"preset.{g}": str(choices[g]) for g in groups if choices.get(g) not in (None, "null")}
+    return JobRun(presets={g: str(choices[g]) for g in groups if choices.get(g) not in (None, "null")} or None)
 
 
 def share_compile_cache(sweep_dir: str | None, scope: str = "study") -> None:
@@ -203,7 +208,7 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
     else:
         run = resume.find_run(uri, target.run_id)
         recorded = str(target.run_folder) if target.run_folder is not None else None
-        unchanged = run is not None and run.status != "FINISHED" and run.tags.get(schema.OUTPUT_DIR_TAG) == recorded
+        unchanged = run is not None and run.status != "FINISHED" and run.tags.get(JOB.output_dir) == recorded
     if not unchanged:
         raise UserError(f"resume: run {target.run_id} was finished or taken over by another process meanwhile; "
                         "nothing to resume (run the command again: a finished run is extended into a new run)")
@@ -211,18 +216,13 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
     p = job.plan
-    tags = run_tags(p, sweep_dir)  # the device's name (on CUDA: its initialisation) and the git commit, before MLflow's
-    wall.mark("run_tags")
+    record = run_record(p, sweep_dir)  # the device's name (on CUDA: its initialisation) and the git commit, before
+    wall.mark("run_tags")  # MLflow's
+    record = merged(record, JobRun(name=naming.run_name(p, cfg), parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+                                   config_params=job_params(p)))
     with wall.clock().within("mlflow"):
-        job.run = mlflow_store.JobRun(
-            uri,
-            p.logger.experiment_name,
-            naming.run_name(p, cfg),
-            tags=tags,
-            params=job_params(p),
-            parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-            run_id=target.run_id if target is not None else None,
-        )
+        job.run = mlflow_store.JobRun(uri, p.logger.experiment_name, record,
+                                      run_id=target.run_id if target is not None else None)
     with job.run:
         continued = target is not None and target.run_id is not None
         _tag_new_run(job, target, continued)
@@ -253,9 +253,7 @@ def _record_wall_breakdown(job: Job) -> None:
     clock = wall.clock()
     split = clock.setup_split()
     totals = clock.totals()
-    job.run.log_metrics({**{WALL_BREAKDOWN_METRIC.format(part=part): seconds for part, seconds in totals.items()},
-                         **{SETUP_SPLIT_METRIC.format(segment=label): seconds for label, seconds in split.items()}},
-                        step=0)
+    job.run.write(JobRun(wall_breakdown=totals or None, setup_split=split or None), step=0)
 
 
 def _fit(job: Job) -> FitResult:
@@ -272,21 +270,19 @@ def _tag_new_run(job: Job, target: resume.ResumePoint | None, continued: bool) -
     """The config hash, description and config.yaml of a new (or changed) run; where a resumed run came from."""
     p, run = job.plan, job.run
     if not continued or target.changes:
-        run.set_tag(resume.CONFIG_HASH_TAG, resume.config_hash(p.container))
-        run.set_tag(resume.RESUMABLE_HASH_TAG, resume.resumable_hash(p.container, p.may_change_on_resume))
-        if (description := naming.run_description()) is not None:
-            run.set_tag("mlflow.note.content", description)
+        run.write(JobRun(config_hash=resume.config_hash(p.container),
+                         resumable_hash=resume.resumable_hash(p.container, p.may_change_on_resume),
+                         description=naming.run_description()))
         run.log_text(OmegaConf.to_yaml(p.container), "config.yaml")
-    run.set_tag(schema.OUTPUT_DIR_TAG, str(job.output_dir))
+    record = JobRun(output_dir=str(job.output_dir))
     if continued:  # a job SLURM ran again into its own run: where it runs now
-        for key, value in scheduler_tags().items():
-            run.set_tag(key, value)
+        record = merged(record, scheduler_record())
     if target is not None:
-        run.set_tag("resumed_from", str(target.checkpoint))
-        if target.extends:
-            run.set_tag(resume.EXTENDS_TAG, target.extends)
-        for key, (old, new) in target.changes.items():
-            run.set_tag(f"{resume.CHANGED_TAG_PREFIX}{key}", f"{old} -> {new} (from step {target.step})")
+        record = merged(record, JobRun(
+            resumed_from=str(target.checkpoint), extends=target.extends or None,
+            changed_on_resume={key: f"{old} -> {new} (from step {target.step})"
+                               for key, (old, new) in target.changes.items()} or None))
+    run.write(record)
 
 
 def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, tracked: bool) -> resume.ResumePoint | None:
@@ -323,7 +319,7 @@ def _resume_target(p: JobPlan, cfg: DictConfig, uri: str, own_output_dir: Path, 
     # the model as this job would build it: the data's values (vocabulary, teacher width) filled in, not the defaults
     resume.check_model(checkpoint, ckpt, p.family.name, resolve_model(p), may_differ)
     if step > p.trainer.max_steps:
-        raise ConfigError("trainer.max_steps", f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")
+        raise ConfigError(JOB.max_steps, f"{p.trainer.max_steps} is below the step of checkpoint {ckpt} ({step})")
     point = resume.ResumePoint(ckpt, step, run_id, output_dir, {}, run_folder=output_dir if setting is True else None)
     if setting is not True and tracked:
         point = _run_of_checkpoint(point, checkpoint, p, uri, may_differ)
@@ -361,10 +357,10 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
                     ckpt, run_id or "none recorded", uri)
         return point
     changes = _param_changes(run, p, may_differ, ckpt)
-    recorded = run.tags.get(schema.OUTPUT_DIR_TAG)
+    recorded = run.tags.get(JOB.output_dir)
     if run.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)
-    finished_at = run.params.get("trainer.max_steps", "0")
+    finished_at = run.params.get(JOB.max_steps, "0")
     if not p.trainer.max_steps > int(finished_at):
         raise UserError(
             f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "
@@ -375,7 +371,7 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
                         f"which needs a folder of its own; {point.output_dir} is the finished run's (set another "
                         "hydra.run.dir)")
     log.info("resume: run %s is FINISHED and stays as it is; training it to step %d goes into a new run (tag %s=%s)",
-             run_id, p.trainer.max_steps, resume.EXTENDS_TAG, run_id)
+             run_id, p.trainer.max_steps, JOB.extends, run_id)
     return dataclasses.replace(point, extends=run_id)
 
 
@@ -389,14 +385,9 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
     try:
         uri = mlflow_store.resolve_uri(logger.get("tracking_uri"))
         _, sweep_dir = _hydra_runtime()
-        family = (cfg.get("model") or {}).get("family", "?")
-        mlflow_store.JobRun(
-            uri,
-            logger.get("experiment_name", "sweeplab"),
-            naming.failed_job_name(str(family)),
-            tags={schema.FAMILY_TAG: str(family), schema.SWEEP_ID_TAG: naming.sweep_id(sweep_dir)},
-            params={},
-            parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
-        ).fail(exc)
+        family = str(OmegaConf.select(cfg, "model." + JOB.family, default="?"))
+        record = JobRun(name=naming.failed_job_name(family), family=family, sweep_id=naming.sweep_id(sweep_dir),
+                        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir))
+        mlflow_store.JobRun(uri, logger.get("experiment_name", "sweeplab"), record).fail(exc)
     except Exception as again:
         log.warning("could not record the failed job in MLflow: %s", again)

@@ -76,8 +76,8 @@ def check_conflicts(given: set[str], options: ExportOptions, container: dict) ->
 def latest_best_offer(uri: str | None) -> str:
     """`; the latest sweep's best run: make export ARGS="run_id=..." (its name)`: the sweep's best job (its
     `best_run_id`), or the best job of the configuration its verdict names fastest; "" when there is none."""
-    from sweeplab.core import schema
-    from sweeplab.tracking import mlflow_store
+    from sweeplab.core.records import JOB, SweepRun
+    from sweeplab.tracking import mlflow_store, runs
 
     try:
         uri = mlflow_store.resolve_uri(uri)
@@ -85,14 +85,13 @@ def latest_best_offer(uri: str | None) -> str:
         parent_id = mlflow_store.latest_sweep(uri)
         if parent_id is None:
             return ""
-        tags = mlflow_store.read_run(uri, parent_id).tags
-        best, mode = tags.get("best_run_id"), tags.get(schema.OBJECTIVE_MODE_TAG, "max")
-        if not best and tags.get("best_verdict") == "fastest":
-            jobs = [mlflow_store.record_of(r) for r in mlflow_store.sweep_jobs(uri, parent_id)]
-            scored = [j for j in jobs if j.tags.get(schema.CONFIG_TAG) == tags.get("best_config")
-                      and j.status == "FINISHED" and schema.OBJECTIVE in j.metrics]
+        sweep = SweepRun.from_run(mlflow_store.read_run(uri, parent_id))
+        best, mode = sweep.best_run_id, sweep.objective_mode or "max"
+        if not best and sweep.best_verdict == "fastest":
+            scored = [j for j in runs.job_runs(uri, parent_id) if j.tags.get(JOB.config) == sweep.best_config
+                      and j.status == "FINISHED" and JOB.objective in j.metrics]
             pick = max if mode == "max" else min
-            best = pick(scored, key=lambda j: j.metrics[schema.OBJECTIVE]).run_id if scored else None
+            best = pick(scored, key=lambda j: j.metrics[JOB.objective]).run_id if scored else None
         if not best:
             return ""
         name = mlflow_store.read_run(uri, best).name

@@ -28,6 +28,7 @@ import torch
 
 from sweeplab.core import interrupts
 from sweeplab.core.errors import UserError, environment_error
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
 from sweeplab.export.ane import to_ane_layout
@@ -35,7 +36,7 @@ from sweeplab.export.convert import convert, describe, nonfinite_constants
 from sweeplab.export.options import SUFFIXES, ExportOptions, options_from_config
 from sweeplab.export.reference import load_program
 from sweeplab.families import ExportSpec, get_family, resolve
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dic
     # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
     mlflow_store.open_existing_store(uri)
     run = mlflow_store.read_run(uri, run_id, "run_id")
-    checkpoint = run.tags.get("checkpoint")
+    checkpoint = run.tags.get(JOB.checkpoint)
     if not checkpoint:
         raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")
     return checkpoint, _val_metrics(run.metrics), uri
@@ -485,24 +486,23 @@ def _publish(staging: Path, staged: Path, target: Path, *reports: tuple[Path, Pa
 
 def _log_to_mlflow(run_id: str, tracking_uri: str | None, package: Path, json_path: Path, md_path: Path, report: dict) -> None:
     try:
-        client = mlflow_store.client(mlflow_store.resolve_uri(tracking_uri))
+        uri = mlflow_store.resolve_uri(tracking_uri)
         artifact_dir = report.get("format", ARTIFACT_DIR)
-        client.log_artifacts(run_id, str(package), f"{artifact_dir}/{package.name}")
-        client.log_artifact(run_id, str(json_path), artifact_dir)
-        client.log_artifact(run_id, str(md_path), artifact_dir)
+        runs.log_artifacts(uri, run_id, [package, json_path, md_path], artifact_dir)
         verification = report["verification"]
         reference = verification["reference"] if "reference" in verification else verification["runtime"]  # Core AI's
-        metrics = {f"export/{report['variant']}/package_mb": report["weights"]["package_bytes"] / 1e6}
+        figures = {"package_mb": report["weights"]["package_bytes"] / 1e6}
         if "skipped" not in reference:
-            metrics[f"export/{report['variant']}/rel_err"] = reference["rel_err"]
-            metrics[f"export/{report['variant']}/max_abs_err"] = reference["max_abs_err"]
+            figures |= {"rel_err": reference["rel_err"], "max_abs_err": reference["max_abs_err"]}
+        verdict = None
         if "skipped" not in report.get("readiness", {"skipped": ""}):
-            client.log_dict(run_id, report["readiness"], f"{ARTIFACT_DIR}/{package.name.removesuffix(PACKAGE_SUFFIX)}.readiness.json")
-            for key, value in readiness.metrics(report["readiness"]).items():
-                metrics[f"export/{report['variant']}/{key}"] = value
-            client.set_tag(run_id, f"export/{report['variant']}/ane_verdict", report["readiness"]["verdict"][:5000])
-        for key, value in metrics.items():
-            client.log_metric(run_id, key, float(value))
+            runs.log_dict(uri, run_id, report["readiness"],
+                          f"{ARTIFACT_DIR}/{package.name.removesuffix(PACKAGE_SUFFIX)}.readiness.json")
+            figures |= readiness.metrics(report["readiness"])
+            verdict = report["readiness"]["verdict"][:5000]
+        variant = report["variant"]
+        mlflow_store.write(uri, run_id, JobRun(export_figures={(variant, k): v for k, v in figures.items()},
+                                               export_verdicts={variant: verdict} if verdict is not None else None))
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"exported {package}, but logging it to MLflow run {run_id} failed: {first[:200]}") from None

@@ -22,14 +22,15 @@ with exit_on_interrupt("report"):  # before the imports: Ctrl-C in their first s
     from collections.abc import Mapping
     from pathlib import Path
 
-    from sweeplab.core import channels, cli, schema
+    from sweeplab.core import channels, cli
     from sweeplab.core.console import quiet_libraries
     from sweeplab.core.errors import UserError, report_user_error
     from sweeplab.core.files import check_folder_path
+    from sweeplab.core.records import SWEEP
     from sweeplab.report.tables import report_of, still_running, write_report
     from sweeplab.study.record import VerdictOptions
     from sweeplab.study.sweep import read_experiment, read_sweep
-    from sweeplab.tracking import mlflow_store
+    from sweeplab.tracking import mlflow_store, runs
 
 log = logging.getLogger("sweeplab.report.tables")  # the logger these lines always had
 
@@ -111,16 +112,15 @@ def _report(args: argparse.Namespace) -> int:
             return 2
         mlflow_store.get_run(uri, parent, "--sweep")  # an unknown run id: one line naming the flag
         sweep = read_sweep(uri, parent)
-        sweep_dir = sweep.parent.tags.get(schema.SWEEP_DIR_TAG)
+        sweep_dir = sweep.parent.tags.get(SWEEP.sweep_dir)
         options = asked_of_the_sweep(args, sweep.parent.tags)
         sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")
         report = report_of(sweep, out, args.baseline, options, still_running(sweep))
-        client = mlflow_store.client(uri)
         for path in report.files:  # the plots and tables travel with the sweep's parent run too
             try:
-                client.log_artifact(parent, str(path), "report")
+                runs.log_artifacts(uri, parent, [path], "report")
             except Exception as exc:
                 log.warning("could not log %s to run %s: %s", path, parent, exc)
     print(report.markdown)

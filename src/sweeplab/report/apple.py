@@ -9,23 +9,24 @@ exported run under it (`ane_lines`). docs/export.md explains each figure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from sweeplab.core.records import JobRun
 from sweeplab.study.sweep import JobRecord
 
 COLUMN = "ANE readiness"
-_METRIC = re.compile(r"^export/(?P<variant>[^/]+)/(?P<name>ane_\w+|fp16_\w+)$")
+READINESS = ("ane_", "fp16_")  # the readiness report's figures among an export's (export/readiness.metrics)
 
 
 def readiness_figures(job: JobRecord) -> dict[str, dict[str, float | str]]:
     """{variant: {figure: value, "verdict": line}} of a job's exports; empty for a job that exported nothing."""
+    record = JobRun.from_run(job)
     found: dict[str, dict[str, float | str]] = {}
-    for key, value in job.metrics.items():
-        if match := _METRIC.match(key):
-            found.setdefault(match["variant"], {})[match["name"]] = value
+    for (variant, name), value in (record.export_figures or {}).items():
+        if name.startswith(READINESS) and "/" not in name:
+            found.setdefault(variant, {})[name] = value
     for variant, figures in found.items():
-        if verdict := job.tags.get(f"export/{variant}/ane_verdict"):
+        if verdict := (record.export_verdicts or {}).get(variant):
             figures["verdict"] = verdict
     return found
 

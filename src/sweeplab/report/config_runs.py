@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 import re
 import statistics
-import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from sweeplab.core import schema, stability
+from sweeplab.core import stability
+from sweeplab.core.records import CONFIGURATION, CONFIGURATION_ROLE, SWEEP, ConfigurationRun, SweepRun, key_of, merged
 from sweeplab.report import saved_view
 from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
@@ -39,26 +39,15 @@ from sweeplab.study.verdict import (
     not_measured,
     shown_in_the_view,
 )
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking import mlflow_store, naming, runs
 from sweeplab.tracking.mlflow_store import RunRecord
 
-NOTE_TAG = "mlflow.note.content"  # the UI's "Description" of a run (Markdown)
-JOB_IDS_TAG = "job_run_ids"
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag's value
-STABILITY_TAG = "stability"
 
 
 def configuration_runs(uri: str, parent_run_id: str) -> list[RunRecord]:
     """The configuration runs under a sweep's parent run (active ones), in the order they were written."""
-    store = mlflow_store.client(uri)
-    parent = store.get_run(parent_run_id)
-    return [mlflow_store.record_of(r) for r in store.search_runs(
-        [parent.info.experiment_id],
-        filter_string=(f"tags.mlflow.parentRunId = '{parent_run_id}' and "
-                       f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'"),
-        max_results=10000,
-        order_by=["attributes.start_time ASC"],
-    )]
+    return runs.configuration_runs(uri, parent_run_id)
 
 
 def metric_key(metric_name: str) -> str:
@@ -66,15 +55,22 @@ def metric_key(metric_name: str) -> str:
     return metric_name.replace("/", "_")
 
 
-def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[str, float]:
-    """The configuration's figures as MLflow metrics: `<name>` (median, ratio or difference), `<name>_low` and
-    `<name>_high` (its interval); infinite and NaN values left out."""
+def configuration_figures(config: ConfigSummary, summary: SweepSummary) -> ConfigurationRun:
+    """The configuration's figures as its run's metrics: jobs, reached_target, the target, and per figure `<name>`
+    (median, ratio or difference), `<name>_low` and `<name>_high` (its interval); infinite and NaN values left out."""
     figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config) for f in FIGURES}
-    metrics = {"jobs": float(config.jobs), "reached_target": float(config.reached_target), "target": summary.target}
+    bounds: dict[str, float] = {}
     for name, estimate in figures.items():
         if estimate is not None:
-            metrics.update(_bounds(name, estimate))
-    return {name: float(value) for name, value in metrics.items() if math.isfinite(value)}
+            bounds.update(_bounds(name, estimate))
+    return ConfigurationRun(jobs=config.jobs, reached_target=config.reached_target,
+                            target=summary.target if math.isfinite(summary.target) else None,
+                            figures={name: value for name, value in bounds.items() if math.isfinite(value)})
+
+
+def configuration_metrics(config: ConfigSummary, summary: SweepSummary) -> dict[str, float]:
+    """configuration_figures as MLflow's metric names and values."""
+    return configuration_figures(config, summary).to_mlflow().metrics
 
 
 def _bounds(name: str, estimate: Estimate) -> dict[str, float]:
@@ -131,8 +127,8 @@ def verdict_description(lines: Sequence[str], command: str | None) -> str:
     per-configuration rows are, and the command that launched the sweep."""
     text = [f"**{lines[0]}**" if lines else "**no verdict**", ""]
     text += [f"- {line.strip()}" for line in lines[1:]]
-    text += ["", f"Per configuration: the runs under this one tagged `{mlflow_store.ROLE_TAG} = "
-                 f"{mlflow_store.CONFIGURATION_ROLE}` (medians with 95 % intervals as metrics); the report: "
+    text += ["", f"Per configuration: the runs under this one tagged `{CONFIGURATION.role} = "
+                 f"{CONFIGURATION_ROLE}` (medians with 95 % intervals as metrics); the report: "
                  "artifacts `report/`."]
     if command:
         text += ["", f"Launched with: `{command}`"]
@@ -145,17 +141,16 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     of `summary` (none with one replicate or no summary); returns the new runs' ids."""
     uri, parent = sweep.uri, sweep.parent
     parent_run_id = parent.run_id
-    client = mlflow_store.client(uri)
-    overrides = parent.tags.get(schema.SWEEP_OVERRIDES_TAG)
+    overrides = parent.tags.get(SWEEP.sweep_overrides)
     command = naming.sweep_description(naming.recorded_overrides(overrides)) if overrides is not None else None
-    client.set_tag(parent_run_id, NOTE_TAG, verdict_description(lines, command))
+    mlflow_store.write(uri, parent_run_id, SweepRun(description=verdict_description(lines, command)))
     for run in configuration_runs(uri, parent_run_id):
-        client.delete_run(run.run_id)
+        runs.delete(uri, run.run_id)
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
     names = naming.configuration_run_names([c.config for c in summary.configs], family_labels)
     caveat = caveats.short_text(caveats.study_caveats(sweep.jobs, summary))
-    client.set_tag(parent_run_id, caveats.CAVEATS_TAG, caveat)
+    mlflow_store.write(uri, parent_run_id, SweepRun(caveats=caveat))
     runs_by_config: dict[str, list[JobRecord]] = {}
     for job in sweep.jobs:
         runs_by_config.setdefault(job.config or "", []).append(job)
@@ -165,7 +160,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     places = {name: place for place, name in enumerate(sorted(names.values(), key=natural_key))}
     curve_end = max((seconds for js in jobs_by_config.values() for _, seconds, _ in median_curve(js)), default=0.0)
     ids = [
-        _create_configuration_run(client, parent, config, summary, names[config.config],
+        _create_configuration_run(uri, parent, config, summary, names[config.config],
                                   runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []),
                                   places[names[config.config]], caveat, curve_end)
         for config in summary.configs
@@ -178,24 +173,23 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     """Save the sweep's comparison as a view of its experiment's runs table (sweeplab.report.saved_view), from its
     configuration runs; its id. None under an MLflow whose UI sweeplab has not checked (the address is then a filter
     and a sort) or for a sweep without configuration runs."""
-    runs = configuration_runs(uri, parent_run_id)
-    if not saved_view.view_supported() or not runs:
+    found = configuration_runs(uri, parent_run_id)
+    if not saved_view.view_supported() or not found:
         return None
-    client = mlflow_store.client(uri)
     parent = mlflow_store.read_run(uri, parent_run_id)
-    monitored = runs[0].tags.get(schema.OBJECTIVE_TAG, "")
+    first = ConfigurationRun.from_run(found[0])
+    monitored = first.objective_metric or ""
     final = f"final_{metric_key(monitored)}"
-    texts = [name for name in figure_tag_names(monitored) if name in runs[0].tags]  # the answer first
-    target = runs[0].tags.get(saved_view.TARGET_TAG) or _target_text(
-        monitored, runs[0].tags.get(schema.OBJECTIVE_MODE_TAG, "max"), runs[0].metrics.get("target", math.nan))
+    texts = [name for name in figure_tag_names(monitored) if name in found[0].tags]  # the answer first
+    target = first.target_text or _target_text(
+        monitored, first.objective_mode or "max", first.target if first.target is not None else math.nan)
     state = saved_view.comparison_state(
-        list(naming.config_values(runs[0].tags.get(schema.CONFIG_TAG, ""))), texts, final, monitored,
-        f"tags.mlflow.parentRunId = '{parent_run_id}' and "
-        f"tags.`{mlflow_store.ROLE_TAG}` = '{mlflow_store.CONFIGURATION_ROLE}'",
-        target, sorted({key for run in runs for key in run.metrics}),
+        list(naming.config_values(first.config or "")), texts, final, monitored,
+        mlflow_store.children_filter(parent_run_id, CONFIGURATION_ROLE),
+        target, sorted({key for run in found for key in run.metrics}),
     )
-    name = saved_view.view_name(parent.tags.get(schema.SWEEP_ID_TAG) or parent_run_id[:8], target)
-    return saved_view.write_comparison_view(client, parent.experiment_id, parent_run_id, name, state)
+    name = saved_view.view_name(parent.tags.get(SWEEP.sweep_id) or parent_run_id[:8], target)
+    return saved_view.write_comparison_view(uri, parent.experiment_id, parent_run_id, name, state)
 
 
 def natural_key(label: str) -> list:
@@ -204,57 +198,52 @@ def natural_key(label: str) -> list:
     return [(0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts)]
 
 
-def _create_configuration_run(client, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
+def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
                               job_runs: list[JobRecord], jobs: list[Job], place: int = 0, caveat: str = "",
                               curve_end: float = 0.0) -> str:
-    from mlflow.entities import Metric
-
     group, standing = verdict_standing(config.config, summary.verdict)
     ids = ",".join(j.run_id for j in job_runs)
-    tags = {
-        "mlflow.parentRunId": parent.run_id,
-        mlflow_store.ROLE_TAG: mlflow_store.CONFIGURATION_ROLE,
-        "config": config.config,
-        "quality": config.quality,
-        "baseline": str(config.config == summary.baseline).lower(),
-        JOB_IDS_TAG: ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
-        "objective": summary.metric_name,
-        schema.OBJECTIVE_MODE_TAG: summary.mode,
-        NOTE_TAG: (f"Configuration `{name}` ({config.config}): {config.jobs} jobs, {config.reached_target} reached "
-                   f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians with "
-                   "95 % intervals over its replicates; speedups and quality_delta paired with the baseline's jobs, "
-                   f"simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
-    }
-    tags[saved_view.VERDICT_TAG] = standing
-    tags[saved_view.TARGET_TAG] = _target_text(summary.metric_name, summary.mode, summary.target)
-    # the view's sort (MLflow sorts text): verdict group, then the label's place in natural order, then the label
-    tags[saved_view.ORDER_TAG] = f"{group} {place:04d} {name}"
-    tags[caveats.CAVEAT_TAG] = caveat or "none"
-    tags.update(figure_tags(config, summary))
-    if text := stability_text(job_runs):
-        tags[STABILITY_TAG] = text
-    for key in (schema.SWEEP_ID_TAG, schema.SWEEP_DIR_TAG):
-        if key in parent.tags:
-            tags[key] = parent.tags[key]
+    record = merged(configuration_figures(config, summary), ConfigurationRun(
+        role=CONFIGURATION_ROLE,
+        name=name,
+        parent_run_id=parent.run_id,
+        config=config.config,
+        quality=config.quality,
+        baseline=config.config == summary.baseline,
+        job_run_ids=ids if len(ids) <= MAX_TAG_CHARS else ids[: MAX_TAG_CHARS - 40].rsplit(",", 1)[0] + ",...",
+        objective_metric=summary.metric_name,
+        objective_mode=summary.mode,
+        description=(f"Configuration `{name}` ({config.config}): {config.jobs} jobs, {config.reached_target} reached "
+                     f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians "
+                     "with 95 % intervals over its replicates; speedups and quality_delta paired with the baseline's "
+                     f"jobs, simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
+        verdict=standing,
+        target_text=_target_text(summary.metric_name, summary.mode, summary.target),
+        # the view's sort (MLflow sorts text): verdict group, then the label's place in natural order, then the label
+        verdict_order=f"{group} {place:04d} {name}",
+        caveat=caveat or "none",
+        figure_texts=figure_tags(config, summary),
+        stability=stability_text(job_runs) or None,
+        sweep_id=parent.tags.get(SWEEP.sweep_id),
+        sweep_dir=parent.tags.get(SWEEP.sweep_dir),
+        swept_values=naming.config_values(config.config),
+    ))
     start_ms, end_ms = run_span(job_runs)
-    run = client.create_run(parent.experiment_id, start_time=start_ms, run_name=name, tags=tags)
-    now = int(time.time() * 1000)
-    mlflow_store.log_params(client, run.info.run_id, naming.config_values(config.config))
-    metrics = [Metric(k, v, now, 0) for k, v in configuration_metrics(config, summary).items()]
-    curve_value = saved_view.CURVE_PREFIX + summary.metric_name
+    run_id = runs.create(uri, parent.experiment_id, record, start_ms=start_ms)
+    curve_value = key_of(CONFIGURATION.curve, summary.metric_name)
     curve = median_curve(jobs)
+    points = []
     for step, seconds, value in curve:
-        metrics += [Metric(saved_view.CURVE_TIME, seconds, now, step), Metric(curve_value, value, now, step)]
+        points += [(CONFIGURATION.curve_seconds, step, seconds), (curve_value, step, value)]
     if config.config == summary.baseline and curve:  # one target line in the chart: the baseline's run draws it,
         end = max(curve_end, curve[-1][1])  # as far as the longest curve goes (a point past its own curve's end)
-        metrics += [Metric(saved_view.CURVE_TARGET, summary.target, now, step) for step, _, _ in curve]
+        points += [(CONFIGURATION.curve_target, step, summary.target) for step, _, _ in curve]
         if end > curve[-1][1]:
-            metrics += [Metric(saved_view.CURVE_TIME, end, now, len(curve)),
-                        Metric(saved_view.CURVE_TARGET, summary.target, now, len(curve))]
-    for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
-        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
-    client.set_terminated(run.info.run_id, "FINISHED", end_time=end_ms)
-    return run.info.run_id
+            points += [(CONFIGURATION.curve_seconds, len(curve), end),
+                       (CONFIGURATION.curve_target, len(curve), summary.target)]
+    runs.log_history(uri, run_id, points)
+    runs.end(uri, run_id, "FINISHED", end_ms=end_ms)
+    return run_id
 
 
 def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:

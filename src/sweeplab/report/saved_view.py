@@ -33,29 +33,26 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from sweeplab.core.records import CONFIGURATION, key_of
 from sweeplab.study.verdict import shown_in_the_view
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs
 
 PINNED_MLFLOW = "3.17"  # major.minor of the MLflow whose UI reads this state (pyproject pins mlflow==3.17.x)
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 SHARE_KEY_PARAM = "viewStateShareKey"
 MODE_PARAM = "compareRunsMode"  # TABLE (the default) or CHART
 DEFLATE_PREFIX = "deflate;"
-# the validation curve of a configuration run: the median over its replicates at shared training times
-# MLflow 3.17 titles a chart of several series `<key> vs <key>`, and names the x axis by its key: keys that read as
-# words ("median val/cos vs the target", x "training seconds"); MLflow's names allow letters, digits, / . - _ : space
-CURVE_PREFIX = "median "
-CURVE_TIME = "training seconds"
-CURVE_TARGET = "the target"  # the baseline's run only: one target line, from its first validation to the last time
+# the validation curve of a configuration run (records.ConfigurationRun's curve, curve_seconds, curve_target): the
+# median over its replicates at shared training times. MLflow 3.17 titles a chart of several series `<key> vs
+# <key>`, and names the x axis by its key: keys that read as words ("median val/cos vs the target", x "training
+# seconds"); MLflow's names allow letters, digits, / . - _ : space. The target's line is the baseline's run's only:
+# one line, from its first validation to the last time
 # MLflow 3.17's legend lists every selected key for every run with a metric history (getLineChartLegendData: no
 # check that the run logs that key), so each other configuration shows an empty `<label> (the target)` entry; the
 # saved state has no field that drops it (its line style hook, getCustomLineStyle, is a React context, not state),
 # and a target logged by every run would draw one target line per configuration again
-# tags of a configuration run (sweeplab.report.config_runs): its verdict in words, the target it was timed to, the
-# key the view sorts by (verdict group, then label: a tie is never shown as a ranking), its stability and quality
-VERDICT_TAG, TARGET_TAG, ORDER_TAG = "verdict", "target", "sweeplab.verdict_order"
-CAVEAT_TAG = "caveat"  # sweeplab.study.caveats.CAVEAT_TAG: the study's caveats in a few words, the rows' group
-AFTER_FIGURES = ("stability", "quality")
+# tags of a configuration run (records.ConfigurationRun) the view shows after the figures: its stability and quality
+AFTER_FIGURES = (CONFIGURATION.stability, CONFIGURATION.quality)
 # the table's own columns: the run's name (the configuration's short label) and its creation time, both pinned
 # left by the UI. Created cannot be hidden by a view (3.17's table hides only its User, Source, Version, Models,
 # Dataset and Description columns, params, metrics and tags), so the view narrows it to its status icon; Duration
@@ -70,9 +67,7 @@ CHART_COLUMNS, CHART_HEIGHT = 1, 420  # at 1280x800 its legend inside the first 
 def view_supported(version: str | None = None) -> bool:
     """True under the MLflow whose UI this module's state format was checked against."""
     if version is None:
-        import mlflow
-
-        version = mlflow.__version__
+        version = runs.mlflow_version()
     return ".".join(version.split(".")[:2]) == PINNED_MLFLOW
 
 
@@ -137,12 +132,12 @@ def chart_state(final_metric: str, monitored: str, target_text: str = "",
     in report.html and the runs table. MLflow also adds a chart for every metric the runs log that no chart names
     (bars of medians without intervals): each of `metric_keys` gets a deleted card, so none is added."""
     section = _uuid("section:comparison")
-    curve = f"{CURVE_PREFIX}{monitored}"
+    curve = key_of(CONFIGURATION.curve, monitored)
     charts = [_chart("LINE", section, curve,
                      displayName=f"{monitored} (median over replicates) against training time (s), "
                                  f"target {target_text}",
-                     selectedMetricKeys=[curve, CURVE_TARGET],
-                     xAxisKey="metric", selectedXAxisMetricKey=CURVE_TIME, useGlobalXaxisKey=False,
+                     selectedMetricKeys=[curve, CONFIGURATION.curve_target],
+                     xAxisKey="metric", selectedXAxisMetricKey=CONFIGURATION.curve_seconds, useGlobalXaxisKey=False,
                      lineSmoothness=0, scaleType="linear", xAxisScaleType="linear", yAxisKey="metric",
                      yAxisExpressions=[], range={}, ignoreOutliers=False, useGlobalLineSmoothing=False,
                      displayPoints=True)]
@@ -171,7 +166,7 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     the swept keys, then the figures' metrics with their bounds (numbers that sort); MLflow's Created narrowed,
     Duration last, every other column hidden."""
     first, *rest = text_columns
-    tags = [first, VERDICT_TAG, TARGET_TAG, CAVEAT_TAG, *rest, *AFTER_FIGURES]
+    tags = [first, CONFIGURATION.verdict, CONFIGURATION.target_text, CONFIGURATION.caveat, *rest, *AFTER_FIGURES]
     columns = [column("tags", name) for name in tags]
     columns += [column("params", key) for key in swept_keys]
     columns += [column("metrics", m) for name in compared_metrics(monitored) for m in with_bounds(name)]
@@ -179,12 +174,13 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     # wide enough for `1.04 (not measured, n = 2)`, `tied for fastest`, `val/cos ≥ 0.5364` and the caveat (`not an
     # answer: 2 replicates, smoke; loaded host (8/8)`); with the label and Created they take 1017 of the 1028 px a
     # 1280 px window leaves beside MLflow's sidebar (its Assistant panel closed: sweeplab.tracking.ui_server)
-    widths.update({column("tags", first): 185, column("tags", VERDICT_TAG): 120, column("tags", TARGET_TAG): 115,
-                   column("tags", CAVEAT_TAG): 360, column("tags", "stability"): 200, column("tags", "quality"): 90})
+    widths.update({column("tags", first): 185, column("tags", CONFIGURATION.verdict): 120,
+                   column("tags", CONFIGURATION.target_text): 115, column("tags", CONFIGURATION.caveat): 360,
+                   column("tags", CONFIGURATION.stability): 200, column("tags", CONFIGURATION.quality): 90})
     widths.update({column("params", key): 80 for key in swept_keys})
     return {
         "searchFilter": search_filter,
-        "orderByKey": column("tags", ORDER_TAG),
+        "orderByKey": column("tags", CONFIGURATION.verdict_order),
         "orderByAsc": True,
         "lifecycleFilter": "Active",
         "modelVersionFilter": "All Runs",
@@ -196,16 +192,16 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     }
 
 
-def write_comparison_view(client, experiment_id: str, parent_run_id: str, name: str, state: dict[str, Any]) -> str:
+def write_comparison_view(uri: str, experiment_id: str, parent_run_id: str, name: str, state: dict[str, Any]) -> str:
     """Set the sweep's saved view on its experiment (replacing an earlier one of the same sweep); its id."""
     key = view_id(parent_run_id)
-    client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + key, envelope(name, state, int(time.time() * 1000)))
+    runs.set_experiment_tag(uri, experiment_id, VIEW_TAG_PREFIX + key, envelope(name, state, int(time.time() * 1000)))
     return key
 
 
-def read_view(client, experiment_id: str, key: str) -> tuple[str, dict[str, Any]] | None:
+def read_view(uri: str, experiment_id: str, key: str) -> tuple[str, dict[str, Any]] | None:
     """(name, state) of a saved view, None when the experiment has none of that id."""
-    value = client.get_experiment(experiment_id).tags.get(VIEW_TAG_PREFIX + key)
+    value = runs.experiment_tag(uri, experiment_id, VIEW_TAG_PREFIX + key)
     if value is None:
         return None
     data = json.loads(value)

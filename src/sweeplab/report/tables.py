@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeplab.core import labels as config_labels
-from sweeplab.core import schema, stability
+from sweeplab.core import stability
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import run_lock_is_free, write_text_atomic
-from sweeplab.core.schema import SWEEP_PROCESS_START_METRIC, SWEEP_PROCESS_WALL_METRIC, SWEEP_UNCACHED_BYTECODE_TAG
+from sweeplab.core.records import CONFIGURATION, JOB, SWEEP
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -54,9 +54,10 @@ from sweeplab.tracking import naming
 log = logging.getLogger(__name__)
 
 # Params every table shows (when present), then the family's own, then whatever else varies between the jobs.
-BASE_PARAMS = ["data.batch_size"]
-IGNORED_VARYING = {"data.seed"}
-PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "speedup", "stability"]
+BASE_PARAMS = [JOB.batch_size]
+IGNORED_VARYING = {JOB.data_seed}
+# the stability column: its configuration run's tag of that name (config_runs) aggregates it
+PERF_COLUMNS = ["median step (s)", "samples/s", "spread", "tokens/s", "MFU", "speedup", CONFIGURATION.stability]
 STABILITY_NOTE = (
     "samples/s: samples per step / median step time. spread: (p90 - p10) / median of the run's window step times. "
     f"stability: ok, or why the row's speed is unreliable (spread over {stability.NOISY_SPREAD:.0%}, host load over "
@@ -104,7 +105,7 @@ def pick_baseline(sweep: Sweep, baseline: str | None) -> int | None:
     usable = [i for i, j in enumerate(sweep.jobs) if j.samples_per_sec]
     if baseline is not None:
         return sweep.jobs.index(sweep.baseline_job(baseline))
-    cpu = [i for i in usable if sweep.jobs[i].tags.get(schema.BACKEND_TAG) == "cpu"]
+    cpu = [i for i in usable if sweep.jobs[i].tags.get(JOB.backend) == "cpu"]
     return (cpu or usable or [None])[0]
 
 
@@ -134,7 +135,7 @@ def _follows_backend(key: str, jobs: tuple[JobRecord, ...] | list[JobRecord]) ->
         return False
     values: dict[str, set] = {}
     for job in jobs:
-        values.setdefault(job.tags.get(schema.BACKEND_TAG, ""), set()).add(job.params.get(key))
+        values.setdefault(job.tags.get(JOB.backend, ""), set()).add(job.params.get(key))
     return all(len(seen) == 1 for seen in values.values())
 
 
@@ -158,23 +159,23 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     ]
     param_keys += varying
     headers = _column_labels(param_keys, labels)
-    columns = ["run", "status", "backend", "device", *headers.values()]
-    columns += ["precision", "compile", *PERF_COLUMNS, "final metric"]
+    columns = ["run", "status", JOB.backend, JOB.device, *headers.values()]  # the tags' columns, named as the tags
+    columns += [JOB.precision, JOB.compile, *PERF_COLUMNS, "final metric"]
     base_index = pick_baseline(sweep, baseline)
     base_metrics = sweep.jobs[base_index].metrics if base_index is not None else {}
-    base_rate = base_metrics.get(schema.SAMPLES_PER_SEC)
+    base_rate = base_metrics.get(JOB.samples_per_sec)
     metric = sweep.metric  # the one metric the report judges, plots and tabulates: the jobs' own monitored metric
     rows, failed = [], 0
     for i, job in enumerate(sweep.jobs):
         m, tags = job.metrics, job.tags
         status = job.status
-        reason = tags.get(schema.SLURM_END_TAG) or tags.get(schema.ERROR_TAG, "")  # the scheduler's word first
+        reason = tags.get(JOB.slurm_end) or tags.get(JOB.error, "")  # the scheduler's word first
         if status == "FAILED":
             failed += 1
             status = f"FAILED: {reason[:60]}"
         elif status == "KILLED" and reason:  # stopped: by whom (a scheduler's cancel, a signal)
             status = f"KILLED: {reason[:60]}"
-        rate = m.get(schema.SAMPLES_PER_SEC)
+        rate = m.get(JOB.samples_per_sec)
         speedup = ""
         if rate and base_rate:
             speedup = f"{rate / base_rate:.2f}×"
@@ -182,33 +183,30 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
                 speedup += " (baseline)"
             elif stability.within_noise(rate, m, base_rate, base_metrics):
                 speedup = f"within noise ({speedup})"
-        spread = m.get(schema.STEP_TIME_SPREAD)
+        spread = m.get(JOB.step_time_spread)
         row = {
             "run": job.name,
             "status": status,
-            "backend": tags.get(schema.BACKEND_TAG, ""),
-            "device": tags.get(schema.DEVICE_TAG, ""),
-            "precision": tags.get(schema.PRECISION_TAG, ""),
-            "compile": tags.get(schema.COMPILE_TAG, ""),
-            "median step (s)": format_number(m.get(schema.STEP_TIME_MEDIAN)),
+            **{key: tags.get(key, "") for key in (JOB.backend, JOB.device, JOB.precision, JOB.compile)},
+            "median step (s)": format_number(m.get(JOB.step_time_median)),
             "samples/s": format_number(rate),
             "spread": f"{spread:.1%}" if spread is not None else "",
-            "tokens/s": format_number(m.get(schema.TOKENS_PER_SEC)),
-            "MFU": f"{m[schema.MFU]:.1%}" if schema.MFU in m else "",
+            "tokens/s": format_number(m.get(JOB.tokens_per_sec)),
+            "MFU": f"{m[JOB.mfu]:.1%}" if JOB.mfu in m else "",
             "speedup": speedup,
-            "stability": ("; ".join(stability.problems(m, tags)) or "ok") if stability.has_stability_data(m) else "",
+            CONFIGURATION.stability: ("; ".join(stability.problems(m, tags)) or "ok") if stability.has_stability_data(m) else "",
             "final metric": f"{metric} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
-            row[headers[k]] = job.batch_size if k == schema.BATCH_SIZE_PARAM else job.params.get(k, "")
+            row[headers[k]] = job.batch_size if k == JOB.batch_size else job.params.get(k, "")
         # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
         # ratio; the stability column says why it is not claimed)
         row[NUMBERS] = {
-            "median step (s)": m.get(schema.STEP_TIME_MEDIAN),
+            "median step (s)": m.get(JOB.step_time_median),
             "samples/s": rate,
             "spread": spread,
-            "tokens/s": m.get(schema.TOKENS_PER_SEC),
-            "MFU": m.get(schema.MFU),
+            "tokens/s": m.get(JOB.tokens_per_sec),
+            "MFU": m.get(JOB.mfu),
             "speedup": rate / base_rate if rate and base_rate else None,
             "final metric": m.get(metric),
         }
@@ -305,10 +303,10 @@ def throughput_points(sweep: Sweep) -> dict[str, list[tuple[int, float]]]:
         rate, batch, tags = job.samples_per_sec, job.batch_size, job.tags
         if not rate or not batch.isdigit():
             continue
-        label = f"{tags.get(schema.BACKEND_TAG, '?')} {tags.get(schema.PRECISION_TAG, '')}"
-        if tags.get(schema.COMPILE_TAG, "off") != "off":
-            label += f" compile={tags[schema.COMPILE_TAG]}"
-        device = tags.get(schema.DEVICE_TAG, "")
+        label = f"{tags.get(JOB.backend, '?')} {tags.get(JOB.precision, '')}"
+        if tags.get(JOB.compile, "off") != "off":
+            label += f" compile={tags[JOB.compile]}"
+        device = tags.get(JOB.device, "")
         if device:
             label += f" ({device[:28]})"
         series.setdefault(label, []).append((int(batch), rate))
@@ -397,9 +395,9 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
         markdown += f"### per configuration\n\n{_table_markdown(configs)}\n\n### per job\n\n"
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(sweep.jobs)
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
-    process_wall = sweep.parent.metrics.get(SWEEP_PROCESS_WALL_METRIC) if sweep.parent is not None else None
-    uncached = sweep.parent.tags.get(SWEEP_UNCACHED_BYTECODE_TAG) if sweep.parent is not None else None
-    started = sweep.parent.metrics.get(SWEEP_PROCESS_START_METRIC) if sweep.parent is not None else None
+    process_wall = sweep.parent.metrics.get(SWEEP.process_wall_s) if sweep.parent is not None else None
+    uncached = sweep.parent.tags.get(SWEEP.uncached_bytecode) if sweep.parent is not None else None
+    started = sweep.parent.metrics.get(SWEEP.process_start_s) if sweep.parent is not None else None
     time_spent = report_cost.cost_table(sweep.jobs, process_wall, uncached, started * 1000 if started else None)
     if time_spent is not None:
         markdown += f"\n### {report_cost.TITLE}\n\n{_table_markdown(time_spent)}\n"
@@ -477,7 +475,7 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
     that continues the sweep. Nothing for a sweep that ran every job or is still running."""
     parent = sweep.parent
     metrics, tags = parent.metrics, parent.tags
-    not_run, planned = int(metrics.get(schema.JOBS_NOT_RUN, 0)), int(metrics.get(schema.JOBS_PLANNED, 0))
+    not_run, planned = int(metrics.get(SWEEP.jobs_not_run, 0)), int(metrics.get(SWEEP.jobs_planned, 0))
     if not_run <= 0 or parent.status == "RUNNING":
         return ()
     lines = [f"{not_run} of {planned} planned jobs never ran (the sweep ended {parent.status})"]
@@ -488,11 +486,11 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
                    if (c, k) not in present]
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
-    if tags.get(schema.CONTINUE_COMMAND_TAG):  # with the sweep's launcher settings (hydra/launcher=slurm ...)
-        lines.append("continue it with: " + tags[schema.CONTINUE_COMMAND_TAG])
-    elif tags.get(schema.SWEEP_DIR_TAG):
+    if tags.get(SWEEP.continue_command):  # with the sweep's launcher settings (hydra/launcher=slurm ...)
+        lines.append("continue it with: " + tags[SWEEP.continue_command])
+    elif tags.get(SWEEP.sweep_dir):
         lines.append("continue it with: " + naming.continue_command(
-            naming.recorded_overrides(tags.get(schema.SWEEP_OVERRIDES_TAG, "")), tags[schema.SWEEP_DIR_TAG]))
+            naming.recorded_overrides(tags.get(SWEEP.sweep_overrides, "")), tags[SWEEP.sweep_dir]))
     return tuple(lines)
 
 
@@ -510,7 +508,7 @@ def report_of(sweep: Sweep, out_dir: Path | None, baseline: str | None = None,
     sweep's process: no verdict recorded until the sweep's own report)."""
     parent = sweep.parent
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
-    title = f"sweep {parent.tags.get(schema.SWEEP_ID_TAG) or parent.run_id[:8]}"
+    title = f"sweep {parent.tags.get(SWEEP.sweep_id) or parent.run_id[:8]}"
     report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep), running)
     if report.verdict is not None:
         config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
@@ -525,12 +523,12 @@ def still_running(sweep: Sweep) -> tuple[str, ...]:
     if parent is None or parent.status != "RUNNING":
         return ()
     done = sum(job.status == "FINISHED" for job in sweep.jobs)
-    planned = int(parent.metrics.get(schema.JOBS_PLANNED, 0))
+    planned = int(parent.metrics.get(SWEEP.jobs_planned, 0))
     count = f"{done} of {planned} jobs done" if planned else f"{done} job{'s' if done != 1 else ''} done so far"
-    sweep_dir = parent.tags.get(schema.SWEEP_DIR_TAG)
-    if sweep_dir and run_lock_is_free(Path(sweep_dir)) and not parent.tags.get(schema.LEFT_JOBS_TAG):
-        command = parent.tags.get(schema.CONTINUE_COMMAND_TAG) or naming.continue_command(
-            naming.recorded_overrides(parent.tags.get(schema.SWEEP_OVERRIDES_TAG, "")), sweep_dir)
+    sweep_dir = parent.tags.get(SWEEP.sweep_dir)
+    if sweep_dir and run_lock_is_free(Path(sweep_dir)) and not parent.tags.get(SWEEP.left_jobs):
+        command = parent.tags.get(SWEEP.continue_command) or naming.continue_command(
+            naming.recorded_overrides(parent.tags.get(SWEEP.sweep_overrides, "")), sweep_dir)
         return (f"interrupted ({count}): the sweep's process is gone and left its run RUNNING; no verdict from part "
                 f"of its jobs; continue it with: {command}",)
     return (f"still running ({count}): no verdict until its last job ends; run the report again then",)

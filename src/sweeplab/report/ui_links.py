@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sweeplab.core import schema
+from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP
 from sweeplab.report import config_runs, saved_view
 from sweeplab.tracking import mlflow_store
 
@@ -20,24 +20,21 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     UI sweeplab has not checked, a filter on its configuration runs and a sort. Without replicates: its jobs, best
     first.
     mode: TABLE, or CHART for the view's charts."""
-    client = mlflow_store.client(uri)
     parent = mlflow_store.read_run(uri, parent_id, "sweep")
     experiment_id = parent.experiment_id
     if config_runs.configuration_runs(uri, parent_id):
         key = saved_view.view_id(parent_id)
-        if saved_view.view_supported() and (saved_view.read_view(client, experiment_id, key) is not None
+        if saved_view.view_supported() and (saved_view.read_view(uri, experiment_id, key) is not None
                                          or config_runs.comparison_view(uri, parent_id) is not None):
             return saved_view.view_url(base, experiment_id, key, mode)
         return mlflow_store.runs_url(
-            base, experiment_id,
-            f"tags.mlflow.parentRunId = '{parent_id}' and tags.`{mlflow_store.ROLE_TAG}` = "
-            f"'{mlflow_store.CONFIGURATION_ROLE}'",
+            base, experiment_id, mlflow_store.children_filter(parent_id, CONFIGURATION_ROLE),
             order_by_metric="speedup_to_target",
         )
     return mlflow_store.runs_url(
-        base, experiment_id, f"tags.mlflow.parentRunId = '{parent_id}'",
-        order_by_metric="objective",  # every job's return value (val/cos, val/ppl): the best job first
-        ascending=parent.tags.get(schema.OBJECTIVE_MODE_TAG) == "min",
+        base, experiment_id, mlflow_store.children_filter(parent_id),
+        order_by_metric=JOB.objective,  # every job's return value (val/cos, val/ppl): the best job first
+        ascending=parent.tags.get(SWEEP.objective_mode) == "min",
     )
 
 

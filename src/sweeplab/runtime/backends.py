@@ -16,6 +16,7 @@ from annotated_types import Ge
 
 from sweeplab.core import mps_fallback
 from sweeplab.core.errors import ConfigError, UserError
+from sweeplab.core.records import JOB, JobRun
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def check_combination(
         return warnings
     if backend == "mps" and devices != 1:
         # a Mac has one GPU: Lightning refuses more only when the Trainer is built, after the job's MLflow run exists
-        raise ConfigError("trainer.devices", f"{devices}: a Mac has one MPS device; use trainer.devices=1")
+        raise ConfigError(JOB.devices, f"{devices}: a Mac has one MPS device; use trainer.devices=1")
 
     _check_precision(backend, precision)
     _check_compile(backend, compile_mode, warn)
@@ -258,7 +259,7 @@ def _check_mlx(
     if optim_implementation not in ("auto", "for_loop"):
         raise ConfigError("optim.implementation", f"{optim_implementation} selects torch's optimizer kernels; backend=mlx has one: use auto")
     if devices != 1:
-        raise ConfigError("trainer.devices", f"{devices}: backend=mlx trains on one device; use trainer.devices=1")
+        raise ConfigError(JOB.devices, f"{devices}: backend=mlx trains on one device; use trainer.devices=1")
     if gradient_checkpointing:
         raise ConfigError("model.gradient_checkpointing", "the MLX models do not recompute blocks; use model.gradient_checkpointing=false")
 
@@ -339,6 +340,6 @@ def check_mps_fallback(cfg: BackendConfig, backend: str) -> None:
         )
 
 
-def mps_fallback_tags(backend: str) -> dict[str, str]:
+def mps_fallback_record(backend: str) -> JobRun:
     """The run tag saying whether ops MPS lacks ran on the CPU (what torch loaded with, not only what was asked)."""
-    return {"mps_fallback": str(mps_fallback.in_effect()).lower()} if backend == "mps" else {}
+    return JobRun(mps_fallback=mps_fallback.in_effect() if backend == "mps" else None)

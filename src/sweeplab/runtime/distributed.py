@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeplab.core import schema
 from sweeplab.core.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +57,23 @@ def is_global_zero() -> bool:
     return all(os.environ.get(key, "0").strip() in ("", "0") for key in RANK_ENV_VARS)
 
 
+PER_DEVICE = {  # a DDP job's figures that count all its ranks, and where rank 0's own go
+    JOB.samples_per_sec: JOB.samples_per_sec_per_device,
+    JOB.samples_per_sec_overall: JOB.samples_per_sec_overall_per_device,
+    JOB.tokens_per_sec: JOB.tokens_per_sec_per_device,
+    JOB.samples_per_step: JOB.samples_per_step_per_device,
+}
+
+
 def job_summary(summary: Mapping[str, float], world_size: int) -> dict[str, float]:
     """The job's throughput from rank 0's: DDP ranks run the same number of equal batches in lock step."""
     out = dict(summary)
     if world_size > 1:
-        for key in (schema.SAMPLES_PER_SEC, "summary/samples_per_sec_overall", schema.TOKENS_PER_SEC,
-                    schema.SAMPLES_PER_STEP):
+        for key, per_device in PER_DEVICE.items():
             if key in out:
-                out[f"{key}_per_device"] = out[key]
+                out[per_device] = out[key]
                 out[key] = out[key] * world_size
-    out["summary/world_size"] = float(world_size)
+    out[JOB.world_size] = float(world_size)
     return out
 
 

@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweeplab.core import stability
+from sweeplab.core.records import JOB
 from sweeplab.study.record import VerdictReport
 from sweeplab.study.sweep import JobRecord
 from sweeplab.study.verdict import SweepSummary
 
 PREFIX = "caveat: "
-CAVEAT_TAG = "caveat"  # a configuration run's: the study's caveats in a few words ("" when none)
-CAVEATS_TAG = "caveats"  # the sweep run's: the same
 HOST_PROBLEMS = ("loaded host", "unsteady host")  # stability.problems' words for a host that moved the speed
 RULES = {"behind": "stop.behind", "target": "stop.at_target"}
 
@@ -79,8 +78,8 @@ def _host_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
     hit = [j for j in measured if troubled[j.run_id]]
     if not hit:
         return None
-    loads = [max(j.metrics.get(k, 0.0) for k in ("summary/load_avg_start", "summary/load_avg_end")) for j in hit]
-    cpus = {j.metrics.get("summary/host_cpus") for j in hit} - {None}
+    loads = [max(j.metrics.get(k, 0.0) for k in (JOB.load_avg_start, JOB.load_avg_end)) for j in hit]
+    cpus = {j.metrics.get(JOB.host_cpus) for j in hit} - {None}
     kinds = sorted({p.split(" (")[0] for j in hit for p in troubled[j.run_id]})
     where = (f"load {min(loads):.1f}-{max(loads):.1f} on {'/'.join(f'{c:g}' for c in sorted(cpus))} CPUs"
              if "loaded host" in kinds and cpus else " and ".join(kinds))

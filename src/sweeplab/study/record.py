@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.labels import label
+from sweeplab.core.records import SWEEP, SweepRun
 from sweeplab.families import get_family
 from sweeplab.study import selection, verdict
 from sweeplab.study.sweep import Sweep
@@ -43,20 +43,19 @@ class VerdictOptions:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.indifference) and self.indifference >= 1.0):
-            raise UserError(f"{schema.INDIFFERENCE_TAG}: expected a ratio >= 1 (1.1: the verdict may name the "
+            raise UserError(f"{SWEEP.indifference}: expected a ratio >= 1 (1.1: the verdict may name the "
                             f"fastest or one within 1.1x of it; 1: none), got {self.indifference}")
 
     def tags(self) -> dict[str, str]:
         """As the sweep run's tags: `python -m sweeplab.report` run again on the sweep asks the same question unless
         its flags say otherwise."""
-        tags = {} if self.quality_tolerance is None else {schema.TOLERANCE_TAG: repr(self.quality_tolerance)}
-        if self.target is not None:
-            tags[schema.TARGET_TAG] = repr(self.target)
-        if self.indifference != 1.0:
-            tags[schema.INDIFFERENCE_TAG] = repr(self.indifference)
-        if self.looks is not None:
-            tags[schema.LOOKS_TAG] = f"{self.looks.first}-{self.looks.most}"
-        return tags
+        return self.record().to_mlflow().tags
+
+    def record(self) -> SweepRun:
+        """The sweep run's fields these options fill (`tags`)."""
+        return SweepRun(target=self.target, quality_tolerance=self.quality_tolerance,
+                        indifference=self.indifference if self.indifference != 1.0 else None,
+                        looks=f"{self.looks.first}-{self.looks.most}" if self.looks is not None else None)
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str], *, target: float | None = None,
@@ -66,10 +65,10 @@ class VerdictOptions:
         def number(given: float | None, key: str) -> float | None:
             return given if given is not None else (float(tags[key]) if key in tags else None)
 
-        first, _, most = tags.get(schema.LOOKS_TAG, "").partition("-")
+        first, _, most = tags.get(SWEEP.looks, "").partition("-")
         looks = selection.Looks(int(first), int(most)) if first.isdigit() and most.isdigit() else None
-        return cls(number(target, schema.TARGET_TAG), number(quality_tolerance, schema.TOLERANCE_TAG), baseline_run,
-                   number(indifference, schema.INDIFFERENCE_TAG) or 1.0, looks)
+        return cls(number(target, SWEEP.target), number(quality_tolerance, SWEEP.quality_tolerance), baseline_run,
+                   number(indifference, SWEEP.indifference) or 1.0, looks)
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def quality_tolerance(sweep: Sweep, asked: float | None) -> tuple[float | None, 
     """The verdict's quality tolerance and where it came from: the sweep's (or the flag's), else the family's
     declared default, else None (derived from the replicates' spread by the verdict)."""
     if asked is not None:
-        return asked, schema.TOLERANCE_TAG
+        return asked, SWEEP.quality_tolerance
     family = _family_of(sweep)
     if family is not None and family.quality_tolerance is not None:
         return family.quality_tolerance, f"the {family.name} family's default"

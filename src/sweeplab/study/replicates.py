@@ -19,6 +19,7 @@ from typing import Any
 
 from sweeplab.core.channels import CONCURRENT_JOBS_ENV, CONFIG_INDEX_ENV, GPU_SLOT_ENV, REPLICATE_ENV, ROUND_ENV
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB
 
 MAX_REPLICATES = 1000  # a typo guard (replicates=300000 would queue a sweep nobody meant)
 AUTO = "auto"
@@ -179,7 +180,7 @@ def gpu_slots(config: Mapping[str, Any]) -> int:
 
     if not OmegaConf.select(config, "hydra.callbacks.mlflow_sweep.assign_gpus", default=False):
         return 0
-    return distributed.gpu_slots(int(OmegaConf.select(config, "trainer.devices", default=1) or 1))
+    return distributed.gpu_slots(int(OmegaConf.select(config, JOB.devices, default=1) or 1))  # the config key
 
 
 def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:

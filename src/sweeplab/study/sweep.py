@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sweeplab.core import schema
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.families import get_family
 from sweeplab.study import verdict
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs
 from sweeplab.tracking.mlflow_store import RunRecord
 
 
@@ -114,7 +114,7 @@ class Sweep:
                             final_metric=j.final_metric, curve=list(j.curve), host=j.host,
                             concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples,
                             best_metric=j.best_metric(self.mode), stopped_at_target=j.stop_reason == "target",
-                            peak_mem_mb=j.metrics.get(schema.PEAK_MEM_MB))
+                            peak_mem_mb=j.metrics.get(JOB.peak_mem_mb))
                 for j in self.jobs
                 if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
                 and j.replicate is not None]
@@ -164,46 +164,42 @@ def _rows(usable: list[JobRecord], jobs: tuple[JobRecord, ...]) -> str:
 def read_sweep(uri: str, parent_run_id: str) -> Sweep:
     """A sweep's record: its parent run, then its job runs (one search), then each job's monitored metric (one
     history each)."""
-    client = mlflow_store.client(uri)
-    parent = client.get_run(parent_run_id)
-    runs = mlflow_store.sweep_jobs(uri, parent_run_id, store=client, experiment_id=parent.info.experiment_id)
-    return sweep_from_runs(uri, runs, parent=parent, client=client)
+    parent = runs.fetch(uri, parent_run_id)
+    return sweep_from_runs(uri, runs.job_runs(uri, parent_run_id, parent.experiment_id), parent=parent)
 
 
 def read_experiment(uri: str, experiment_name: str) -> Sweep:
     """Every job run of an experiment, as one record (the report's `--experiment`)."""
-    client = mlflow_store.client(uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
+    found = runs.experiment_runs(uri, experiment_name)
+    if found is None:
         raise UserError(f"no MLflow experiment named {experiment_name!r} in {uri}")
-    runs = client.search_runs([experiment.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"])
-    # in Python: MLflow's `tags.x != 'y'` leaves out the runs without the tag, i.e. every job
-    return sweep_from_runs(uri, [r for r in runs if mlflow_store.is_job_run(r)], client=client)
+    return sweep_from_runs(uri, found)
 
 
-def sweep_from_runs(uri: str | None, runs: Iterable, parent=None, client=None) -> Sweep:
-    """The record of job runs already fetched (a sweep's, an experiment's); with `uri` each job's history of the
-    monitored metric is read (once), without it the jobs have no curves."""
-    records = [mlflow_store.record_of(r) for r in runs if mlflow_store.is_job_run(r)]
+def sweep_from_runs(uri: str | None, found: Iterable, parent=None) -> Sweep:
+    """The record of job runs already fetched (a sweep's, an experiment's: RunRecords, or MLflow's runs, which are
+    read into them); with `uri` each job's history of the monitored metric is read (once), without it the jobs have
+    no curves. Runs that are no job's (a sweep's or a configuration's) are left out."""
+    records = [r if isinstance(r, RunRecord) else mlflow_store.record_of(r) for r in found]
+    records = [r for r in records if mlflow_store.is_job_run(r)]
     metric, mode = monitored_metric(records)
-    if uri is not None and client is None:
-        client = mlflow_store.client(uri)
-    jobs = tuple(_job(r, metric, client) for r in records)
+    jobs = tuple(_job(r, metric, uri) for r in records)
     families = tuple(sorted({j.family for j in jobs}))
-    return Sweep(uri, jobs, metric, mode, None if parent is None else mlflow_store.record_of(parent), families)
+    if parent is not None and not isinstance(parent, RunRecord):
+        parent = mlflow_store.record_of(parent)
+    return Sweep(uri, jobs, metric, mode, parent, families)
 
 
 def monitored_metric(runs: list[RunRecord]) -> tuple[str, verdict.Mode]:
     """The metric the jobs recorded as theirs (`monitor` / `monitor_mode`, else a sweep's `objective` tags), else
     the monitored metric of the family most of them trained, else val/loss (min)."""
-    for name_tag, mode_tag in ((schema.MONITOR_TAG, schema.MONITOR_MODE_TAG),
-                               (schema.OBJECTIVE_TAG, schema.OBJECTIVE_MODE_TAG)):
+    for name_tag, mode_tag in ((JOB.monitor, JOB.monitor_mode), (JOB.objective_metric, JOB.objective_mode)):
         recorded = Counter((r.tags.get(name_tag), r.tags.get(mode_tag)) for r in runs
                            if r.tags.get(name_tag) and r.tags.get(mode_tag) in ("max", "min"))
         if recorded:
             (name, mode), _ = recorded.most_common(1)[0]
             return name, mode
-    families = Counter(r.tags.get(schema.FAMILY_TAG, "") for r in runs)
+    families = Counter(r.tags.get(JOB.family, "") for r in runs)
     try:
         family = get_family(families.most_common(1)[0][0]) if families else None
     except UserError:  # the family is not installed where the report runs
@@ -213,59 +209,53 @@ def monitored_metric(runs: list[RunRecord]) -> tuple[str, verdict.Mode]:
     return family.monitor, "max" if family.monitor_mode == "max" else "min"
 
 
-def _int_tag(tags: Mapping[str, str], key: str) -> int | None:
-    value = tags.get(key, "")
-    return int(value) if value.isdigit() else None
-
-
 def batch_size_used(params: Mapping[str, str], tags: Mapping[str, str]) -> str:
-    return tags.get(schema.BATCH_SIZE_USED_TAG) or params.get(schema.BATCH_SIZE_PARAM, "")
+    return tags.get(JOB.batch_size_used) or params.get(JOB.batch_size, "")
 
 
 def samples_per_step(params: Mapping[str, str], tags: Mapping[str, str], metrics: Mapping[str, float]) -> int | None:
     """Training samples one optimizer step consumes: as the job's timer measured it, else batch size used ×
     gradient accumulation × data-parallel devices."""
-    measured = metrics.get(schema.SAMPLES_PER_STEP)
+    measured = metrics.get(JOB.samples_per_step)
     if measured:
         return int(measured)
     try:
-        return (int(batch_size_used(params, tags)) * int(params.get(schema.ACCUMULATE_PARAM, 1))
-                * int(params.get(schema.DEVICES_PARAM, 1)))
+        return (int(batch_size_used(params, tags)) * int(params.get(JOB.accumulate_grad_batches, 1))
+                * int(params.get(JOB.devices, 1)))
     except (KeyError, ValueError):
         return None
 
 
-def _job(run: RunRecord, metric: str, client) -> JobRecord:
-    params, tags, metrics = run.params, run.tags, run.metrics
-    per_step = samples_per_step(params, tags, metrics)
+def _job(run: RunRecord, metric: str, uri: str | None) -> JobRecord:
+    record = JobRun.from_run(run)
+    per_step = samples_per_step(run.params, run.tags, run.metrics)
     curve: tuple[verdict.ValidationPoint, ...] = ()
-    if client is not None and per_step:
-        history = sorted(client.get_metric_history(run.run_id, metric), key=lambda m: (m.step, m.timestamp))
-        start_ms = run.start_ms or (history[0].timestamp if history else 0)
-        curve = tuple(verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp - start_ms) / 1000)
+    if uri is not None and per_step:
+        history = runs.metric_history(uri, run.run_id, metric)
+        start_ms = run.start_ms or (history[0].timestamp_ms if history else 0)
+        curve = tuple(verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp_ms - start_ms) / 1000)
                       for m in history if math.isfinite(m.value))
-    replicate = _int_tag(tags, schema.REPLICATE_TAG)
     return JobRecord(
         run_id=run.run_id,
         name=run.name,
         status=run.status,
         start_ms=run.start_ms,
-        params=params,
-        tags=tags,
-        metrics=metrics,
-        family=tags.get(schema.FAMILY_TAG, ""),
-        config=tags.get(schema.CONFIG_TAG) if schema.CONFIG_TAG in tags else None,
-        config_index=_int_tag(tags, schema.CONFIG_INDEX_TAG),
-        replicate=replicate,
-        round=_int_tag(tags, schema.ROUND_TAG) if schema.ROUND_TAG in tags else replicate,
-        host=tags.get(schema.HOST_TAG) or None,
-        concurrent_jobs=_int_tag(tags, schema.CONCURRENT_JOBS_TAG) or 1,
-        batch_size=batch_size_used(params, tags),
+        params=run.params,
+        tags=run.tags,
+        metrics=run.metrics,
+        family=record.family or "",
+        config=record.config,  # "" stays "": a job of a configuration with no swept value
+        config_index=record.config_index,
+        replicate=record.replicate,
+        round=record.round if JOB.round in run.tags else record.replicate,
+        host=record.host or None,
+        concurrent_jobs=record.concurrent_jobs or 1,
+        batch_size=batch_size_used(run.params, run.tags),
         samples_per_step=per_step,
-        samples_per_sec=metrics.get(schema.SAMPLES_PER_SEC) or None,
+        samples_per_sec=record.samples_per_sec or None,
         curve=curve,
-        stop_reason=tags.get(schema.STOP_REASON_TAG) or None,
-        stop_step=_int_tag(tags, schema.STOP_STEP_TAG),
-        max_steps=int(params[schema.MAX_STEPS_PARAM]) if params.get(schema.MAX_STEPS_PARAM, "").isdigit() else None,
+        stop_reason=record.stop_reason or None,
+        stop_step=record.stop_step,
+        max_steps=record.max_steps,
         end_ms=run.end_ms,
     )

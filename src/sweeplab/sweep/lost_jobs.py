@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import shlex
 
-from sweeplab.core import schema
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.core.records import JOB, SWEEP, JobRun
+from sweeplab.tracking import mlflow_store, naming, runs
 
 log = logging.getLogger(__name__)
 
@@ -42,32 +42,31 @@ def record(uri: str | None, parent_run_id: str | None, lost, planned=None) -> st
 
 
 def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -> str:
-    client = mlflow_store.client(uri)
-    runs = [r for r in map(mlflow_store.record_of, mlflow_store.sweep_jobs(uri, parent, store=client))
-            if r.tags.get(schema.SLURM_JOB_ID_TAG) == lost.scheduler_id]
-    for run in runs:  # the job's own run: the scheduler's word on why it ended; closed if the job could not
+    parent_run = runs.fetch(uri, parent)
+    own = [r for r in runs.job_runs(uri, parent, parent_run.experiment_id)
+           if r.tags.get(JOB.slurm_job_id) == lost.scheduler_id]
+    for run in own:  # the job's own run: the scheduler's word on why it ended; closed if the job could not
         # (a job given SIGTERM may still close its run itself, with its own `error`, until SLURM's KillWait is over)
-        client.set_tag(run.run_id, schema.SLURM_END_TAG, error)
         if run.status == "RUNNING":
-            client.set_tag(run.run_id, schema.ERROR_TAG, error)
-            client.set_terminated(run.run_id, status)
-    if runs:
-        return runs[0].run_id
-    parent_run = mlflow_store.record_of(client.get_run(parent))
-    tags = {
-        "mlflow.parentRunId": parent,
-        schema.SLURM_JOB_ID_TAG: lost.scheduler_id,
-        schema.HYDRA_JOB_TAG: str(lost.number),
-        schema.SWEEP_ID_TAG: parent_run.tags.get(schema.SWEEP_ID_TAG, ""),
-        schema.ERROR_TAG: error,
-        schema.SLURM_END_TAG: error,
-        "mlflow.note.content": shlex.join([*naming.TRAIN_COMMAND.split(),
-                                           *(o for o in lost.overrides if not o.startswith("hydra."))]),
-    }
-    if planned is not None:
-        tags |= {schema.CONFIG_INDEX_TAG: str(planned.config_index), schema.REPLICATE_TAG: str(planned.replicate),
-                 schema.ROUND_TAG: str(planned.round)}
-    run = client.create_run(parent_run.experiment_id, run_name=f"job {lost.number} ({lost.state.lower()} "
-                            "before it started)", tags=tags)
-    client.set_terminated(run.info.run_id, status)
-    return run.info.run_id
+            mlflow_store.write(uri, run.run_id, JobRun(slurm_end=error, error=error))
+            runs.end(uri, run.run_id, status)
+        else:
+            mlflow_store.write(uri, run.run_id, JobRun(slurm_end=error))
+    if own:
+        return own[0].run_id
+    record = JobRun(
+        name=f"job {lost.number} ({lost.state.lower()} before it started)",
+        parent_run_id=parent,
+        slurm_job_id=lost.scheduler_id,
+        hydra_job=str(lost.number),
+        sweep_id=parent_run.tags.get(SWEEP.sweep_id, ""),
+        error=error,
+        slurm_end=error,
+        description=shlex.join([*naming.TRAIN_COMMAND.split(), *(o for o in lost.overrides if not o.startswith("hydra."))]),
+        config_index=planned.config_index if planned is not None else None,
+        replicate=planned.replicate if planned is not None else None,
+        round=planned.round if planned is not None else None,
+    )
+    run_id = runs.create(uri, parent_run.experiment_id, record)
+    runs.end(uri, run_id, status)
+    return run_id

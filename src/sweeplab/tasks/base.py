@@ -36,6 +36,7 @@ from torch import nn
 
 from sweeplab.callbacks.profiler import GRAPH_ACTION, STEPS_ACTION
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JobRun
 from sweeplab.runtime.lightning_private import count_optimizer_steps
 from sweeplab.tasks.optim import OptimConfig, build_optimizer, build_scheduler
 from sweeplab.tasks.step_graph import (
@@ -385,4 +386,4 @@ class SweepTask(L.LightningModule):
     def summary_metrics(self, trainer: L.Trainer) -> dict[str, float]:
         total = sum(p.numel() for p in self.model.parameters())
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        return {"summary/num_parameters": float(total), "summary/trainable_parameters": float(trainable)}
+        return JobRun(num_parameters=total, trainable_parameters=trainable).to_mlflow().metrics

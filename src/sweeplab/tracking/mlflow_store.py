@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import channels, schema, wall
+from sweeplab.core import channels, records, wall
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV, UI_URL_ENV
 from sweeplab.core.errors import UserError, exception_chain
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP, SWEEP_ROLE
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,13 @@ def client(uri: str):
     return client
 
 
-def open_existing_store(uri: str):
-    """A client of a store that must exist already (read-only entry points: the report, export by run id).
+def create_store(uri: str) -> None:
+    """Open the store at `uri`, creating a new sqlite file's schema (under `store_lock`)."""
+    client(uri)
+
+
+def open_existing_store(uri: str) -> None:
+    """Open a store that must exist already (read-only entry points: the report, export by run id).
 
     A tracking server must answer now (MLflow would retry for minutes); a sqlite path must name a database file, not
     be created empty on the spot (a mistyped path would otherwise report "no runs" and leave a stray mlflow.db).
@@ -163,7 +169,7 @@ def open_existing_store(uri: str):
     if path is not None and not path.is_file():
         raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
     check_sqlite_file(uri)
-    return client(uri)
+    client(uri)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -222,7 +228,7 @@ class RunRecord:
 
     @property
     def name(self) -> str:
-        return self.tags.get(schema.RUN_NAME_TAG, self.run_id[:8])
+        return self.tags.get(JOB.name, self.run_id[:8])
 
 
 def record_of(run) -> RunRecord:
@@ -235,13 +241,24 @@ def read_run(uri: str, run_id: str, what: str = "run_id") -> RunRecord:
     return record_of(get_run(uri, run_id, what))
 
 
-ROLE_TAG = "sweeplab.role"  # "sweep": a sweep's parent run; "configuration": one configuration's aggregates; jobs: none
-SWEEP_ROLE, CONFIGURATION_ROLE = "sweep", "configuration"
+ROLE_TAG = SWEEP.role  # "sweep": a sweep's parent run; "configuration": one configuration's aggregates; jobs: none
+
+
+def role_filter(role: str) -> str:
+    """A search filter for the runs of a role (`records.SWEEP_ROLE`, `records.CONFIGURATION_ROLE`)."""
+    return f"tags.`{ROLE_TAG}` = '{role}'"
+
+
+def children_filter(parent_run_id: str, role: str | None = None) -> str:
+    """The search filter of a run's children (of one role): MLflow's search and the UI's searchFilter take it."""
+    return f"tags.{JOB.parent_run_id} = '{parent_run_id}'" + (f" and {role_filter(role)}" if role else "")
 
 
 def is_job_run(run) -> bool:
-    """A training job's run: not a sweep's parent run, not a configuration's run (sweeplab.report.config_runs)."""
-    return run.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
+    """A training job's run (a RunRecord or MLflow's run): not a sweep's parent run, not a configuration's run
+    (sweeplab.report.config_runs)."""
+    tags = run.tags if isinstance(run, RunRecord) else run.data.tags
+    return tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
 
 
 def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | None = None):
@@ -252,7 +269,7 @@ def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | No
         experiment_id = store.get_run(parent_run_id).info.experiment_id
     children = store.search_runs(
         [experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        filter_string=children_filter(parent_run_id),
         max_results=10000,
         order_by=["attributes.start_time ASC"],
     )
@@ -271,7 +288,7 @@ def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
         return None
     runs = store.search_runs(
         experiment_ids,
-        filter_string="tags.`sweeplab.role` = 'sweep'",
+        filter_string=role_filter(SWEEP_ROLE),
         max_results=1,
         order_by=["attributes.start_time DESC"],
     )
@@ -420,21 +437,22 @@ def log_params(client, run_id: str, params: Mapping[str, Any]) -> None:
 BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's most per log_batch (1000 entries in all)
 
 
-def write(store, run_id: str, record, step: int = 0) -> None:
+def write(store, run_id: str, record, step: int = 0, tags: bool = True) -> None:
     """Log a run record (sweeplab.core.records: its fields that are not None) to the run `run_id` in one log_batch;
-    metrics at `step`. `store` is a tracking URI or a client. A record past MLflow's limits per batch (100 params or
-    tags, 1000 metrics) goes in as few batches as those allow."""
+    metrics at `step`; `tags=False`: its params and metrics only (the tags went in with the run's creation). `store`
+    is a tracking URI or a client. A record past MLflow's limits per batch (100 params or tags, 1000 metrics) goes in
+    as few batches as those allow."""
     from mlflow.entities import Metric, Param, RunTag
 
     logged = record.to_mlflow()
-    if not logged:
-        return
     now = int(time.time() * 1000)
     entries = {
         "metrics": [Metric(k, v, now, step) for k, v in logged.metrics.items()],
         "params": [Param(k, v[:MAX_PARAM_CHARS]) for k, v in logged.params.items()],
-        "tags": [RunTag(k, v) for k, v in logged.tags.items()],
+        "tags": [RunTag(k, v) for k, v in logged.tags.items()] if tags else [],
     }
+    if not any(entries.values()):
+        return
     store = client(store) if isinstance(store, str) else store
     while any(entries.values()):
         batch, room = {}, 1000
@@ -451,12 +469,11 @@ class JobRun:
         self,
         uri: str,
         experiment_name: str,
-        run_name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, Any],
-        parent_run_id: str | None = None,
+        record,
         run_id: str | None = None,
     ):
+        """A new run holding `record` (sweeplab.core.records.JobRun: its name, parent run, tags and the flattened
+        config as params), or, with `run_id`, that run reopened as it is (a resumed job)."""
         self.uri = uri
         self.client = client(uri)
         self._monitor = None
@@ -464,7 +481,7 @@ class JobRun:
         self._monitor_lock = threading.Lock()
         self.experiment_id = init_store(uri, experiment_name)
         self.experiment_name = experiment_name
-        self.run_name = run_name
+        self.run_name = record.name
         self.run_id = None
         try:
             if run_id is not None:  # resuming: reopen the run the checkpoint names
@@ -473,13 +490,11 @@ class JobRun:
                 self._clear_previous_failure()
                 self.client.update_run(run_id, status="RUNNING")
                 return
-            all_tags = context_tags({"mlflow.runName": run_name, **tags})
-            if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
-            run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+            run = self.client.create_run(self.experiment_id, run_name=record.name,
+                                         tags=context_tags(record.to_mlflow().tags))
             self.run_id = run.info.run_id
             channels.job_run_id = self.run_id
-            self.log_params(params)
+            self.write(record, tags=False)
         except Exception as exc:  # a read-only, locked or full store: one line naming it, no run left RUNNING
             if self.run_id is not None:
                 with contextlib.suppress(Exception):
@@ -496,15 +511,20 @@ class JobRun:
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
         run = self.client.get_run(self.run_id)
-        error = run.data.tags.get("error")
+        error = run.data.tags.get(JOB.error)
         if error is None:
             return
-        self.client.set_tag(self.run_id, "previous_error", error)
-        self.client.delete_tag(self.run_id, "error")
+        self.write(records.JobRun(previous_error=error))
+        self.client.delete_tag(self.run_id, JOB.error)
         try:
             get_artifact_repository(run.info.artifact_uri).delete_artifacts("error.txt")
         except Exception as exc:  # a store that cannot delete: the file stays, the tag says it is past
             log.warning("could not delete error.txt of resumed run %s: %s", self.run_id, _one_line(exc))
+
+    @wall.charged_to("mlflow")
+    def write(self, record, step: int = 0, tags: bool = True) -> None:
+        """Log a run record (sweeplab.core.records.JobRun: the fields a writer knows) to this run (`write`)."""
+        write(self.client, self.run_id, record, step, tags)
 
     @wall.charged_to("mlflow")
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -618,7 +638,7 @@ class JobRun:
         with contextlib.suppress(Exception):
             exc.sweeplab_run_id = self.run_id  # tells the sweep's failure handling this job is recorded
         with contextlib.suppress(Exception):
-            self.client.set_tag(self.run_id, "error", _one_line(exc))
+            self.write(records.JobRun(error=_one_line(exc)))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, status)
 

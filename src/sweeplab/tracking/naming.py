@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeplab import CONF_DIR
 from sweeplab.core.channels import REPLICATE_ENV, SWEPT_KEYS_ENV
 from sweeplab.core.labels import label
+from sweeplab.core.records import JOB
 
 _NAMED_AT_THE_END = {"backend", "trainer.precision", "compile", "cuda_graph", "steps_per_batch", "model"}
 TRAIN_COMMAND = "python -m sweeplab.train"
@@ -171,8 +172,8 @@ def run_name(p, cfg: DictConfig) -> str:
     if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
         parts.append(str(size))
     parts += family_parts.values()
-    if "trainer.max_steps" not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
-        parts.append(f"{label('trainer.max_steps')}={p.trainer.max_steps}")
+    if JOB.max_steps not in swept and p.trainer.max_steps != _conf_default("trainer/default.yaml", "max_steps"):
+        parts.append(f"{label(JOB.max_steps)}={p.trainer.max_steps}")
     parts.append(p.backend)
     if p.trainer.precision != "32-true":
         parts.append(p.trainer.precision)

@@ -28,19 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import schema
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import run_lock_is_free
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.tracking import mlflow_store
 
 log = logging.getLogger(__name__)
 
-CONFIG_HASH_TAG = "sweeplab.config_hash"
-RESUMABLE_HASH_TAG = "sweeplab.resumable_hash"  # config_hash without the keys a resume may change
 IGNORED_KEYS = ("resume",)
-MAY_CHANGE = ("trainer.max_steps",)  # and the keys that follow it (`may_change`)
-CHANGED_TAG_PREFIX = "changed_on_resume."
-EXTENDS_TAG = "extends"
+MAY_CHANGE = (JOB.max_steps,)  # the config key trainer.max_steps, and the keys that follow it (`may_change`)
 
 
 def config_hash(container: Mapping[str, Any]) -> str:
@@ -65,7 +61,7 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str, resumabl
     client = mlflow_store.client(uri)
     experiment = client.get_experiment_by_name(experiment_name)
     seen = []
-    for tag, value in ((CONFIG_HASH_TAG, cfg_hash), (RESUMABLE_HASH_TAG, resumable)):
+    for tag, value in ((JOB.config_hash, cfg_hash), (JOB.resumable_hash, resumable)):
         if experiment is None or value is None:
             continue
         runs = client.search_runs(
@@ -75,7 +71,7 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str, resumabl
             max_results=20,
         )
         for run in map(mlflow_store.record_of, runs):
-            ckpt = Path(run.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt"
+            ckpt = Path(run.tags.get(JOB.output_dir, "")) / "checkpoints" / "last.ckpt"
             if ckpt.is_file():
                 return run.run_id, ckpt
         seen += [run for run in runs if run.info.run_id not in {r.info.run_id for r in seen}]
@@ -90,16 +86,18 @@ def find_interrupted_run(uri: str, experiment_name: str, cfg_hash: str, resumabl
     )
 
 
-def close_abandoned_runs(client, runs) -> list[str]:
-    """Mark KILLED those of `runs` still RUNNING whose job is gone: a job killed with -9 (or by the OOM killer, a
-    power cut) cannot close its own run, so whatever continues after it does. A run is gone when its output folder's
-    run lock is free; one whose folder is on another host is left as it is. Returns the closed run ids."""
+def close_abandoned_runs(store, runs) -> list[str]:
+    """Mark KILLED those of `runs` (RunRecords or MLflow's runs) still RUNNING whose job is gone: a job killed with -9
+    (or by the OOM killer, a power cut) cannot close its own run, so whatever continues after it does. A run is gone
+    when its output folder's run lock is free; one whose folder is on another host is left as it is. `store`: the
+    tracking URI (or a client). Returns the closed run ids."""
+    client = mlflow_store.client(store) if isinstance(store, str) else store
     closed = []
-    for run in map(mlflow_store.record_of, runs):
-        folder = run.tags.get(schema.OUTPUT_DIR_TAG)
+    for run in (r if isinstance(r, mlflow_store.RunRecord) else mlflow_store.record_of(r) for r in runs):
+        folder = run.tags.get(JOB.output_dir)
         if run.status == "RUNNING" and folder and run_lock_is_free(Path(folder)):
-            client.set_tag(run.run_id, schema.ERROR_TAG, "Killed: its process ended without closing the run (kill -9, "
-                                                         "the OOM killer, a power cut)")
+            mlflow_store.write(client, run.run_id, JobRun(
+                error="Killed: its process ended without closing the run (kill -9, the OOM killer, a power cut)"))
             client.set_terminated(run.run_id, "KILLED")
             closed.append(run.run_id)
     if closed:
