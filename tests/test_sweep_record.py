@@ -7,14 +7,16 @@ for the verdict, and the decoder's report judged val/loss while it tabulated val
 
 from __future__ import annotations
 
+import ast
 import csv
 import re
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeplab.core import schema
+from sweeplab.core import records
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB, SWEEP_ROLE
 from sweeplab.report import tables as report
 from sweeplab.study.record import VerdictOptions
 from sweeplab.study.sweep import read_sweep
@@ -30,18 +32,18 @@ def _replicated_sweep(uri: str, tmp_path, family: str = "textbridge", monitor: s
     (after 10 and 20 optimizer steps), samples per step 8."""
     experiment_id = mlflow_store.init_store(uri, "sweeplab")
     client = MlflowClient(uri)
-    parent = client.create_run(experiment_id, tags={mlflow_store.ROLE_TAG: mlflow_store.SWEEP_ROLE}).info.run_id
+    parent = client.create_run(experiment_id, tags={records.SWEEP.role: SWEEP_ROLE}).info.run_id
     for replicate in range(2):
         for index, (config, batch, name) in enumerate(CONFIGS):
-            tags = {"mlflow.parentRunId": parent, schema.RUN_NAME_TAG: f"{name} rep={replicate}",
-                    schema.FAMILY_TAG: family, schema.BACKEND_TAG: "cpu", schema.CONFIG_TAG: config,
-                    schema.CONFIG_INDEX_TAG: str(index), schema.REPLICATE_TAG: str(replicate),
-                    schema.ROUND_TAG: str(replicate), schema.MONITOR_TAG: monitor, schema.MONITOR_MODE_TAG: mode}
+            tags = {JOB.parent_run_id: parent, JOB.name: f"{name} rep={replicate}",
+                    JOB.family: family, JOB.backend: "cpu", JOB.config: config,
+                    JOB.config_index: str(index), JOB.replicate: str(replicate),
+                    JOB.round: str(replicate), JOB.monitor: monitor, JOB.monitor_mode: mode}
             run_id = client.create_run(experiment_id, tags=tags).info.run_id
-            client.log_param(run_id, schema.BATCH_SIZE_PARAM, str(batch))
+            client.log_param(run_id, JOB.batch_size, str(batch))
             client.log_param(run_id, "loss.alpha", config.rsplit("=", 1)[1])
-            client.log_metric(run_id, schema.SAMPLES_PER_SEC, 100.0 + 10 * index + replicate)
-            client.log_metric(run_id, schema.SAMPLES_PER_STEP, float(batch))
+            client.log_metric(run_id, JOB.samples_per_sec, 100.0 + 10 * index + replicate)
+            client.log_metric(run_id, JOB.samples_per_step, float(batch))
             for step, value in ((9, 0.3 + 0.01 * index), (19, 0.5 + 0.01 * index)):
                 client.log_metric(run_id, monitor, value if mode == "max" else 1 - value, step=step)
                 if extra_metric:
@@ -116,39 +118,112 @@ def test_at_the_end_of_a_sweep_the_run_list_is_read_once_and_each_history_once(m
     assert sorted(histories) == sorted((job.run_id, "val/cos") for job in found.sweep.jobs)
 
 
-# --- the run record's names live in one module -------------------------------------------------------------------
+# --- the run record's keys live in one module ---------------------------------------------------------------------
 
 SRC = __import__("pathlib").Path(__file__).resolve().parents[1] / "src" / "sweeplab"
+RECORDS_MODULE = "core/records.py"
+LITERAL = re.compile(r"""(?<![\w{])["']([\w./]+)["']""")
+RUN_MAPPINGS = {"tags", "params", "metrics"}  # a RunRecord's (and a JobRecord's) dicts
+RUN_WRITES = {"set_tag", "log_metric", "log_param", "delete_tag", "get_metric_history"}
+
+# Modules other sessions are converting at the same time (the sweep's Study and its callback, the sweeper's rounds,
+# the families' records) and the run-record keys they still spell: each entry goes when its module is converted, and
+# a module converted keeps none (test_the_modules_being_converted_still_spell_what_is_listed).
+NOT_YET_CONVERTED = {
+    "sweep/callback.py", "sweep/study.py", "sweep/best.py",
+    "families/pagating_lm/__init__.py", "families/textbridge/__init__.py", "families/textbridge_decoder/__init__.py",
+}
 
 
 def _record_names() -> set[str]:
-    """The study's run-record keys: the summary metrics and the study's tags and parent-run figures schema names
-    (the generic words such as `config` or `backend` are also config keys elsewhere, so they are left to review)."""
-    names = {value for name, value in vars(schema).items() if name.isupper() and isinstance(value, str)}
-    params = {schema.BATCH_SIZE_PARAM, schema.ACCUMULATE_PARAM, schema.DEVICES_PARAM, schema.SEED_PARAM,
-              schema.MAX_STEPS_PARAM}  # params are the config's own keys: the config code names them too
-    return {n for n in names if "/" in n or "_" in n or "." in n} - params - {schema.RUN_NAME_TAG}
+    """Every key the run records declare (sweeplab.core.records: the job, sweep and configuration runs)."""
+    return records.all_keys()
 
 
-def test_no_module_but_the_schema_spells_a_run_record_key():
+def _record_positions(tree: ast.AST) -> set[int]:
+    """Line numbers where a string is used as a run's key: a subscript, `.get(...)` or `in` on a run's tags, params or
+    metrics, or an argument of MLflow's per-key writes."""
+    def run_mapping(node: ast.AST) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        return name in RUN_MAPPINGS
+
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and run_mapping(node.value):
+            lines.add(node.slice.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "get" and run_mapping(node.func.value) and node.args:
+                lines.add(node.args[0].lineno)
+            elif node.func.attr in RUN_WRITES:
+                lines.update(arg.lineno for arg in node.args)
+        elif isinstance(node, ast.Compare) and any(run_mapping(c) for c in node.comparators):
+            lines.add(node.left.lineno)
+    return lines
+
+
+def _spelled_keys(path) -> list[tuple[int, str]]:
+    """(line, key) of every literal equal to a run-record key: any literal of a key no other vocabulary spells, and a
+    literal of a shared word (records.SHARED_SPELLINGS: `seed`, `mlx`, ...) where it is used as a run's key."""
     names = _record_names()
-    assert "summary/samples_per_sec" in names and "config_index" in names
+    text = path.read_text(encoding="utf-8")
+    positions = _record_positions(ast.parse(text))
     found = []
-    for path in sorted(SRC.rglob("*.py")):
-        if path.relative_to(SRC).as_posix() == "core/records.py":
-            continue
-        for literal in re.findall(r"""(?<![\w{])["']([\w./]+)["']""", path.read_text(encoding="utf-8")):
-            if literal in names:
-                found.append(f"{path.relative_to(SRC)}: {literal!r}")
+    for number, line in enumerate(text.splitlines(), start=1):
+        for literal in LITERAL.findall(line):
+            if literal in names and (literal not in records.SHARED_SPELLINGS or number in positions):
+                found.append((number, literal))
+    return found
+
+
+def test_no_module_but_the_records_spells_a_run_record_key():
+    names = _record_names()
+    assert {"summary/samples_per_sec", "config_index", "jobs_done", "best_run_id", "resumed", "checkpoint",
+            "tuned.batch_size", "objective", "sweeplab.role", "data.batch_size", "mlflow.runName"} <= names
+    found = [f"{path.relative_to(SRC)}:{line}: {literal!r}" for path in sorted(SRC.rglob("*.py"))
+             if path.relative_to(SRC).as_posix() not in {RECORDS_MODULE, *NOT_YET_CONVERTED}
+             for line, literal in _spelled_keys(path)]
     assert found == []
 
 
-def test_every_name_of_the_schema_is_documented():
+def test_the_modules_being_converted_still_spell_what_is_listed():
+    """A module of NOT_YET_CONVERTED that spells no key any more leaves the list (it is held to the rule then)."""
+    converted = sorted(m for m in NOT_YET_CONVERTED if (SRC / m).exists() and not _spelled_keys(SRC / m))
+    assert converted == []
+
+
+def test_a_shared_word_is_caught_where_it_is_a_runs_key():
+    code = 'x = run.tags.get("seed")\ny = {"seed": 1}\nz = "summary/peak_mem_mb"\n'
+    assert _record_positions(ast.parse(code)) == {1}
+
+
+def test_every_key_of_the_records_is_documented():
     documented = (SRC.parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
-    # a name template (`summary/wall_breakdown/{part}_s`) is documented with its parts spelled `<part>`
-    missing = sorted(n for n in _record_names()
-                     if f"`{n}`" not in documented and f"`{n.replace('{', '<').replace('}', '>')}`" not in documented)
+    keys = {key for keys in (records.JOB, records.SWEEP, records.CONFIGURATION) for key in keys}
+    # a templated key (`summary/wall_breakdown/{part}_s`) is documented with its part spelled `<part>`; the
+    # configuration run's figures (`{figure}`) and its params (`{key}`: its swept keys) are documented in words
+    missing = sorted(k for k in keys - {"{figure}", "{key}"}
+                     if f"`{k}`" not in documented and f"`{k.replace('{', '<').replace('}', '>')}`" not in documented)
     assert missing == []
+
+
+def test_only_tracking_imports_mlflow():
+    """MLflow is imported (at a module's top or inside a function) by sweeplab.tracking only: every other module
+    reads and writes runs through it (sweeplab.tracking.runs, mlflow_store.write)."""
+    importers = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = path.relative_to(SRC).as_posix()
+        if module.startswith("tracking/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "mlflow" or n.startswith("mlflow.") for n in names):
+                importers.append(module)
+    assert sorted(set(importers)) == sorted(MLFLOW_NOT_YET_CONVERTED)
+
+
+MLFLOW_NOT_YET_CONVERTED = ["sweep/study.py"]  # the sweep's Study, being converted (NOT_YET_CONVERTED): its entry
+# goes with its import, and pyproject.toml's ignore_imports of the contract "only tracking imports MLflow" with it
 
 
 def test_one_module_reads_mlflows_run_objects():
