@@ -34,7 +34,7 @@ def test_the_continue_command_pasted_into_bash_gives_back_every_override_and_is_
     client.set_terminated(parent, "KILLED")
     (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
     task = [a for a in argv[3:] if not a.startswith("hydra.")]  # what Hydra's hydra.overrides.task holds
-    assert study.reopen_sweep(client, tmp_path, task) == parent  # accepted: the same overrides
+    assert study.reopen_sweep(mlflow_uri, tmp_path, task) == parent  # accepted: the same overrides
     assert naming.recorded_overrides(naming.overrides_tag(ODD)) == ODD
     assert naming.recorded_overrides("data.batch_size=8,16 replicates=2") == ["data.batch_size=8,16", "replicates=2"]
 

@@ -183,12 +183,12 @@ def test_a_sweep_is_continued_only_with_the_overrides_it_ran_with(mlflow_uri, tm
     parent = client.create_run(experiment, tags={"sweep_overrides": "replicates=2 data.batch_size=8,16"}).info.run_id
     client.set_terminated(parent, "KILLED")
     with pytest.raises(UserError, match="holds none"):
-        study.reopen_sweep(client, tmp_path, ["replicates=2"])
+        study.reopen_sweep(mlflow_uri, tmp_path, ["replicates=2"])
     (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
     with pytest.raises(UserError, match=r"ran with overrides 'data.batch_size=8,16 replicates=2', this command has"):
-        study.reopen_sweep(client, tmp_path, ["replicates=3", "data.batch_size=8,16", "resume=true"])
+        study.reopen_sweep(mlflow_uri, tmp_path, ["replicates=3", "data.batch_size=8,16", "resume=true"])
     assert client.get_run(parent).info.status == "KILLED"  # a refusal changes nothing
-    assert study.reopen_sweep(client, tmp_path, ["data.batch_size=8,16", "replicates=2", "resume=true"]) == parent
+    assert study.reopen_sweep(mlflow_uri, tmp_path, ["data.batch_size=8,16", "replicates=2", "resume=true"]) == parent
     assert client.get_run(parent).info.status == "RUNNING" and client.get_run(parent).data.tags["resumed"] == "1"
 
 
@@ -287,7 +287,7 @@ def test_the_sweeps_best_is_the_verdicts_and_a_tie_stays_a_tie(mlflow_uri, tmp_p
     summary = report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.65)).verdict.summary
     client = MlflowClient(mlflow_uri)
     config = compose_train([], return_hydra_config=True)
-    line = best.record_best(client, parent, read_sweep(mlflow_uri, parent), config, summary)
+    line = best.record_best(mlflow_uri, parent, read_sweep(mlflow_uri, parent), config, summary)
     assert line.startswith("tie between "), line
     tags = client.get_run(parent).data.tags
     assert tags["best_verdict"] == "tie" and set(tags["best_config"].split(" | ")) == {"bs=32 a", "bs=32 b"}

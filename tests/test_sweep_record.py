@@ -126,15 +126,6 @@ LITERAL = re.compile(r"""(?<![\w{])["']([\w./]+)["']""")
 RUN_MAPPINGS = {"tags", "params", "metrics"}  # a RunRecord's (and a JobRecord's) dicts
 RUN_WRITES = {"set_tag", "log_metric", "log_param", "delete_tag", "get_metric_history"}
 
-# Modules other sessions are converting at the same time (the sweep's Study and its callback, the sweeper's rounds,
-# the families' records) and the run-record keys they still spell: each entry goes when its module is converted, and
-# a module converted keeps none (test_the_modules_being_converted_still_spell_what_is_listed).
-NOT_YET_CONVERTED = {
-    "sweep/callback.py", "sweep/study.py", "sweep/best.py",
-    "families/pagating_lm/__init__.py", "families/textbridge/__init__.py", "families/textbridge_decoder/__init__.py",
-}
-
-
 def _record_names() -> set[str]:
     """Every key the run records declare (sweeplab.core.records: the job, sweep and configuration runs)."""
     return records.all_keys()
@@ -180,15 +171,9 @@ def test_no_module_but_the_records_spells_a_run_record_key():
     assert {"summary/samples_per_sec", "config_index", "jobs_done", "best_run_id", "resumed", "checkpoint",
             "tuned.batch_size", "objective", "sweeplab.role", "data.batch_size", "mlflow.runName"} <= names
     found = [f"{path.relative_to(SRC)}:{line}: {literal!r}" for path in sorted(SRC.rglob("*.py"))
-             if path.relative_to(SRC).as_posix() not in {RECORDS_MODULE, *NOT_YET_CONVERTED}
+             if path.relative_to(SRC).as_posix() != RECORDS_MODULE
              for line, literal in _spelled_keys(path)]
     assert found == []
-
-
-def test_the_modules_being_converted_still_spell_what_is_listed():
-    """A module of NOT_YET_CONVERTED that spells no key any more leaves the list (it is held to the rule then)."""
-    converted = sorted(m for m in NOT_YET_CONVERTED if (SRC / m).exists() and not _spelled_keys(SRC / m))
-    assert converted == []
 
 
 def test_a_shared_word_is_caught_where_it_is_a_runs_key():
@@ -219,11 +204,8 @@ def test_only_tracking_imports_mlflow():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             if any(n == "mlflow" or n.startswith("mlflow.") for n in names):
                 importers.append(module)
-    assert sorted(set(importers)) == sorted(MLFLOW_NOT_YET_CONVERTED)
+    assert importers == []
 
-
-MLFLOW_NOT_YET_CONVERTED = ["sweep/study.py"]  # the sweep's Study, being converted (NOT_YET_CONVERTED): its entry
-# goes with its import, and pyproject.toml's ignore_imports of the contract "only tracking imports MLflow" with it
 
 
 def test_one_module_reads_mlflows_run_objects():

@@ -103,7 +103,7 @@ def test_the_parent_names_the_best_job_in_the_sweeps_direction(mlflow_uri, tmp_p
         _child(client, experiment_id, parent_id, 20.0, "min", **{"optim.lr": "1e-4", "data.seed": "0"}),
     ]
     cfg = _sweep_config(tmp_path, *search)  # Optuna's direction (maximize) overrules the jobs' own mode (min)
-    line = record_best(client, parent_id, sweep_from_runs(None, children), cfg)
+    line = record_best(mlflow_uri, parent_id, sweep_from_runs(None, children), cfg)
     parent = client.get_run(parent_id)
     assert parent.data.params == {"best.optim.lr": expected_lr}  # what varied, not what stayed
     best = next(r for r in children if r.data.params["optim.lr"] == expected_lr)

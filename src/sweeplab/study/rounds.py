@@ -12,8 +12,8 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import schema
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB, SWEEP
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.selection import Looks
@@ -60,10 +60,10 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 def verdict_options(config: DictConfig) -> VerdictOptions:
     """The config's `report.target`, `report.quality_tolerance` and `report.indifference` (the report's CLI has the
-    same as flags), and the looks replicates=auto takes at the verdict (its rounds from `first` to `most`)."""
-    target = OmegaConf.select(config, schema.TARGET_TAG, default=None)
-    tolerance = OmegaConf.select(config, schema.TOLERANCE_TAG, default=None)
-    indifference = OmegaConf.select(config, schema.INDIFFERENCE_TAG, default=None)
+    same as flags; the sweep run records them under the same names), and the looks replicates=auto takes at the verdict (its rounds from `first` to `most`)."""
+    target = OmegaConf.select(config, SWEEP.target, default=None)
+    tolerance = OmegaConf.select(config, SWEEP.quality_tolerance, default=None)
+    indifference = OmegaConf.select(config, SWEEP.indifference, default=None)
     looks = None
     if replicates.is_auto(config):
         auto = replicates.auto_setting(config)
@@ -88,7 +88,7 @@ def job_states(sweep: Sweep | None) -> dict[tuple[int, int], str]:
         if job.finished:
             states[key] = "finished"
         elif states.get(key) != "finished" and (
-                Path(job.tags.get(schema.OUTPUT_DIR_TAG, "")) / "checkpoints" / "last.ckpt").is_file():
+                Path(job.tags.get(JOB.output_dir, "")) / "checkpoints" / "last.ckpt").is_file():
             states[key] = "interrupted"
     return states
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import schema
 from sweeplab.core.errors import UserError
+from sweeplab.core.records import JOB, SweepRun
 from sweeplab.families import get_family
 from sweeplab.report import plots
 from sweeplab.study.sweep import JobRecord, Sweep
@@ -34,44 +34,36 @@ def _direction(config: DictConfig, jobs: list[JobRecord]) -> str:
     direction = OmegaConf.select(config, "hydra.sweeper.direction")
     if isinstance(direction, str):
         return "max" if direction.lower().startswith("max") else "min"
-    modes = {j.tags.get(schema.OBJECTIVE_MODE_TAG) for j in jobs} - {None, ""}
+    modes = {j.tags.get(JOB.objective_mode) for j in jobs} - {None, ""}
     return modes.pop() if len(modes) == 1 else ""
 
 
-def record_best(client, parent_run_id: str, sweep: Sweep, config: DictConfig,
+def record_best(uri: str, parent_run_id: str, sweep: Sweep, config: DictConfig,
                 summary: SweepSummary | None = None) -> str | None:
-    """Mark the best on the parent run; returns a one-line description, or None. With replicates (`summary` of
+    """Mark the best on the sweep run `parent_run_id` of the store `uri`; returns a one-line description, or None. With replicates (`summary` of
     configurations with more than one job) the best is the verdict's: one configuration, a tie, or none; else the
     finished job with the best objective."""
     if summary is not None and max(c.jobs for c in summary.configs) > 1:
-        return _record_verdict_best(client, parent_run_id, summary, _family_labels(config))
-    scored = [j for j in sweep.jobs if j.finished and schema.OBJECTIVE in j.metrics]
+        return _record_verdict_best(uri, parent_run_id, summary, _family_labels(config))
+    scored = [j for j in sweep.jobs if j.finished and JOB.objective in j.metrics]
     mode = _direction(config, scored)
     if not scored or not mode:
         return None
     pick = max if mode == "max" else min
-    best = pick(scored, key=lambda j: j.metrics[schema.OBJECTIVE])
-    value = best.metrics[schema.OBJECTIVE]
-    metric = best.tags.get(schema.OBJECTIVE_TAG, "")
+    best = pick(scored, key=lambda j: j.metrics[JOB.objective])
+    value = best.metrics[JOB.objective]
+    metric = best.tags.get(JOB.objective_metric, "")
     swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
     configured = [j for j in sweep.jobs if j.params]  # not the jobs that failed before training
     swept |= {k for k in best.params if len({j.params.get(k) for j in configured}) > 1}
-    swept -= {schema.SEED_PARAM}
-    params = {f"best.{k}": best.params[k] for k in sorted(swept) if k in best.params}
-    name = best.name
-    tags = {
-        "best_run_id": best.run_id,
-        "best_run_name": name,
-        "best_job": best.tags.get(schema.HYDRA_JOB_TAG, ""),
-        "objective": metric,
-        schema.OBJECTIVE_MODE_TAG: mode,
-    }
-    for key, text in tags.items():
-        client.set_tag(parent_run_id, key, text)
-    mlflow_store.log_params(client, parent_run_id, params)
-    client.log_metric(parent_run_id, "best/objective", value)
-    shown = ", ".join(f"{k[5:]}={v}" for k, v in params.items())
-    line = f"job {tags['best_job']} ({name}): {metric or 'objective'} {value:.4g} ({mode})"
+    swept -= {JOB.data_seed}
+    params = {k: best.params[k] for k in sorted(swept) if k in best.params}
+    name, job = best.name, best.tags.get(JOB.hydra_job, "")
+    mlflow_store.write(uri, parent_run_id, SweepRun(
+        best_run_id=best.run_id, best_run_name=name, best_job=job, objective_metric=metric, objective_mode=mode,
+        best_params=params or None, best_objective=value))
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    line = f"job {job} ({name}): {metric or 'objective'} {value:.4g} ({mode})"
     return f"{line}; {shown}" if shown else line
 
 
@@ -82,15 +74,13 @@ def _family_labels(config: DictConfig) -> dict[str, str]:
         return {}
 
 
-def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary, labels: dict[str, str]) -> str:
+def _record_verdict_best(uri: str, parent_run_id: str, summary: SweepSummary, labels: dict[str, str]) -> str:
     """Tags `best_verdict` (fastest | tie | no verdict) and `best_config` (the configuration, the tied ones joined
     by " | ", or empty): a tie stays a tie, never a pick by the last digit."""
     verdict = summary.verdict
     names = naming.configuration_run_names([c.config for c in summary.configs], labels)  # the tables' short labels
-    client.set_tag(parent_run_id, "best_verdict", verdict.kind)
-    client.set_tag(parent_run_id, "best_config", " | ".join(verdict.fastest))
-    client.set_tag(parent_run_id, "objective", summary.metric_name)
-    client.set_tag(parent_run_id, schema.OBJECTIVE_MODE_TAG, summary.mode)
+    mlflow_store.write(uri, parent_run_id, SweepRun(best_verdict=verdict.kind, best_config=" | ".join(verdict.fastest),
+                                                    objective_metric=summary.metric_name, objective_mode=summary.mode))
     if verdict.kind == "fastest":
         return verdict.headline
     if verdict.kind == "tie":
@@ -101,12 +91,12 @@ def _record_verdict_best(client, parent_run_id: str, summary: SweepSummary, labe
 def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig) -> list[Path]:
     """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
     the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
-    scored = [j for j in sweep.jobs if schema.OBJECTIVE in j.metrics]
+    scored = [j for j in sweep.jobs if JOB.objective in j.metrics]
     if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
         return []
     try:
-        jobs = sorted((_job_number(j), j.metrics[schema.OBJECTIVE]) for j in scored)
-        metric = scored[0].tags.get(schema.OBJECTIVE_TAG, "")
+        jobs = sorted((_job_number(j), j.metrics[JOB.objective]) for j in scored)
+        metric = scored[0].tags.get(JOB.objective_metric, "")
         return [plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("objective plot skipped: %s", exc)
@@ -114,5 +104,5 @@ def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig) -> list[Pa
 
 
 def _job_number(job: JobRecord) -> int:
-    text = job.tags.get(schema.HYDRA_JOB_TAG, "")
+    text = job.tags.get(JOB.hydra_job, "")
     return int(text) if text.isdigit() else 0

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import channels
 from sweeplab.core.errors import UserError
-from sweeplab.core.records import JobRun
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.runtime import distributed
 from sweeplab.study.rounds import sweeper_class
 from sweeplab.sweep.best import objective_of
@@ -77,7 +77,7 @@ class MLflowSweepCallback(Callback):
         self._launch_env = distributed.launch_env()
         if self.assign_gpus and _in_multirun():
             slot = os.environ.get(channels.GPU_SLOT_ENV, "")
-            distributed.claim_gpus(int(OmegaConf.select(config, "trainer.devices", default=1) or 1),
+            distributed.claim_gpus(int(OmegaConf.select(config, JOB.devices, default=1) or 1),
                                    slot=int(slot) if slot.isdigit() else None)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:

@@ -32,10 +32,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeplab.core import bytecode, channels, interrupts, schema, wall
+from sweeplab.core import bytecode, channels, interrupts, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import hold_run_lock, write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.core.records import SWEEP, SWEEP_ROLE, JobRun, SweepRun, merged
 from sweeplab.report import ui_links
 from sweeplab.report.tables import sweep_report
 from sweeplab.study.record import VerdictOptions
@@ -43,7 +44,8 @@ from sweeplab.study.rounds import job_states, planned_jobs, runs_replicates, ver
 from sweeplab.study.sweep import Sweep, read_sweep
 from sweeplab.sweep import best, lost_jobs
 from sweeplab.sweep.checks import check_study, tracking_settings
-from sweeplab.tracking import mlflow_store, naming
+from sweeplab.tracking import mlflow_store, naming, runs
+from sweeplab.tracking.resume import close_abandoned_runs
 
 log = logging.getLogger(__name__)
 OPTUNA_RESULTS = "optimization_results.yaml"  # what an Optuna search writes in the sweep dir: attached to the report
@@ -107,7 +109,7 @@ class Study:
             if not runs_replicates(config):
                 raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
                                 "cannot skip the jobs that finished)")
-            self.parent_run_id = reopen_sweep(mlflow_store.client(self.uri), self.sweep_dir, overrides)
+            self.parent_run_id = reopen_sweep(self.uri, self.sweep_dir, overrides)
         else:
             self.parent_run_id = self._create_run(experiment_id, overrides)
         channels.open_sweep = self
@@ -122,30 +124,25 @@ class Study:
             os.environ[channels.SWEEP_PROGRESS_ENV] = f"{time.time()} {left} {next_job_number(self.sweep_dir)}"
 
     def _create_run(self, experiment_id: str, overrides: list[str]) -> str:
-        client = mlflow_store.client(self.uri)
         choices = OmegaConf.select(self.config, "hydra.runtime.choices") or {}
-        run = client.create_run(
-            experiment_id,
-            run_name=naming.sweep_run_name(self.sweep_dir),
-            tags=mlflow_store.context_tags({
-                "sweeplab.role": "sweep",
-                schema.SWEEP_ID_TAG: naming.sweep_id(self.sweep_dir),
-                schema.SWEEP_DIR_TAG: str(self.sweep_dir.resolve()),
-                "launcher": str(choices.get("hydra/launcher", "")),
-                "sweeper": str(choices.get("hydra/sweeper", "")),
-                schema.SWEEP_OVERRIDES_TAG: naming.overrides_tag(overrides)[:5000],
-                schema.CONTINUE_COMMAND_TAG: self.continue_command[:5000],
-                "mlflow.note.content": naming.sweep_description(overrides),
-                **self.options.tags(),
-                **_bytecode_tags(),
-            }),
-        )
-        run_id = run.info.run_id
         search_space = OmegaConf.select(self.config, "hydra.sweeper.params") or {}
-        mlflow_store.log_params(client, run_id, {f"sweep.{k}": v for k, v in search_space.items()})
-        planned = planned_jobs(self.config)
-        if planned:  # a report asked for while the study runs counts against it (report.tables.still_running)
-            client.log_metric(run_id, schema.JOBS_PLANNED, planned)
+        uncached = bytecode.uncached_packages()  # its report says what compiling them at the start cost
+        record = merged(self.options.record(), SweepRun(
+            role=SWEEP_ROLE,
+            name=naming.sweep_run_name(self.sweep_dir),
+            sweep_id=naming.sweep_id(self.sweep_dir),
+            sweep_dir=str(self.sweep_dir.resolve()),
+            launcher=str(choices.get("hydra/launcher", "")),
+            sweeper=str(choices.get("hydra/sweeper", "")),
+            sweep_overrides=naming.overrides_tag(overrides)[:5000],
+            continue_command=self.continue_command[:5000],
+            description=naming.sweep_description(overrides),
+            uncached_bytecode=", ".join(uncached) if uncached else None,
+            swept={str(k): str(v) for k, v in search_space.items()} or None,
+            # a report asked for while the study runs counts against it (report.tables.still_running)
+            jobs_planned=planned_jobs(self.config) or None,
+        ))
+        run_id = runs.create(self.uri, experiment_id, record, context=True)
         write_text_atomic(self.sweep_dir / channels.PARENT_RUN_FILE, run_id)
         return run_id
 
@@ -165,6 +162,9 @@ class Study:
             self.lost_jobs.append(f"job {lost.number} (scheduler job {lost.scheduler_id}): {lost.state}")
         lost_jobs.record(self.uri if self.tracked else None, self.parent_run_id, lost, planned)
 
+    def _write(self, record: SweepRun) -> None:
+        mlflow_store.write(self.uri, self.parent_run_id, record)
+
     # --- the end ----------------------------------------------------------------------------------------------------
     def finish(self) -> None:
         """After the last round: the report, the best and the counts on the sweep run, closed FINISHED (FAILED when a
@@ -174,7 +174,6 @@ class Study:
         if self.left_jobs:
             self._leave()
             return
-        client = mlflow_store.client(self.uri)
         status, sweep = "FINISHED", None
         try:
             if os.environ.get(channels.FAULT_PAUSE_IN_ENV):  # reliability tests: a signal lands in the report
@@ -182,17 +181,12 @@ class Study:
 
                 pause_in("report")
             if (process_wall := wall.process_age_s()) > 0:  # what the study cost until its report, which reads it
-                from mlflow.entities import Metric
-
-                now = time.time()
-                client.log_batch(self.parent_run_id, metrics=[
-                    Metric(schema.SWEEP_PROCESS_WALL_METRIC, process_wall, int(now * 1000), 0),
-                    Metric(schema.SWEEP_PROCESS_START_METRIC, now - process_wall, int(now * 1000), 0)])
+                self._write(SweepRun(process_wall_s=process_wall, process_start_s=time.time() - process_wall))
             # the run list once, each job's history once: `best`, the plot and the job counts read the report's record
             report = sweep_report(self.uri, self.parent_run_id, self.sweep_dir, options=self.options)
             sweep = report.sweep
             summary = report.verdict.summary if report.verdict is not None else None
-            best_line = best.record_best(client, self.parent_run_id, sweep, self.config, summary)
+            best_line = best.record_best(self.uri, self.parent_run_id, sweep, self.config, summary)
             files = list(report.files) + best.objective_plot(sweep, self.sweep_dir, self.config)
             if (self.sweep_dir / OPTUNA_RESULTS).exists():
                 files.append(self.sweep_dir / OPTUNA_RESULTS)
@@ -201,16 +195,15 @@ class Study:
                 print(ui_links.sweep_line(self.uri, self.parent_run_id), flush=True)  # where make ui's address opens
                 if report.html:
                     print(f"report: {report.html}", flush=True)  # the page, for those who never open the UI
-            for path in files:
-                client.log_artifact(self.parent_run_id, str(path), "report")
+            runs.log_artifacts(self.uri, self.parent_run_id, files, "report")
             if report.failed:
                 self.failed_jobs = report.failed
                 status = "FAILED"
-                client.set_tag(self.parent_run_id, "failed_jobs", str(report.failed))
+                self._write(SweepRun(failed_jobs=report.failed))
             if self.lost_jobs:  # ended by the scheduler: the study is not done
                 status = "FAILED"
                 self.failed_jobs = report.failed + sum(j.status == "KILLED" for j in sweep.jobs)
-                client.set_tag(self.parent_run_id, schema.LOST_JOBS_TAG, "; ".join(self.lost_jobs)[:5000])
+                self._write(SweepRun(lost_jobs="; ".join(self.lost_jobs)[:5000]))
                 print(f"sweep: {len(self.lost_jobs)} job(s) ended by the scheduler ({'; '.join(self.lost_jobs)})"
                       f"; the others ran. Continue the study with: {self.continue_command}", file=sys.stderr, flush=True)
             channels.failed_jobs = self.failed_jobs
@@ -230,7 +223,7 @@ class Study:
         self._held.close()  # the continue command takes the sweep's folder
         os.environ.pop(channels.PARENT_RUN_ENV, None)
         left = f"{'; '.join(self.left_jobs)} (recorded in {self.sweep_dir.resolve() / channels.SUBMITTED_JOBS_FILE})"
-        mlflow_store.client(self.uri).set_tag(parent, schema.LEFT_JOBS_TAG, left[:5000])
+        mlflow_store.write(self.uri, parent, SweepRun(left_jobs=left[:5000]))
         print(f"sweep: submitted {len(self.left_jobs)} job(s) and left them running ({'; '.join(self.left_jobs)})"
               f"; the sweep run stays RUNNING. Watch, continue and finish the study with: {self.continue_command}",
               flush=True)
@@ -244,7 +237,7 @@ class Study:
         killed = is_interrupt(exc)
         reason = str(exc) if killed else user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(Exception):
-            mlflow_store.client(self.uri).set_tag(self.parent_run_id, schema.ERROR_TAG, reason[:5000])
+            self._write(SweepRun(error=reason[:5000]))
         self.close("KILLED" if killed else "FAILED")
 
     def close(self, status: str, sweep: Sweep | None = None) -> None:
@@ -256,24 +249,21 @@ class Study:
         os.environ.pop(channels.PARENT_RUN_ENV, None)
         if parent is None:
             return
-        client = mlflow_store.client(self.uri)
         try:
             if sweep is not None and status != "KILLED":
                 statuses = [job.status for job in sweep.jobs]
             else:
-                children = mlflow_store.sweep_jobs(self.uri, parent)
                 if status == "KILLED" and self._jobs_die_with_the_study:
                     # joblib's workers are terminated with the launching process before they can close their runs
-                    for run in children:
-                        if run.info.status == "RUNNING":
-                            client.set_tag(run.info.run_id, schema.ERROR_TAG, "Interrupted: the sweep was interrupted")
-                            client.set_terminated(run.info.run_id, "KILLED")
-                    children = mlflow_store.sweep_jobs(self.uri, parent)
-                statuses = [run.info.status for run in children]
-            record_job_counts(client, parent, statuses, self.planned_jobs)
+                    for run in runs.job_runs(self.uri, parent):
+                        if run.status == "RUNNING":
+                            mlflow_store.write(self.uri, run.run_id, JobRun(error="Interrupted: the sweep was interrupted"))
+                            runs.end(self.uri, run.run_id, "KILLED")
+                statuses = [run.status for run in runs.job_runs(self.uri, parent)]
+            mlflow_store.write(self.uri, parent, job_counts(statuses, self.planned_jobs))
         except Exception as exc:  # the counts are bookkeeping; closing the sweep run is what matters
             log.warning("could not record the sweep's job counts in MLflow: %s", exc)
-        client.set_terminated(parent, status)
+        runs.end(self.uri, parent, status)
         if status == "KILLED" and self.continue_command:  # interrupted in a job, between two, or in the report
             print(f"sweep interrupted; its finished jobs are kept. Continue it with: {self.continue_command}",
                   file=sys.stderr, flush=True)
@@ -288,22 +278,12 @@ def end_open_study(exc: BaseException) -> None:
         study.end(exc)
 
 
-def record_job_counts(client, parent_run_id: str, statuses: list[str], planned: int | None) -> dict[str, int]:
-    """Metrics `jobs_done` (FINISHED), `jobs_failed`, `jobs_killed` and, when the sweeper says how many jobs it
-    plans, `jobs_planned` and `jobs_not_run` on the sweep run, from the statuses of its jobs' runs."""
-    from mlflow.entities import Metric
-
-    counts = {
-        "jobs_done": statuses.count("FINISHED"),
-        "jobs_failed": statuses.count("FAILED"),
-        "jobs_killed": statuses.count("KILLED"),
-    }
-    if planned is not None:
-        counts[schema.JOBS_PLANNED] = planned
-        counts[schema.JOBS_NOT_RUN] = max(0, planned - len(statuses))
-    now = int(time.time() * 1000)
-    client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
-    return counts
+def job_counts(statuses: list[str], planned: int | None) -> SweepRun:
+    """The sweep run's job counts from its jobs' statuses: FINISHED, FAILED, KILLED and, when the sweeper says how
+    many jobs it plans, those planned and those never started."""
+    return SweepRun(jobs_done=statuses.count("FINISHED"), jobs_failed=statuses.count("FAILED"),
+                    jobs_killed=statuses.count("KILLED"), jobs_planned=planned,
+                    jobs_not_run=None if planned is None else max(0, planned - len(statuses)))
 
 
 def next_job_number(sweep_dir: Path) -> int:
@@ -312,7 +292,7 @@ def next_job_number(sweep_dir: Path) -> int:
     return max(numbered, default=-1) + 1
 
 
-def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
+def reopen_sweep(uri: str, sweep_dir: Path, overrides: list[str]) -> str:
     """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own sweep run (RUNNING
     again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
     ones (sweeplab.study.rounds.job_states). The same study only: the overrides must be the ones it ran with."""
@@ -322,26 +302,16 @@ def reopen_sweep(client, sweep_dir: Path, overrides: list[str]) -> str:
                         f"{channels.PARENT_RUN_FILE}): pass hydra.sweep.dir=<the interrupted sweep's folder>")
     parent_id = marker.read_text().strip()
     try:
-        parent = mlflow_store.record_of(client.get_run(parent_id))
+        parent = runs.fetch(uri, parent_id)
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = naming.recorded_overrides(parent.tags.get(schema.SWEEP_OVERRIDES_TAG, ""))
+    recorded = naming.recorded_overrides(parent.tags.get(SWEEP.sweep_overrides, ""))
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
-    client.update_run(parent_id, status="RUNNING")
+    runs.reopen(uri, parent_id)
     # the jobs a kill -9 left RUNNING are closed now (KILLED): the interrupted ones resume into their run again
-    from sweeplab.engine.job import close_abandoned_runs  # deferred: the engine imports Lightning (seconds)
-
-    close_abandoned_runs(client, client.search_runs([parent.experiment_id], max_results=10000,
-                                                    filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"))
-    client.set_tag(parent_id, "resumed", str(int(parent.tags.get("resumed", "0")) + 1))
+    close_abandoned_runs(uri, runs.children(uri, parent_id, parent.experiment_id))
+    mlflow_store.write(uri, parent_id, SweepRun(resumed=(SweepRun.from_run(parent).resumed or 0) + 1))
     log.info("sweep: continuing sweep run %s of %s (its finished jobs are kept)", parent_id, sweep_dir)
     return parent_id
-
-
-def _bytecode_tags() -> dict[str, str]:
-    """The sweep run's note that this Python compiled the heavy libraries' sources at its start (its report says
-    what that cost); none when their bytecode is cached."""
-    uncached = bytecode.uncached_packages()
-    return {schema.SWEEP_UNCACHED_BYTECODE_TAG: ", ".join(uncached)} if uncached else {}

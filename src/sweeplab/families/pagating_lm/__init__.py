@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB  # the param key: the config key data.batch_size
 from sweeplab.families import ExportSpec, Family
 
 
@@ -28,7 +29,7 @@ def _fit_model_to_data(model_config, dm, model_values: Mapping[str, Any]):
 def _name_keys(cfg) -> tuple[str, ...]:
     # the unit and its α mean something only for a paGating FFN; the FFN is named only when it is not one
     ffn = ("model.unit", "model.alpha") if cfg.model.ffn == "pagating" else ("model.ffn",)
-    return (*ffn, "optim.lr", "data.batch_size")
+    return (*ffn, "optim.lr", JOB.batch_size)
 
 
 FAMILY = Family(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB  # the param key: the config key data.batch_size
 from sweeplab.families import ExportSpec, Family
 
 
@@ -47,7 +48,7 @@ FAMILY = Family(
     resolve_data="sweeplab.families.textbridge.device_batches:resolve_data",
     fit_model_to_data=_fit_model_to_data,
     labels={"loss.alpha": "α", "loss.beta": "β"},
-    name_keys=("data.batch_size", "loss.alpha", "loss.beta"),
+    name_keys=(JOB.batch_size, "loss.alpha", "loss.beta"),
     report_keys=("loss.alpha", "loss.beta"),
     mlx_model="sweeplab.families.textbridge.mlx_model:build_mlx_model",
     bench_data="sweeplab.families.textbridge.bench:bench_data",

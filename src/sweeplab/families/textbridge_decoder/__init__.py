@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.records import JOB  # the param key: the config key data.batch_size
 from sweeplab.families import ExportSpec, Family
 
 # the tokens that start and end a sentence, when model.bos_id / model.eos_id are unset: BERT's, which both the
@@ -73,7 +74,7 @@ FAMILY = Family(
     default_size="small",
     resolve_data="sweeplab.families.textbridge.device_batches:resolve_data",
     fit_model_to_data=_fit_model_to_data,
-    name_keys=("data.batch_size",),
+    name_keys=(JOB.batch_size,),
     report_keys=("model.size",),
     bench_data="sweeplab.families.textbridge.bench:bench_data",
     export=ExportSpec(
