@@ -315,3 +315,18 @@ def test_a_search_through_joblib_launches_a_batch_of_trials_with_their_replicate
     order = sorted(jobs, key=lambda key: int(jobs[key][0].data.tags[JOB.hydra_job]))
     assert order == [(0, 0), (1, 0), (1, 1), (0, 1)]
     assert {run.data.tags[JOB.concurrent_jobs] for runs in jobs.values() for run in runs} == {"2"}
+
+
+@pytest.mark.slow  # submitit's local executor starts a Python per job: ~50 s
+def test_a_search_through_submitit_submits_and_watches_its_jobs_as_the_grid_sweeper_does(
+        demo_dir, mlflow_uri, tmp_path):
+    sweep_dir = tmp_path / "search"
+    result = sweep(tmp_path, "hparams_search=optuna_alpha_beta", "hydra.sweeper.n_trials=1", "replicates=2",
+                   "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep_dir}",
+                   *smoke(demo_dir, "data.batch_size=16", "trainer.max_steps=2", "trainer.val_check_interval=2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sweep: submitted jobs 0-1" in result.stdout  # submitit_jobs.submit, one array for the trial's replicates
+    assert_one_sweep(mlflow_uri, 2, SEARCH)
+    study = _study(sweep_dir)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]
+    _assert_each_trial_is_told_its_replicates_median(study, _finished_jobs(mlflow_uri), 2)

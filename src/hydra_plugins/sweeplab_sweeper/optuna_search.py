@@ -6,7 +6,8 @@ plugin: `interval(0.1, 1.0)`, `tag(log, interval(1e-4, 1e-2))`, `choice(a, b)`, 
 a key), and each of its replicates runs as a job with seed `seed + r` (sweeplab.study.replicates, the jobs' replicate
 variables with the trial number as their configuration index). `n_jobs` trials are asked at once and all their jobs
 go to the launcher in one launch, round after round within it (replicate 0 of each trial, then replicate 1 in reverse,
-...), as the grid sweeper orders a round; the launcher decides how many run side by side.
+...), as the grid sweeper orders a round; the launcher decides how many run side by side. A submitit launcher's jobs
+are submitted and watched as the grid sweeper does it (submitit_jobs): a job the scheduler ends fails its replicate.
 
 What Optuna is told, per trial, from what its jobs returned (the best monitored metric, as `launch` gives it back):
 - COMPLETE with the median of its replicates' values (the verdict's per-configuration `final_metric` point,
@@ -46,6 +47,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from hydra_plugins.sweeplab_sweeper import submitit_jobs
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import JOB
 from sweeplab.study import replicates as replicated
@@ -327,6 +329,7 @@ class OptunaSearch(Sweeper):
                  f"{len(interrupted)} interrupted" if plan.continued else "")
         states, record = None, None
         if plan.continued:
+            self._watch_still_out(sweep_dir)
             self.next_job = next_job_number(sweep_dir)
             record = self.study.read()
             states = job_states(record)
@@ -419,7 +422,7 @@ class OptunaSearch(Sweeper):
                 recorded.update({str(job.replicate): self.next_job + i for i, job in enumerate(jobs)
                                  if job.config_index == number})
                 optuna_study._storage.set_trial_user_attr(kept, "jobs", recorded)
-            results = list(self.launcher.launch(batch, initial_job_idx=self.next_job))
+            results = self._launch(batch, jobs)
             self.next_job += len(batch)
         outcomes = {n: TrialOutcome(dict(known_values.get(n, {})), {}) for n in numbers}
         for job, result in zip(jobs, results):
@@ -432,6 +435,25 @@ class OptunaSearch(Sweeper):
         for number in numbers:
             tell(optuna_study, number, outcomes[number])
         return results
+
+    def _launch(self, batch: list, jobs: list) -> list:
+        """Launch a batch and wait for it. With a submitit launcher (SLURM, local) the search submits and watches the
+        jobs itself, as the grid sweeper does (submitit_jobs): a job the scheduler ends is recorded as a KILLED or
+        FAILED run and counts as a failed replicate, the others go on; SLURM running a job again continues its run."""
+        if not submitit_jobs.drives(self.launcher):
+            return list(self.launcher.launch(batch, initial_job_idx=self.next_job))
+        placed = {self.next_job + i: job for i, job in enumerate(jobs)}
+        submitted = submitit_jobs.submit(self.launcher, batch, self.next_job)
+        return submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
+
+    def _watch_still_out(self, sweep_dir: Path) -> None:
+        """A continued search's SLURM jobs still queued or running (its launching process died) are watched to their
+        end before its record is read: none is submitted twice (the same steps as the grid sweeper's)."""
+        out = submitit_jobs.still_out(sweep_dir)
+        if out:
+            log.info("search: %d jobs of this study are still out (%s): watching them first", len(out),
+                     ", ".join(job.scheduler_id for job in out))
+            submitit_jobs.watch(out, lambda lost: self.study.record_lost(lost, counted=False))
 
     def _stop_reasons(self, numbers: Sequence[int]) -> dict[tuple[int, int], str]:
         """(trial, replicate) -> the stop rule that ended its finished job early (engine/stopping.py), from the
