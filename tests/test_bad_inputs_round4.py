@@ -52,7 +52,7 @@ def test_a_run_lock_that_is_a_folder_is_one_line_before_any_run(demo_dir, mlflow
 
 @pytest.mark.parametrize("under", ["itself", "a parent"])
 def test_the_reports_out_on_or_under_a_file_is_one_line(tmp_path, capsys, under):
-    from sweeplab.report.tables import main
+    from sweeplab.report.__main__ import main
 
     (tmp_path / "taken").write_text("a file")
     out = tmp_path / "taken" if under == "itself" else tmp_path / "taken" / "deeper" / "report"
@@ -62,7 +62,7 @@ def test_the_reports_out_on_or_under_a_file_is_one_line(tmp_path, capsys, under)
 
 
 def test_the_report_of_a_deleted_experiments_sweep_is_one_line_and_changes_nothing(mlflow_uri, tmp_path, capsys):
-    from sweeplab.report.tables import main
+    from sweeplab.report.__main__ import main
 
     client = MlflowClient(mlflow_uri)
     experiment = mlflow_store.init_store(mlflow_uri, "gone")
@@ -77,7 +77,7 @@ def test_the_report_of_a_deleted_experiments_sweep_is_one_line_and_changes_nothi
 
 def test_a_store_that_is_not_a_database_is_one_line_for_the_report_and_the_ui(tmp_path, capsys, monkeypatch):
     from sweeplab import ui
-    from sweeplab.report.tables import main
+    from sweeplab.report.__main__ import main
 
     store = tmp_path / "mlflow.db"
     store.write_text("this is not a database\n")

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.profilers import Profiler
 
 from sweeplab.core.records import JobRun
+from sweeplab.tracking.run_logger import ResumingMLFlowLogger
 
 # Lightning's profiler action names -> the phase of a training step they time (exclusive of nested actions).
 # Under cuda_graph=true forward, backward and clipping are one graph replay inside the optimizer's closure; the
@@ -150,9 +151,5 @@ def stop_trace(trace, out_dir: Path) -> Path:
 
 def log_artifacts(logger, files: list[Path]) -> None:
     """Attach files to the logger's MLflow run (other loggers keep them on disk only)."""
-    run_id = getattr(logger, "run_id", None)
-    experiment = getattr(logger, "experiment", None)
-    if run_id is None or not hasattr(experiment, "log_artifact"):
-        return
-    for path in files:
-        experiment.log_artifact(run_id, str(path), "profile")
+    if isinstance(logger, ResumingMLFlowLogger) and logger.run_id is not None:
+        logger.log_files(files, "profile")

@@ -10,13 +10,14 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from sweeplab.core import wall
 from sweeplab.runtime.lightning_private import logging_step
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,10 @@ class ResumingMLFlowLogger(MLFlowLogger):
     def wait_for_writes(self) -> None:
         self._mlflow_client.wait_for_writes()
 
+    def log_files(self, paths: list[Path], artifact_path: str) -> None:
+        """Files as the run's artifacts under `artifact_path` (the phase profiler's table and trace)."""
+        runs.log_artifacts(self._tracking_uri, self.run_id, paths, artifact_path)
+
     @wall.charged_to("mlflow")
     def send_held(self) -> None:
         self._mlflow_client.send_held()
@@ -168,5 +173,4 @@ class MetricsStoredAtCheckpoint(Callback):
 
 def logged_steps(uri: str, run_id: str) -> dict[str, set[int]]:
     """Metric key -> the steps logged in the run so far."""
-    client = mlflow_store.client(uri)
-    return {key: {m.step for m in client.get_metric_history(run_id, key)} for key in mlflow_store.read_run(uri, run_id).metrics}
+    return {key: {m.step for m in runs.metric_history(uri, run_id, key)} for key in mlflow_store.read_run(uri, run_id).metrics}
