@@ -86,8 +86,13 @@ def test_a_search_of_alpha_and_beta_runs_each_trial_twice_and_tells_optuna_the_r
     assert results["best_value"] == pytest.approx(study.best_value) == max(t.value for t in study.trials)
     assert results["best_params"] == pytest.approx(study.best_params) and results["trials"]["COMPLETE"] == 2
     reported = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(parent.info.run_id, "report")}
-    assert "report/optimization_results.yaml" in reported
+    assert {"report/optimization_results.yaml", "report/objective.png"} <= reported
     assert "search: trial 1 COMPLETE" in result.stdout and "search: best trial" in result.stdout
+    # the sweep run names Optuna's best trial (its replicates' median), not the verdict's fastest configuration
+    recorded = MlflowClient(mlflow_uri).get_run(parent.info.run_id).data
+    assert recorded.metrics["best/objective"] == pytest.approx(study.best_value)
+    assert {k: float(recorded.params[f"best.{k}"]) for k in study.best_params} == pytest.approx(study.best_params)
+    assert f"best: trial {study.best_trial.number}: val/cos " in result.stdout
 
 
 # --- killed and continued ---------------------------------------------------------------------------------------

@@ -48,18 +48,20 @@ from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from hydra_plugins.sweeplab_sweeper import submitit_jobs
+from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import JOB
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
+from sweeplab.sweep.best import SearchBest
 from sweeplab.sweep.study import Study, next_job_number
 from sweeplab.tracking.naming import hydra_quote, sweep_id
 
 log = logging.getLogger(__name__)
 
-JOURNAL_FILE = "optuna_journal.log"  # the study, in the sweep dir
-RESULTS_FILE = "optimization_results.yaml"  # the best trial, in the sweep dir (as Hydra's Optuna plugin wrote it)
+JOURNAL_FILE = channels.OPTUNA_JOURNAL_FILE  # the study, in the sweep dir
+RESULTS_FILE = channels.OPTUNA_RESULTS_FILE  # the best trial, in the sweep dir
 SPACE_SYNTAX = ("write interval(low, high), tag(log, interval(low, high)), choice(a, b, ...), range(start, stop[, "
                 "step]) or a plain value")
 STOP_BEHIND = "behind"  # engine/stopping.py's stop_reason of a job stopped behind its round's leader: PRUNED
@@ -329,7 +331,7 @@ class OptunaSearch(Sweeper):
                  f"{len(interrupted)} interrupted" if plan.continued else "")
         states, record = None, None
         if plan.continued:
-            self._watch_still_out(sweep_dir)
+            submitit_jobs.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
             self.next_job = next_job_number(sweep_dir)
             record = self.study.read()
             states = job_states(record)
@@ -342,7 +344,7 @@ class OptunaSearch(Sweeper):
             asked = [optuna_study.ask(plan.space) for _ in range(min(self.n_jobs, left))]
             returns.append(self._run_trials(optuna_study, plan, [t.number for t in asked], [t.params for t in asked],
                                             states, {}))
-        write_results(optuna_study, sweep_dir, plan.metric)
+        self.study.search_best = write_results(optuna_study, sweep_dir, plan.metric)
         return returns
 
     def _direction(self) -> tuple[str, str]:
@@ -446,15 +448,6 @@ class OptunaSearch(Sweeper):
         submitted = submitit_jobs.submit(self.launcher, batch, self.next_job)
         return submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
 
-    def _watch_still_out(self, sweep_dir: Path) -> None:
-        """A continued search's SLURM jobs still queued or running (its launching process died) are watched to their
-        end before its record is read: none is submitted twice (the same steps as the grid sweeper's)."""
-        out = submitit_jobs.still_out(sweep_dir)
-        if out:
-            log.info("search: %d jobs of this study are still out (%s): watching them first", len(out),
-                     ", ".join(job.scheduler_id for job in out))
-            submitit_jobs.watch(out, lambda lost: self.study.record_lost(lost, counted=False))
-
     def _stop_reasons(self, numbers: Sequence[int]) -> dict[tuple[int, int], str]:
         """(trial, replicate) -> the stop rule that ended its finished job early (engine/stopping.py), from the
         study's record; read only when a stop rule is on."""
@@ -508,9 +501,10 @@ def tell(study: Any, number: int, outcome: TrialOutcome) -> None:
     log.info("search: trial %d %s: %.4g (median of %s); %s", number, state, figure.point, shown, params)
 
 
-def write_results(study: Any, sweep_dir: Path, metric: str) -> None:
+def write_results(study: Any, sweep_dir: Path, metric: str) -> SearchBest | None:
     """optimization_results.yaml: the best trial's parameters and value (as Hydra's Optuna plugin wrote it), with
-    its number, replicates' values and interval, and how many trials ended in each state."""
+    its number, replicates' values and interval, and how many trials ended in each state. Returns the best, which
+    the study marks on its sweep run (None when no trial completed)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -528,6 +522,11 @@ def write_results(study: Any, sweep_dir: Path, metric: str) -> None:
     else:
         log.warning("search: no trial completed: no best to report")
     OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
+    if "best_trial" not in results:
+        return None
+    return SearchBest(results["best_trial"], float(results["best_value"]),
+                      {k: override_value(v) for k, v in results["best_params"].items()}, metric,
+                      "max" if results["direction"] == "maximize" else "min")
 
 
 # --- the study's MLflow record: the replicates an interrupted trial finished --------------------------------------

@@ -186,6 +186,17 @@ def still_out(sweep_dir: Path) -> list[SubmittedJob]:
     return out
 
 
+def watch_still_out(sweep_dir: Path, on_lost: Callable[[LostJob], None]) -> None:
+    """A continued study's jobs still queued or running on SLURM (it was left running, or its launching process died)
+    watched to their end before anything is planned, so that none is submitted twice; a lost one goes to `on_lost`
+    (and is run again like any interrupted job)."""
+    out = still_out(sweep_dir)
+    if out:
+        log.info("sweep: %d jobs of this study are still out (%s): watching them first", len(out),
+                 ", ".join(job.scheduler_id for job in out))
+        watch(out, on_lost)
+
+
 def watch(submitted: Sequence[SubmittedJob], on_lost: Callable[[LostJob], None],
           period_s: float = WATCH_PERIOD_S) -> list[JobReturn]:
     """Wait for every job; each one's JobReturn in submission order. A lost job is given to `on_lost` as soon as

@@ -90,7 +90,7 @@ class SweeplabSweeper(BasicSweeper):
                             "whose jobs run on without this process")
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
-            self._watch_still_out(sweep_dir)
+            submitit_jobs.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
@@ -139,16 +139,6 @@ class SweeplabSweeper(BasicSweeper):
             log.info("sweep: stop.behind: no more rounds for configurations %s (stopped behind their round's leader "
                      "in %d rounds)", sorted(lost), rounds.ROUNDS_BEHIND_FOR_GOOD)
         return [job for job in round_jobs if job.config_index not in lost]
-
-    def _watch_still_out(self, sweep_dir: Path) -> None:
-        """A continued study's jobs still queued or running on SLURM (it was left running, or its launching process
-        died) are watched to their end before anything is planned: none is submitted twice."""
-        out = submitit_jobs.still_out(sweep_dir)
-        if out:
-            log.info("sweep: %d jobs of this study are still out (%s): watching them first", len(out),
-                     ", ".join(job.scheduler_id for job in out))
-            # a lost one is recorded, and run again below like any interrupted job
-            submitit_jobs.watch(out, lambda lost: self.study.record_lost(lost, counted=False))
 
     def _continued(self, planned: list, sweep_dir: Path) -> tuple[list, int]:
         """The rounds of a continued sweep: finished jobs left out, each other job told whether it resumes."""

@@ -9,8 +9,7 @@ the few facts they exchange are module attributes here, set and read as `channel
 
 Not listed: the launchers' own rank variables (torchrun, Lightning, SLURM), which sweeplab.runtime.distributed reads and
 restores between jobs (`RANK_ENV_VARS`, `LAUNCH_ENV_VARS`); they are the launchers' protocol, not sweeplab's. Nor
-the files Hydra and its plugins write in the sweep dir for themselves (multirun.yaml, the Optuna sweeper's
-optimization_results.yaml, which the sweep callback attaches to the parent run as it is), nor settings sweeplab gives
+the files Hydra writes in the sweep dir for itself (multirun.yaml), nor settings sweeplab gives
 a library for its own use (console.py's quiet Kineto and Hugging Face, mps_fallback.py's PYTORCH_ENABLE_MPS_FALLBACK,
 HYDRA_FULL_ERROR), nor the cluster test harness's SWEEPLAB_CLUSTER_* (scripts/test_cluster.sh -> tests/cluster/).
 """
@@ -51,6 +50,14 @@ SUBMITTED_JOBS_FILE = "submitted_jobs.jsonl"
 # job (tracking/mlflow_store.read_parent_run_id), by a continued sweep (sweep.study.reopen_sweep, which reopens
 # that run), by `python -m sweeplab.report --multirun-dir` and by order_check. A file: it outlives the process.
 PARENT_RUN_FILE = "mlflow_parent_run_id"
+# An Optuna search's study (hydra/sweeper=optuna: hydra_plugins/sweeplab_sweeper/optuna_search.py), Optuna's
+# JournalStorage file in the sweep dir. Written by the search as it asks and tells its trials; read by its
+# continuation (`-m ... resume=true`), which reloads the study, runs the trials left RUNNING again under their own
+# numbers and values, and asks the rest. A file: the process that ran the search may be long gone.
+OPTUNA_JOURNAL_FILE = "optuna_journal.log"
+# The search's best trial (parameters, value, its replicates' values), in the sweep dir as Hydra's Optuna plugin wrote
+# it. Written by the search at its end; attached to the sweep run's report by the study (sweep.study.Study.finish).
+OPTUNA_RESULTS_FILE = "optimization_results.yaml"
 
 # A replicated sweep's place of each job (sweeplab.study.replicates): its replicate r (seed `seed + r`), the round it ran
 # in, its configuration's index in the grid (0: the baseline of the verdict), and how many jobs the launcher ran at

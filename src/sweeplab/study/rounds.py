@@ -37,7 +37,7 @@ def runs_replicates(config: DictConfig) -> bool:
 
 def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the sweeper will launch: the product of the swept values (a grid sweeper) times the replicates
-    (the sweeplab sweeper), `n_trials` (Optuna); None when it cannot be told in advance."""
+    (the sweeplab sweeper), `n_trials` times the replicates (Optuna); None when it cannot be told in advance."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -55,7 +55,10 @@ def planned_jobs(config: DictConfig) -> int | None:
             return None  # replicate until decided: how many rounds is found out on the way
         return grid * replicates.replicates_setting(config)
     n_trials = sweeper.get("n_trials")
-    return int(n_trials) if isinstance(n_trials, int) else None
+    if not isinstance(n_trials, int):
+        return None
+    # a search that runs replicates runs each trial's parameters that many times
+    return n_trials * (replicates.replicates_setting(config) if runs_replicates(config) else 1)
 
 
 def verdict_options(config: DictConfig) -> VerdictOptions:

@@ -5,6 +5,8 @@ objective in launch order beside the best so far (objective.png)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +20,29 @@ from sweeplab.study.verdict import SweepSummary
 from sweeplab.tracking import mlflow_store, naming
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchBest:
+    """A search's best trial as its sweeper found it: its number, its value (with replicates, the median of its
+    jobs' objectives), its parameters, the metric and its direction ("max" | "min")."""
+
+    trial: int
+    value: float
+    params: Mapping[str, str]
+    metric: str
+    mode: str
+
+
+def record_search_best(uri: str, parent_run_id: str, best: SearchBest) -> str:
+    """Mark a search's best trial on the sweep run (its parameters as `best.<key>` params, its value as
+    `best/objective`); returns the closing line's description."""
+    mlflow_store.write(uri, parent_run_id, SweepRun(
+        objective_metric=best.metric, objective_mode=best.mode, best_params=dict(best.params) or None,
+        best_objective=best.value))
+    shown = ", ".join(f"{k}={v}" for k, v in best.params.items())
+    line = f"trial {best.trial}: {best.metric or 'objective'} {best.value:.4g} ({best.mode})"
+    return f"{line}; {shown}" if shown else line
 
 
 def objective_of(config: DictConfig) -> tuple[str, str]:
@@ -88,16 +113,19 @@ def _record_verdict_best(uri: str, parent_run_id: str, summary: SweepSummary, la
     return f"none ({verdict.headline})"
 
 
-def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig) -> list[Path]:
-    """objective.png for a search (a sweeper with a direction: Optuna): every trial's objective in launch order and
-    the best so far. A grid's job order means nothing, so a grid gets none (the report draws its curves)."""
+def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig, search: SearchBest | None = None) -> list[Path]:
+    """objective.png for a search (`search`: its best, or a sweeper with a direction): every trial's objective in
+    launch order and the best so far. A grid's job order means nothing, so a grid gets none (the report draws its
+    curves)."""
     scored = [j for j in sweep.jobs if JOB.objective in j.metrics]
-    if not scored or not isinstance(OmegaConf.select(config, "hydra.sweeper.direction"), str):
+    direction = search.mode if search is not None else _direction(config, scored)
+    if not scored or not direction or (search is None and not isinstance(
+            OmegaConf.select(config, "hydra.sweeper.direction"), str)):
         return []
     try:
         jobs = sorted((_job_number(j), j.metrics[JOB.objective]) for j in scored)
         metric = scored[0].tags.get(JOB.objective_metric, "")
-        return [plots.objective_plot(jobs, metric, _direction(config, scored) or "max", sweep_dir / "objective.png")]
+        return [plots.objective_plot(jobs, metric, direction, sweep_dir / "objective.png")]
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("objective plot skipped: %s", exc)
         return []

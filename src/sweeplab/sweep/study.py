@@ -48,7 +48,6 @@ from sweeplab.tracking import mlflow_store, naming, runs
 from sweeplab.tracking.resume import close_abandoned_runs
 
 log = logging.getLogger(__name__)
-OPTUNA_RESULTS = "optimization_results.yaml"  # what an Optuna search writes in the sweep dir: attached to the report
 
 
 class Study:
@@ -66,6 +65,7 @@ class Study:
         self.lost_jobs: list[str] = []  # jobs a scheduler ended before they could (sweep.lost_jobs)
         self.left_jobs: list[str] = []  # jobs submitted and left running (hydra.sweeper.leave=true)
         self.failed_jobs = 0
+        self.search_best: best.SearchBest | None = None  # a search's best trial, handed over by its sweeper
         # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
         self._jobs_die_with_the_study = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
         self._held = contextlib.ExitStack()  # the sweep folder's lock, for the study's life in this process
@@ -107,8 +107,8 @@ class Study:
         experiment_id = mlflow_store.init_store(self.uri, self.experiment)
         if config.get("resume") is True:
             if not runs_replicates(config):
-                raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab only (this sweeper "
-                                "cannot skip the jobs that finished)")
+                raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab or optuna only (this "
+                                "sweeper cannot skip the jobs that finished)")
             self.parent_run_id = reopen_sweep(self.uri, self.sweep_dir, overrides)
         else:
             self.parent_run_id = self._create_run(experiment_id, overrides)
@@ -186,10 +186,11 @@ class Study:
             report = sweep_report(self.uri, self.parent_run_id, self.sweep_dir, options=self.options)
             sweep = report.sweep
             summary = report.verdict.summary if report.verdict is not None else None
-            best_line = best.record_best(self.uri, self.parent_run_id, sweep, self.config, summary)
-            files = list(report.files) + best.objective_plot(sweep, self.sweep_dir, self.config)
-            if (self.sweep_dir / OPTUNA_RESULTS).exists():
-                files.append(self.sweep_dir / OPTUNA_RESULTS)
+            best_line = (best.record_search_best(self.uri, self.parent_run_id, self.search_best) if self.search_best
+                         else best.record_best(self.uri, self.parent_run_id, sweep, self.config, summary))
+            files = list(report.files) + best.objective_plot(sweep, self.sweep_dir, self.config, self.search_best)
+            if (self.sweep_dir / channels.OPTUNA_RESULTS_FILE).exists():
+                files.append(self.sweep_dir / channels.OPTUNA_RESULTS_FILE)
             if self.print_report:
                 print(report.markdown + (f"\nbest: {best_line}" if best_line else ""), flush=True)
                 print(ui_links.sweep_line(self.uri, self.parent_run_id), flush=True)  # where make ui's address opens
