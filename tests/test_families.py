@@ -203,7 +203,7 @@ def test_a_task_keeping_no_model_config_is_refused_before_training(tmp_path):
 
 def test_a_registered_family_without_config_searchpath_is_named_at_composition(tmp_path, monkeypatch):
     from sweeplab import families
-    from sweeplab.train import composition_error
+    from sweeplab.sweep.checks import composition_error
 
     monkeypatch.setattr(families, "_entry_points", lambda: {"forgetful": None})
     monkeypatch.setattr(families, "get_family", lambda name: _small_family())

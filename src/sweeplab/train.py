@@ -12,10 +12,10 @@ from omegaconf import DictConfig
 from sweeplab import CONF_DIR
 from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
-from sweeplab.core.errors import UserError, exit_on_user_error, is_user_error, user_message
+from sweeplab.core.errors import exit_on_user_error, is_user_error, user_message
 from sweeplab.engine import settings
-from sweeplab.families import missing_config_hint
 from sweeplab.study import replicates
+from sweeplab.sweep.checks import composition_error
 from sweeplab.sweep.study import end_open_study
 
 log = logging.getLogger("sweeplab")
@@ -61,11 +61,6 @@ def main(cfg: DictConfig) -> float | None:
             record_failed_job(cfg, exc)
             return None
         exit_on_user_error(exc)
-
-
-def composition_error(exc: Exception) -> UserError:
-    """Hydra's composition and override-syntax errors (a misspelt key or option on the command line) as one line."""
-    return cli.hydra_error(exc, "train", missing_config_hint)
 
 
 def run() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeplab.core import cli
 from sweeplab.core.errors import UserError
 from sweeplab.engine import settings
+from sweeplab.families import missing_config_hint
 from sweeplab.study import replicates
 from sweeplab.study.rounds import runs_replicates, verdict_options
 from sweeplab.tracking import mlflow_store, naming
@@ -81,3 +83,14 @@ def check_replicates(config: DictConfig) -> None:
                         "(run it with replicates=1)")
     if "seed" in naming.swept_keys(config):
         raise UserError(f"{setting} gives replicate r the seed seed + r: sweep seed with replicates=1, or leave it out")
+
+
+def composition_error(exc: Exception) -> UserError:
+    """Hydra's composition and override-syntax errors (a misspelt key or option on the command line) as one line."""
+    return cli.hydra_error(exc, "train", missing_config_hint)
+
+
+def one_line_error(exc: BaseException) -> BaseException:
+    """The error a failed study is closed with: Hydra's errors (a misspelt swept key, found when the sweeper checks
+    its first batch) as their one line, any other as it is."""
+    return composition_error(exc) if isinstance(exc, Exception) and cli.is_hydra_error(exc) else exc

@@ -43,7 +43,7 @@ from sweeplab.study.record import VerdictOptions
 from sweeplab.study.rounds import job_states, planned_jobs, runs_replicates, verdict_options
 from sweeplab.study.sweep import Sweep, read_sweep
 from sweeplab.sweep import best, lost_jobs
-from sweeplab.sweep.checks import check_study, tracking_settings
+from sweeplab.sweep.checks import check_study, one_line_error, tracking_settings
 from sweeplab.tracking import mlflow_store, naming, runs
 from sweeplab.tracking.resume import close_abandoned_runs
 
@@ -235,7 +235,7 @@ class Study:
         if self.parent_run_id is None:
             self._held.close()
             return
-        killed = is_interrupt(exc)
+        killed, exc = is_interrupt(exc), one_line_error(exc)
         reason = str(exc) if killed else user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(Exception):
             self._write(SweepRun(error=reason[:5000]))
