@@ -52,7 +52,7 @@ sys.meta_path.insert(0, RecordTorchImport())
         ("sweeplab.train", ["backend=mps", "backend.mps_fallback=true", "logger=none"], "1"),
         ("sweeplab.train", ["backend=mps", "logger=none"], "<unset>"),  # no override: the environment is left alone
         # bench: composes its rows, then imports torch to plan them (its --help no longer imports torch at all)
-        ("sweeplab.bench", ["backend=mps", "backend.mps_fallback=true"], "1"),
+        pytest.param("sweeplab.bench", ["backend=mps", "backend.mps_fallback=true"], "1", marks=pytest.mark.slow),
     ],
 )
 def test_the_mps_fallback_switch_is_in_the_environment_when_torch_is_first_imported(tmp_path, app, args, expected):

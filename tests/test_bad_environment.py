@@ -78,6 +78,7 @@ def _state(uri: str, run_id: str) -> dict:
     return {"status": run.info.status, "end": run.info.end_time, "metrics": run.data.metrics, "tags": run.data.tags}
 
 
+@pytest.mark.slow  # ~10 s: a real job onto a full tmpfs
 @needs_mounts
 def test_a_full_disk_under_the_checkpoints_names_the_file_and_the_os_reason(demo_dir, tmp_path, mlflow_uri):
     earlier, before = finished_run(mlflow_uri)

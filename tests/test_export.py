@@ -203,7 +203,7 @@ def test_masks_are_minus_1e4_never_inf(exported):
         assert any(v.size == 1 and float(v) == -1e4 for v in constants.values() if v.dtype.kind == "f")
 
 
-@pytest.mark.parametrize("family", ["textbridge", "pagating_lm"])
+@pytest.mark.parametrize("family", ["textbridge", pytest.param("pagating_lm", marks=pytest.mark.slow)])  # ~9 s
 def test_enumerated_shapes(checkpoints, family, tmp_path):
     options = ExportOptions(layout="ane", seq_lens=[8, SEQ], deployment_target="iOS18", n_random=1)
     result = export_checkpoint(checkpoints[family], options, tmp_path)

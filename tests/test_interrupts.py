@@ -67,7 +67,8 @@ def _smoke(demo_dir: Path, *overrides: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("signum", "where"),
-    [(signal.SIGINT, "training"), (signal.SIGTERM, "training"), (signal.SIGTERM, "final validation")],
+    [(signal.SIGINT, "training"), pytest.param(signal.SIGTERM, "training", marks=pytest.mark.slow),
+     (signal.SIGTERM, "final validation")],
 )
 def test_a_signalled_run_ends_killed_with_the_signals_exit_status(demo_dir, mlflow_uri, tmp_path, signum, where):
     pause = {"SWEEPLAB_FAULT_PAUSE_AT_STEP": "3"} if where == "training" else {
@@ -89,6 +90,7 @@ def test_a_signalled_run_ends_killed_with_the_signals_exit_status(demo_dir, mlfl
         assert "val/cos" in run.data.metrics  # the validations during fit were stored before the signal
 
 
+@pytest.mark.slow  # ~9 s: a real job signalled while it reads its data
 def test_sigterm_while_the_data_is_read_ends_the_run_killed(demo_dir, mlflow_uri, tmp_path):
     # The data file is a FIFO that the test opens for writing and never writes to: the run blocks in reading its
     # first bytes, before Lightning (and its SIGTERM handler) has started.

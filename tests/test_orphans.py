@@ -46,6 +46,7 @@ def _kill_and_find_survivors(process: subprocess.Popen, descendants: list[psutil
     return survivors
 
 
+@pytest.mark.slow  # ~11 s: a real job with workers, kill -9
 def test_kill_9_of_a_job_leaves_no_dataloader_worker(demo_dir, mlflow_uri, tmp_path):
     job = _start(tmp_path, "debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", "data.batch_size=16",
                  "data.num_workers=2", "trainer.max_steps=100000", "trainer.val_check_interval=100000",

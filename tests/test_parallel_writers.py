@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeplab.tracking.mlflow_store import init_store
@@ -20,6 +21,7 @@ def _writer(uri: str, experiment_id: str, index: int) -> str:
     return run.info.run_id
 
 
+@pytest.mark.slow  # ~16 s: eight processes on one store (test_concurrent_store keeps four in the default suite)
 def test_eight_parallel_writers_lose_no_metric(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_id = init_store(uri, "parallel")

@@ -90,6 +90,7 @@ def test_every_group_the_early_check_reads_names_the_class_plan_builds():
 # --- the host probe honours a stop request ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ~12 s: a real job signalled in its host probe
 def test_sigterm_while_the_host_probe_runs_stops_the_job_killed_at_once(demo_dir, mlflow_uri, tmp_path):
     """timing.host_probe_s=60: the probe runs when training starts; a SIGTERM then ends the job KILLED within seconds
     (it waited for the whole probe: 120 s later the job had not stopped)."""
@@ -188,6 +189,7 @@ def test_a_study_continued_twice_at_once_is_refused_naming_the_pid_and_ends_with
 # --- what a finished job keeps; the export from a job's folder ------------------------------------------------------
 
 
+@pytest.mark.slow  # ~28 s: a job, an export from its folder
 def test_a_finished_job_keeps_only_what_is_read_and_still_exports_from_its_folder(demo_dir, mlflow_uri, tmp_path):
     """checkpoint.keep_last=false (the default; debug=smoke keeps it for the tests that read it): the finished job's
     last.ckpt (optimizer state) is gone once its run is FINISHED, its best checkpoint stays; `export ckpt_path=<the

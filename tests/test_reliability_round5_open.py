@@ -74,6 +74,7 @@ def _runs(mlflow_uri):
     return client, (client.search_runs([experiment.experiment_id]) if experiment else [])
 
 
+@pytest.mark.slow  # ~18 s: kill -9 and a resume (the kill -9 before the first checkpoint stays in the default suite)
 def test_resume_true_with_a_changed_max_steps_after_a_kill_9_continues_the_run(demo_dir, mlflow_uri, tmp_path):
     """The docs say trainer.max_steps may change on resume; after a kill -9, `resume=true trainer.max_steps=8` said
     "no interrupted run with this configuration" (its hash held max_steps). It continues the run to step 8, which

@@ -148,9 +148,8 @@ BEST_EARLY = {
 }
 
 
-@pytest.mark.parametrize("family", [
-    "textbridge", pytest.param("pagating_lm", marks=pytest.mark.slow),
-])
+@pytest.mark.slow  # ~12 s a family: a run trained past its best, resumed
+@pytest.mark.parametrize("family", ["textbridge", "pagating_lm"])
 def test_a_run_resumed_after_its_best_validation_names_that_checkpoint(family, demo_dir, mlflow_uri, tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEPLAB_DATA_DIR", str(tmp_path / "data"))  # the LM's token cache
     overrides, kill_at, monitor, mode = BEST_EARLY[family]
@@ -175,7 +174,8 @@ def test_a_run_resumed_after_its_best_validation_names_that_checkpoint(family, d
 
 @pytest.mark.parametrize("fault", [
     {"SWEEPLAB_FAULT_KILL_IN_VALIDATION_AT_STEP": "11"},  # the last step's validation
-    {"SWEEPLAB_FAULT_KILL_AFTER_FIT": "1"},  # every checkpoint written; the summary, tags and export not yet
+    # every checkpoint written; the summary, tags and export not yet (~11 s)
+    pytest.param({"SWEEPLAB_FAULT_KILL_AFTER_FIT": "1"}, marks=pytest.mark.slow),
 ])
 def test_a_run_killed_after_its_last_periodic_checkpoint_resumes_to_the_end(fault, demo_dir, mlflow_uri, tmp_path):
     # 11 steps, validation and last.ckpt every 2: the last step's validation follows the last periodic checkpoint,
@@ -376,6 +376,7 @@ def test_extending_a_finished_run_trains_a_new_run_linked_to_it_and_leaves_the_f
     assert objective == max(scores)  # the best of the whole history: the finished run's best came along
 
 
+@pytest.mark.slow  # ~19 s: two real runs
 def test_a_copied_checkpoint_resumes_into_the_jobs_own_directory_and_the_run_sheds_its_error(
     demo_dir, mlflow_uri, tmp_path
 ):

@@ -39,6 +39,7 @@ def test_the_wheel_holds_every_config_and_the_search_path_plugin(wheel):
     assert "hydra_plugins/sweeplab_families/__init__.py" in names
 
 
+@pytest.mark.slow  # ~11 s: a wheel installed and a job trained from outside the checkout
 def test_a_non_editable_install_trains_from_outside_the_checkout(wheel, tmp_path, demo_dir):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
