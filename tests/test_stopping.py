@@ -61,12 +61,12 @@ def test_a_job_stops_at_the_target_and_says_why(demo_dir, mlflow_uri, caplog):
 def test_a_job_of_a_round_stops_behind_the_posted_leader(demo_dir, mlflow_uri, tmp_path, monkeypatch):
     """The round's board says the leader reached the target after a millisecond: a job of another configuration
     that has not reached it stops as behind at its first validation; its time to target is then censored."""
-    sweep_dir = tmp_path / "sweep"
-    stopping.RoundBoard(sweep_dir / "stop" / "round-0.json").post(0.001, "0")
-    monkeypatch.setenv(channels.ROUND_ENV, "0")
+    sweep_dir = tmp_path / "sweep"  # round 1: round 0 trains to the end for the quality (stop.quality_round)
+    stopping.RoundBoard(sweep_dir / "stop" / "round-1.json").post(0.001, "0")
+    monkeypatch.setenv(channels.ROUND_ENV, "1")
     monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "1")
     monkeypatch.setattr("sweeplab.engine.training._hydra_runtime", lambda: (tmp_path / "out", str(sweep_dir)))
-    train(smoke_config(demo_dir, "stop.behind=2", "report.target=2.0"))  # val/cos never reaches 2
+    train(smoke_config(demo_dir, "stop.behind=2", "report.target=0.999"))  # a smoke run never reaches it
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "FINISHED" and run.data.tags[JOB.stop_reason] == "behind"
     assert run.data.tags[JOB.stop_step] == "10"
