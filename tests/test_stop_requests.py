@@ -66,7 +66,9 @@ FLAG_SCRIPT = textwrap.dedent("""
 
 def test_a_stop_request_is_recorded_and_acted_on_at_the_next_safe_point(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", FLAG_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    # SIGHUP at its default in the child, whatever this process inherited (a suite started under nohup ignores it)
+    done = subprocess.run([sys.executable, "-c", FLAG_SCRIPT], env=env, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     out, err = done.stdout, done.stderr
     assert done.returncode == 130, out + err  # the first signal's status (SIGINT), not the second's
     assert "hup False" in out
