@@ -256,8 +256,6 @@ def test_a_sweep_folder_holds_one_search_which_only_resume_continues(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(optuna_search.SAMPLERS))
 def test_every_sampler_config_makes_its_sampler_seeded_with_the_configs_seed(name, tmp_path):
-    if name == "cmaes":
-        pytest.importorskip("cmaes")
     config = compose_train(["hydra/sweeper=optuna", f"hydra/sweeper/sampler={name}", "seed=3"], return_hydra_config=True)
     sweeper = config.hydra.sweeper
     searching = optuna_search.OptunaSearch(sweeper.sampler, None, None, 2, 1, None)

@@ -85,7 +85,7 @@ class RandomSamplerConf:
 
 
 @dataclass
-class CmaEsSamplerConf:  # needs the `cmaes` package
+class CmaEsSamplerConf:  # needs the `cmaes` package (a dependency of sweeplab)
     _target_: str = "optuna.samplers.CmaEsSampler"
     seed: Any = "${seed}"
     n_startup_trials: int = 1
