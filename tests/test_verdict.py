@@ -615,3 +615,22 @@ def test_the_default_target_and_quality_are_the_best_values_and_overfitting_is_n
     assert summary.config("bs16").final_metric.point == pytest.approx(205.0)
     assert any("overfitting" in note and "rose 4.9×" in note and "500 samples" in note for note in summary.notes), \
         summary.notes
+
+
+# --- a figure each job's run measures is one entry of FIGURES ----------------------------------------------------------
+
+def test_a_figure_each_job_measures_is_one_entry_and_comes_out_as_a_median_with_its_interval(monkeypatch):
+    """A Figure with `per_job` (the run metric it summarises) needs no ConfigSummary field nor a line in the summary:
+    the study reads that metric of every job (sweep.verdict_jobs) and the summary holds its median and interval."""
+    from sweeplab.study.verdict import records as verdict_records
+
+    figure = verdict_records.Figure("tok/s", "tokens/s", "tokens_per_sec", "{:.4g}", None, "tokens per second",
+                                    per_job="summary/tokens_per_sec")
+    monkeypatch.setattr(verdict_records, "FIGURES", (*verdict_records.FIGURES, figure))
+    jobs = [dataclasses.replace(job, measured={"summary/tokens_per_sec": 100.0 * (1 + job.replicate)})
+            for job in simulated_sweep(np.random.default_rng(3), {"a": (100.0, 1000.0), "b": (120.0, 1000.0)}, 5)]
+    summary = summarize(jobs, baseline="a", target=TARGET, quality_tolerance=0.01)
+    for config in summary.configs:
+        estimate = figure.of(config)
+        assert estimate.point == 300.0 and estimate.interval.low <= 300.0 <= estimate.interval.high
+    assert "summary/tokens_per_sec" in verdict_records.measured_per_job()

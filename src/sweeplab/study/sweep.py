@@ -114,7 +114,7 @@ class Sweep:
                             final_metric=j.final_metric, curve=list(j.curve), host=j.host,
                             concurrent_jobs=j.concurrent_jobs, censored_samples=j.censored_samples,
                             best_metric=j.best_metric(self.mode), stopped_at_target=j.stop_reason == "target",
-                            peak_mem_mb=j.metrics.get(JOB.peak_mem_mb))
+                            measured={k: j.metrics[k] for k in verdict.measured_per_job() if k in j.metrics})
                 for j in self.jobs
                 if j.finished and j.samples_per_sec and j.samples_per_step and j.config is not None
                 and j.replicate is not None]

@@ -52,6 +52,7 @@ from sweeplab.study.verdict.records import (
     ValidationPoint,
     Verdict,
     VerdictKind,
+    measured_per_job,
     shown_in_the_view,
 )
 from sweeplab.study.verdict.summary import COARSE_VALIDATION, derived_tolerance, overfitting, summarize
@@ -74,6 +75,7 @@ __all__ = [
     "Estimate",
     "FEWEST_REPLICATES",
     "FIGURES",
+    "measured_per_job",
     "Figure",
     "Interval",
     "Job",

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sweeplab.core.records import JOB
 from sweeplab.study import selection as mcb
 
 Mode = Literal["max", "min"]
@@ -62,7 +63,9 @@ class Job:
     censored_samples: float | None = None
     best_metric: float | None = None
     stopped_at_target: bool = False
-    peak_mem_mb: float | None = None  # the most memory the job held (its run's summary/peak_mem_mb)
+    # what the job's run measured, by its metric's key, for the figures summarised over a configuration's jobs
+    # (Figure.per_job): e.g. summary/peak_mem_mb
+    measured: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def kept_metric(self) -> float | None:
@@ -147,7 +150,9 @@ class ConfigSummary:
     quality: Quality
     within_tolerance: bool
     validation_resolution: float
-    peak_mem_mb: Estimate | None = None  # median over its jobs that recorded one, with its 95 % interval
+    # each per-job figure (Figure.per_job: its jobs' run metric) as the median over the jobs that recorded it, with
+    # its 95 % interval; a figure none of them recorded is absent
+    measured: Mapping[str, Estimate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,16 +161,23 @@ class Figure:
     `median (low–high)` in `number`'s format), report.csv (`csv`, with ` low` and ` high`), the configuration runs'
     metrics (`metric`, with `_low` and `_high`) and, where `view` > 0, the MLflow view's text column and chart (in
     that order). `{metric}` in a name stands for the monitored metric's (`val/cos`), `{metric_key}` for it inside a
-    key (`val_cos`). `legend`: what the column says, for the line under the table. Adding a figure is a ConfigSummary
-    field, the line that computes it and one entry here."""
+    key (`val_cos`). `legend`: what the column says, for the line under the table. A figure the verdict derives
+    (speedups, time to target) is a ConfigSummary field, the line that computes it and an entry here; a figure each
+    job's run measures (`per_job`: the run's metric, e.g. `summary/peak_mem_mb`) is only its entry here: the study
+    reads that metric of every job and the summary takes its median with its interval."""
 
     column: str
     csv: str
     metric: str
     number: str
-    of: Callable[[ConfigSummary], Estimate | None]
+    of: Callable[[ConfigSummary], Estimate | None] | None
     legend: str
     view: int = 0
+    per_job: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.of is None:  # a per-job figure: its summary is the median the configuration's summary holds
+            object.__setattr__(self, "of", lambda c: c.measured.get(self.per_job))
 
     def named(self, name: str, metric_name: str) -> str:
         return name.format(metric=metric_name, metric_key=metric_name.replace("/", "_"))
@@ -187,9 +199,14 @@ FIGURES: tuple[Figure, ...] = (
            "each job's best validation (the checkpoint it keeps)", view=3),
     Figure("Δ", "Δ vs baseline", "quality_delta", "{:+.3g}", lambda c: c.quality_difference,
            "that metric minus the baseline's"),
-    Figure("peak MB", "peak memory (MB)", "peak_mem_mb", "{:.4g}", lambda c: c.peak_mem_mb,
-           "the most memory a job held (CUDA or MPS: the device's; CPU: the process's)"),
+    Figure("peak MB", "peak memory (MB)", "peak_mem_mb", "{:.4g}", None,
+           "the most memory a job held (CUDA or MPS: the device's; CPU: the process's)", per_job=JOB.peak_mem_mb),
 )
+
+
+def measured_per_job() -> list[str]:
+    """The run metrics the per-job figures summarise (Figure.per_job), which the study reads of every job."""
+    return [f.per_job for f in FIGURES if f.per_job]
 
 
 def shown_in_the_view() -> list[Figure]:

@@ -32,6 +32,7 @@ from sweeplab.study.verdict.records import (
     PairBy,
     Quality,
     SweepSummary,
+    measured_per_job,
 )
 from sweeplab.study.verdict.target import default_target, job_at_target
 from sweeplab.study.verdict.text import _namer
@@ -262,7 +263,8 @@ def _config_summary(
         quality=quality[1],
         within_tolerance=quality[2],
         validation_resolution=_validation_resolution(at_target),
-        peak_mem_mb=_median_if_any([j.peak_mem_mb for j in jobs if j.peak_mem_mb], confidence),
+        measured={key: median_of_positive(values, confidence) for key in measured_per_job()
+                  if (values := [j.measured[key] for j in jobs if j.measured.get(key)])},
     )
 
 
@@ -284,10 +286,6 @@ def _speedup(
                           [(a.job, a.time_bound if a.time_bound is not None else a.time_to_target) for a in at_target],
                           pair_by)
     return dataclasses.replace(ratio_from_log_ratios(_log_ratios(pairs), level), bounded=bounded)
-
-
-def _median_if_any(values: Sequence[float], confidence: float) -> Estimate | None:
-    return median_of_positive(values, confidence) if values else None
 
 
 def _validation_resolution(at_target: list[JobAtTarget]) -> float:
