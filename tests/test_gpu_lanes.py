@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from hydra_plugins.sweeplab_sweeper import joblib_lanes
-from hydra_plugins.sweeplab_sweeper.joblib_lanes import lane_order, run_lane, slot_of
 from sweeplab.core import channels
 from sweeplab.core.records import JOB
 from sweeplab.study import replicates
+from sweeplab.sweep import lanes as joblib_lanes
+from sweeplab.sweep.lanes import lane_order, run_lane, slot_of
 
 GRID = [[f"data.batch_size={b}"] for b in (16, 32, 64, 128)]
 

@@ -103,7 +103,7 @@ def test_replicates_auto_runs_first_rounds_whole_then_only_the_undecided_within_
 def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(monkeypatch, tmp_path):
     """The sweeper's side of replicates=auto; what is undecided comes from the jobs in MLflow (the slow real sweep
     below runs that part)."""
-    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+    from sweeplab.sweep.grid import SweeplabSweeper
 
     launched, answers = [], iter([[0, 2], []])
 
@@ -134,7 +134,7 @@ def test_the_auto_sweeper_asks_between_rounds_and_stops_when_nothing_is_open(mon
 def test_the_sweeper_launches_the_study_at_once_round_by_round_with_the_replicates_environment(monkeypatch, tmp_path):
     """No barrier between rounds: one launch holds every round, in round order; joblib runs at most a round's worth
     of jobs at once (n_jobs=-1 would otherwise run several rounds side by side)."""
-    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+    from sweeplab.sweep.grid import SweeplabSweeper
 
     launched = []
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import cloudpickle
 
 from conftest import compose_train
-from hydra_plugins.sweeplab_sweeper.submitit_jobs import resumed_overrides
 from sweeplab.core.files import hold_run_lock
 from sweeplab.sweep.callback import MLflowSweepCallback
+from sweeplab.sweep.slurm import resumed_overrides
 from sweeplab.sweep.study import Study
 from sweeplab.tracking import naming
 

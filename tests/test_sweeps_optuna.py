@@ -22,11 +22,11 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from conftest import compose_train
-from hydra_plugins.sweeplab_sweeper import optuna_search
-from hydra_plugins.sweeplab_sweeper.optuna_search import TrialOutcome, search_space, tell
 from sweeplab.core.errors import UserError
 from sweeplab.core.records import JOB, SWEEP
 from sweeplab.study import rounds
+from sweeplab.sweep import search as optuna_search
+from sweeplab.sweep.search import TrialOutcome, search_space, tell
 from sweeplab.tracking import mlflow_store
 from test_bad_inputs_round4 import _one_line
 from test_sweeps_parallel import assert_one_sweep, smoke, store_runs, sweep
@@ -266,7 +266,7 @@ def test_every_sampler_config_makes_its_sampler_seeded_with_the_configs_seed(nam
 def test_the_optuna_search_runs_replicates_and_continues_its_sweeps():
     """What the sweep's checks ask of a sweeper before they accept replicates=N or resume=true."""
     config = compose_train(["hparams_search=optuna_alpha_beta", "replicates=3"], return_hydra_config=True)
-    assert config.hydra.sweeper._target_.endswith("optuna_search.OptunaSearch")
+    assert config.hydra.sweeper._target_.endswith("sweeper.search.OptunaSearch")
     assert rounds.runs_replicates(config)
 
 

@@ -39,7 +39,7 @@ def test_slurm_preset_keys_are_the_plugins_own():
 def test_optuna_alpha_beta_searches_textbridge_loss_weights_for_the_best_val_cos():
     cfg = compose_train(["hparams_search=optuna_alpha_beta"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
-    assert sweeper._target_.endswith("optuna_search.OptunaSearch") and cfg.hydra.mode.name == "MULTIRUN"
+    assert sweeper._target_.endswith("sweeper.search.OptunaSearch") and cfg.hydra.mode.name == "MULTIRUN"
     assert sweeper.direction == "maximize" and sweeper.sampler._target_ == "optuna.samplers.TPESampler"
     assert sweeper.sampler.seed == cfg.seed  # the search is as reproducible as its jobs
     assert set(sweeper.params) == {"loss.alpha", "loss.beta", "optim.lr"}

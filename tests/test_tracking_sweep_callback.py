@@ -122,12 +122,12 @@ def test_the_sweeper_reaches_its_study_through_the_object_it_holds_not_the_envir
     objects of one process), and the callback is the job-side hooks plus a study for sweepers that hold none."""
     import ast
 
-    for path in (SRC / "hydra_plugins/sweeplab_sweeper/sweeper.py", SRC / "sweeplab/study/rounds.py"):
+    for path in (SRC / "sweeplab/sweep/grid.py", SRC / "sweeplab/study/rounds.py"):
         text = path.read_text(encoding="utf-8")
         assert "os.environ" not in text and "PARENT_RUN_ENV" not in text, path
-    from hydra_plugins.sweeplab_sweeper.sweeper import SweeplabSweeper
+    from sweeplab.sweep.grid import SweeplabSweeper
 
-    assert SweeplabSweeper.holds_study and "self.study" in (SRC / "hydra_plugins/sweeplab_sweeper/sweeper.py").read_text()
+    assert SweeplabSweeper.holds_study and "self.study" in (SRC / "sweeplab/sweep/grid.py").read_text()
     callback = (SRC / "sweeplab/sweep/callback.py").read_text(encoding="utf-8")
     assert len(callback.splitlines()) <= 200
     imported = {node.module for node in ast.walk(ast.parse(callback)) if isinstance(node, ast.ImportFrom)}

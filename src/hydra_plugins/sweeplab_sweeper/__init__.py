@@ -12,7 +12,7 @@ from hydra.core.config_store import ConfigStore
 
 @dataclass
 class SweeplabSweeperConf:
-    _target_: str = "hydra_plugins.sweeplab_sweeper.sweeper.SweeplabSweeper"
+    _target_: str = "hydra_plugins.sweeplab_sweeper.grid.SweeplabSweeper"
     max_batch_size: int | None = None  # as BasicSweeper's: at most this many jobs per launch (within a round)
     params: dict[str, str] | None = None  # the swept keys and their values, as BasicSweeper's
     # hydra/launcher=slurm: submit the study's first launch (every job of a fixed number of replicates; the first

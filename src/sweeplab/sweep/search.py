@@ -47,13 +47,13 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from hydra_plugins.sweeplab_sweeper import submitit_jobs
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import JOB
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
+from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.best import SearchBest
 from sweeplab.sweep.study import Study, next_job_number
 from sweeplab.tracking.naming import hydra_quote, sweep_id
@@ -113,7 +113,7 @@ SAMPLERS = {"tpe": TPESamplerConf, "random": RandomSamplerConf, "cmaes": CmaEsSa
 
 @dataclass
 class OptunaSearchConf:
-    _target_: str = "hydra_plugins.sweeplab_sweeper.optuna_search.OptunaSearch"
+    _target_: str = "hydra_plugins.sweeplab_sweeper.search.OptunaSearch"
     _recursive_: bool = False  # the sampler is made in sweep(), where a wrong one is one line, not a traceback
     defaults: list = field(default_factory=lambda: [{"sampler": "tpe"}])
     sampler: Any = MISSING

@@ -35,10 +35,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from hydra_plugins.sweeplab_sweeper import submitit_jobs
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
+from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.study import Study, next_job_number
 
 log = logging.getLogger(__name__)
