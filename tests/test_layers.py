@@ -42,6 +42,8 @@ LAYERS = "sweeplab's layers"
 PURE = "the statistics are pure: no engine, MLflow, Lightning or torch"
 NO_ENGINE = "the study and the report never import the engine"
 FAMILIES = "families: the record and its checks below, each family on its own"
+LAUNCH_SIDE = "the launch side never imports the engine or a training framework"
+SHELLS = "the hydra_plugins shells reach sweeplab through sweeplab.sweep only"
 BAD_IMPORTS = [
     ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training",
      "engine: one job"),
@@ -75,6 +77,19 @@ BAD_IMPORTS = [
     ("core/records.py", "import mlflow", "sweeplab.core.records -> mlflow", "only tracking imports MLflow"),
     ("report/config_runs.py", "from mlflow.entities import Metric", "sweeplab.report.config_runs -> mlflow",
      "only tracking imports MLflow"),
+    # the launch side (sweep/grid.py, search.py, lanes.py) and its hydra_plugins shells: no MLflow, engine or family
+    *[(f"sweep/{name}.py", line, f"sweeplab.sweep.{name} -> {chain}", contract)
+      for name in ("grid", "search", "lanes") for line, chain, contract in [
+          ("import mlflow", "mlflow", "only tracking imports MLflow"),
+          ("from sweeplab.engine import training", "sweeplab.engine.training", LAUNCH_SIDE),
+          ("from sweeplab.families.pagating_lm import task", "sweeplab.families.pagating_lm.task",
+           "no module outside families/ names a family")]],
+    ("../hydra_plugins/sweeplab_sweeper/grid.py", "import mlflow", "hydra_plugins.sweeplab_sweeper.grid -> mlflow",
+     "only tracking imports MLflow"),
+    ("../hydra_plugins/sweeplab_sweeper/search.py", "from sweeplab.tracking import runs",
+     "hydra_plugins.sweeplab_sweeper.search -> sweeplab.tracking.runs", SHELLS),
+    ("../hydra_plugins/sweeplab_sweeper/lanes.py", "from sweeplab.engine import job",
+     "hydra_plugins.sweeplab_sweeper.lanes -> sweeplab.engine.job", LAUNCH_SIDE),
 ]
 
 
@@ -82,7 +97,7 @@ def _contracts() -> list[dict]:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
 
-@pytest.mark.parametrize("where,line,chain,contract", BAD_IMPORTS, ids=[f"{b[0]}:{b[2].split()[-1]}" for b in BAD_IMPORTS])
+@pytest.mark.parametrize("where,line,chain,contract", BAD_IMPORTS, ids=[f"{b[0].lstrip('./')}:{b[2].split()[-1]}" for b in BAD_IMPORTS])
 def test_an_injected_bad_import_is_caught(tmp_path, where, line, chain, contract):
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))

@@ -63,15 +63,21 @@ def test_each_job_learns_its_place_through_hydra_env_set():
     )
 
 
+JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+
+
 @pytest.mark.parametrize("launcher, batch, expected", [
     (None, 4, 1),
     ({"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, 4, 1),
-    ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": 2}, 4, 2),
-    ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": 8}, 3, 3),
+    ({"_target_": JOBLIB, "n_jobs": 2}, 4, 2),
+    ({"_target_": JOBLIB, "n_jobs": 8}, 3, 3),
     ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}, 4, 1),
+    ({"_target_": "hydra_plugins.sweeplab_sweeper.lanes.GpuLanesJoblibLauncher", "n_jobs": 2}, 4, 2),
 ])
 def test_concurrent_jobs_are_joblibs_workers_capped_by_the_batch(launcher, batch, expected):
-    assert replicates.concurrent_jobs(launcher, batch) == expected
+    from sweeplab.sweep import launchers
+
+    assert launchers.concurrent_jobs(launcher, batch) == expected
 
 
 @pytest.mark.parametrize("value", [0, -1, "3", 2.5, "often"])
@@ -147,7 +153,7 @@ def test_the_sweeper_launches_the_study_at_once_round_by_round_with_the_replicat
 
     sweeper = SweeplabSweeper(max_batch_size=None, params={"data.batch_size": "32,64"})
     sweeper.config = OmegaConf.create({"seed": 3, "replicates": 2, "hydra": {"sweep": {"dir": str(tmp_path)},
-                                       "launcher": {"_target_": "JoblibLauncher", "n_jobs": -1}}})
+                                       "launcher": {"_target_": JOBLIB, "n_jobs": -1}}})
     sweeper.launcher = RecordingLauncher()
     sweeper.hydra_context = SimpleNamespace(config_loader=None)
     monkeypatch.setattr(sweeper, "validate_batch_is_legal", lambda batch: None)

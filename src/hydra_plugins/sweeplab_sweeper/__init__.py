@@ -1,8 +1,10 @@
 """Hydra sweeper plugin `hydra/sweeper=sweeplab` (conf/train.yaml selects it): Hydra's grid, run in replicated rounds.
 
 Hydra imports every module under the `hydra_plugins` namespace package when it starts and instantiates plugins from
-there only; this module registers the sweeper's config, sweeper.py holds the sweeper (the replicate arithmetic is
-sweeplab.study.replicates).
+there only, so this package holds what Hydra must find and nothing else: this module registers the grid sweeper's
+config; grid.py, search.py (hydra/sweeper=optuna, which registers its own) and lanes.py (hydra/launcher=joblib_gpus)
+each hold the class Hydra instantiates, a subclass of the one in sweeplab.sweep (grid, search, lanes), where the
+logic lives under sweeplab's import contracts.
 """
 
 from dataclasses import dataclass

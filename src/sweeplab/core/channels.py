@@ -42,15 +42,15 @@ SWEEP_PROGRESS_ENV = "SWEEPLAB_SWEEP_PROGRESS"
 # The sweeper itself never reads it: it holds its study, which knows its run.
 PARENT_RUN_ENV = "SWEEPLAB_PARENT_RUN_ID"
 # The SLURM jobs a sweep submitted, one JSON line each (Hydra's job number, the scheduler's id, submitit's folder, the
-# overrides), in the sweep dir. Appended by the sweeplab sweeper at each submission (submitit_jobs.submit); read by a
-# continued study (submitit_jobs.still_out), which watches the jobs still out instead of submitting them again, and
+# overrides), in the sweep dir. Appended by the sweeplab sweeper at each submission (sweep/slurm.py: submit); read by a
+# continued study (slurm.still_out), which watches the jobs still out instead of submitting them again, and
 # named on the sweep run of a study left running. A file: the process that submitted may be long gone.
 SUBMITTED_JOBS_FILE = "submitted_jobs.jsonl"
 # The same parent run id as a file in the sweep dir. Written by the study with its sweep run; read by each
 # job (tracking/mlflow_store.read_parent_run_id), by a continued sweep (sweep.study.reopen_sweep, which reopens
 # that run), by `python -m sweeplab.report --multirun-dir` and by order_check. A file: it outlives the process.
 PARENT_RUN_FILE = "mlflow_parent_run_id"
-# An Optuna search's study (hydra/sweeper=optuna: hydra_plugins/sweeplab_sweeper/optuna_search.py), Optuna's
+# An Optuna search's study (hydra/sweeper=optuna: sweeplab/sweep/search.py), Optuna's
 # JournalStorage file in the sweep dir. Written by the search as it asks and tells its trials; read by its
 # continuation (`-m ... resume=true`), which reloads the study, runs the trials left RUNNING again under their own
 # numbers and values, and asks the rest. A file: the process that ran the search may be long gone.
@@ -152,7 +152,7 @@ COMPILE_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 COMPILE_CACHE_FOLDER = "compile_cache"
 
 # hydra/launcher=joblib_gpus's lanes settle which one runs a job with a marker file per job (os.O_EXCL) in a
-# `.lanes-*` folder of the sweep dir (hydra_plugins/sweeplab_sweeper/joblib_lanes.py), removed after the launch.
+# `.lanes-*` folder of the sweep dir (sweeplab/sweep/lanes.py), removed after the launch.
 
 # --- module attributes: between parts of one process ---------------------------------------------------------------
 # The MLflow run of the job this process ran last. Written by tracking/mlflow_store.JobRun when it creates or

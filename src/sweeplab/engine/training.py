@@ -77,7 +77,7 @@ def run_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
 
 def scheduler_record() -> JobRun:
     """The SLURM job this job runs as (none outside SLURM): its id as sacct and scancel name it, its array index, and
-    how many times SLURM ran it again (a requeued job continues its own run: hydra_plugins/sweeplab_sweeper)."""
+    how many times SLURM ran it again (a requeued job continues its own run: sweeplab/sweep/slurm.py)."""
     array_job, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     job = f"{array_job}_{index}" if array_job and index else os.environ.get("SLURM_JOB_ID")
     if not job:

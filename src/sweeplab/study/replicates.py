@@ -6,13 +6,12 @@ one round differ only in what was swept. Round r runs each configuration once; t
 round (round 0 as listed, round 1 reversed, ...), so a drift of the machine over the sweep weighs on every
 configuration alike and the paired comparisons of sweeplab.study.verdict cancel it.
 
-Pure: the sweeper (hydra_plugins/sweeplab_sweeper) launches what `rounds` returns; the jobs learn their replicate, round and
+Pure: the sweeper (sweeplab/sweep/grid.py) launches what `rounds` returns; the jobs learn their replicate, round and
 configuration index through the environment variables named in sweeplab.core.channels.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,13 +182,3 @@ def gpu_slots(config: Mapping[str, Any]) -> int:
     return distributed.gpu_slots(int(OmegaConf.select(config, JOB.devices, default=1) or 1))  # the config key
 
 
-def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:
-    """How many of a batch's jobs run at once on one host: joblib's n_jobs (negative: CPUs + 1 + n_jobs, as
-    joblib reads it), capped by the batch; 1 for the basic launcher and for cluster launchers (one job per node)."""
-    target = str((launcher or {}).get("_target_", ""))
-    if "joblib" not in target.lower():
-        return 1
-    n_jobs = int((launcher or {}).get("n_jobs", -1) or 1)
-    if n_jobs < 0:
-        n_jobs = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return max(1, min(n_jobs, batch_size))

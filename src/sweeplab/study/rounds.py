@@ -1,7 +1,7 @@
 """The study between its rounds, as the sweeplab sweeper sees it: which sweeper runs a study, how many jobs it
 plans, which jobs of a continued study already finished, and which configurations replicates=auto runs again.
 
-The sweeper (src/hydra_plugins/sweeplab_sweeper) calls these with the `Sweep` its study (sweeplab.sweep.study.Study)
+The sweeper (sweeplab/sweep/grid.py) calls these with the `Sweep` its study (sweeplab.sweep.study.Study)
 read; the study keeps the MLflow side: the store, the sweep run, closing it.
 """
 

@@ -10,7 +10,7 @@ host and, where each job has GPUs of its own (hydra/launcher=joblib_gpus), its G
 (replicates.gpu_slot), through `hydra.job.env_set` (channels.REPLICATE_ENV ...); training.run_tags records them.
 With replicates=1 the jobs are the BasicSweeper's, in its order, with the same overrides.
 
-`-m ... resume=true` continues the sweep in `hydra.sweep.dir` (sweep_callback.reopen_sweep): its finished jobs are
+`-m ... resume=true` continues the sweep in `hydra.sweep.dir` (sweeplab.sweep.study.Study.open): its finished jobs are
 skipped, an interrupted one resumes from its last checkpoint (`resume=true`), one that never ran starts afresh
 (`resume=false`), numbered after the sweep's existing job folders so that no two jobs share one.
 
@@ -19,7 +19,7 @@ whose intervals still straddle a decision (sweeplab.study.verdict.plan_replicate
 them, as every comparison pairs with it), until none does or the budget of rounds or seconds is spent.
 
 With a submitit launcher (hydra/launcher=slurm) the sweeper submits each launch as one array and watches its jobs
-itself (submitit_jobs.py): a job the scheduler cancels, times out or loses is noticed within seconds, recorded as a
+itself (slurm.py, imported here as `submitit_jobs`): a job the scheduler cancels, times out or loses is noticed within seconds, recorded as a
 KILLED or FAILED run (sweeplab.sweep.lost_jobs), and the other jobs go on; the sweep then ends with the continue
 command, and a job SLURM runs again (requeue, preemption, time limit) continues its own run.
 """
@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
+from sweeplab.sweep import launchers
 from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.study import Study, next_job_number
 
@@ -155,7 +156,7 @@ class SweeplabSweeper(BasicSweeper):
         when each round was launched on its own), so `concurrent_jobs` and the GPU slots keep their meaning."""
         options = getattr(self.launcher, "joblib", None)
         if options is not None and "n_jobs" in options:
-            options["n_jobs"] = replicated.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size)
+            options["n_jobs"] = launchers.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size)
 
     def _run(self, batch: list, first_number: int, planned: list) -> list:
         """Launch a batch and wait for it. With a submitit launcher (SLURM) the sweeper submits and watches the jobs
@@ -181,7 +182,7 @@ class SweeplabSweeper(BasicSweeper):
         if not round_jobs:  # a continued sweep's round whose jobs all finished before
             return next_index
         for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
-            at_once = replicated.concurrent_jobs(launcher_config, min(len(chunk), round_size))
+            at_once = launchers.concurrent_jobs(launcher_config, min(len(chunk), round_size))
             gpu_slots = min(replicated.gpu_slots(self.config), at_once)  # 0: the jobs do not claim GPUs
             batch = [[*job.overrides, *replicated.job_environment(job, at_once, gpu_slots)] for job in chunk]
             started = time.perf_counter()

@@ -50,6 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeplab.core import wall
 from sweeplab.core.channels import GPU_SLOT_ENV
 from sweeplab.runtime import distributed
+from sweeplab.sweep import launchers
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class WarmLanes(Callback):
     """hydra.callbacks.lanes_warm_up (listed before the sweep's callback): the lanes' workers start with the sweep."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "GpuLanesJoblibLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
+        if launchers.can(OmegaConf.select(config, "hydra.launcher")).assigns_gpus:
             warm_lanes(OmegaConf.to_container(config.hydra.launcher, resolve=True), _devices_per_job(config))
 
 

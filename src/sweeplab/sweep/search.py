@@ -7,7 +7,7 @@ a key), and each of its replicates runs as a job with seed `seed + r` (sweeplab.
 variables with the trial number as their configuration index). `n_jobs` trials are asked at once and all their jobs
 go to the launcher in one launch, round after round within it (replicate 0 of each trial, then replicate 1 in reverse,
 ...), as the grid sweeper orders a round; the launcher decides how many run side by side. A submitit launcher's jobs
-are submitted and watched as the grid sweeper does it (submitit_jobs): a job the scheduler ends fails its replicate.
+are submitted and watched as the grid sweeper does it (slurm.py, imported as `submitit_jobs`): a job the scheduler ends fails its replicate.
 
 What Optuna is told, per trial, from what its jobs returned (the best monitored metric, as `launch` gives it back):
 - COMPLETE with the median of its replicates' values (the verdict's per-configuration `final_metric` point,
@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
@@ -53,6 +52,7 @@ from sweeplab.core.records import JOB
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
+from sweeplab.sweep import launchers
 from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.best import SearchBest
 from sweeplab.sweep.study import Study, next_job_number
@@ -67,7 +67,7 @@ SPACE_SYNTAX = ("write interval(low, high), tag(log, interval(low, high)), choic
 STOP_BEHIND = "behind"  # engine/stopping.py's stop_reason of a job stopped behind its round's leader: PRUNED
 
 
-# --- the config: hydra/sweeper=optuna and hydra/sweeper/sampler=<name> ----------------------------------------------
+# --- the config: hydra/sweeper=optuna and hydra/sweeper/sampler=<name> (hydra_plugins' search.py registers it) -
 @dataclass
 class TPESamplerConf:
     _target_: str = "optuna.samplers.TPESampler"
@@ -123,10 +123,6 @@ class OptunaSearchConf:
     n_jobs: int = 1  # trials asked at once: their jobs go to the launcher together
     params: dict | None = None  # the search space: key -> interval(...), choice(...), range(...) or a value
 
-
-ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSearchConf, provider="sweeplab")
-for _name, _node in SAMPLERS.items():
-    ConfigStore.instance().store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="sweeplab")
 
 
 # --- the search space -------------------------------------------------------------------------------------------
@@ -412,7 +408,7 @@ class OptunaSearch(Sweeper):
         if states is not None:  # a continuation: finished jobs left out, each other one told whether it resumes
             jobs = [job for job in replicated.continue_round(jobs, states)
                     if job.replicate not in known_values.get(job.config_index, {})]
-        at_once = replicated.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), len(jobs))
+        at_once = launchers.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), len(jobs))
         gpu_slots = min(replicated.gpu_slots(self.config), at_once)
         batch = [[*job.overrides, *replicated.job_environment(job, at_once, gpu_slots)] for job in jobs]
         results: list = []

@@ -30,6 +30,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 
 from sweeplab.core import channels
+from sweeplab.sweep import launchers
 
 log = logging.getLogger(__name__)
 
@@ -115,16 +116,12 @@ def resumed_overrides(overrides: Sequence[str], output_dir: Path) -> list[str]:
 
 def drives(launcher: Any) -> bool:
     """The launcher is one of hydra-submitit-launcher's (SLURM, local): the sweeper submits and watches itself."""
-    try:
-        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-    except ImportError:
-        return False
-    return isinstance(launcher, BaseSubmititLauncher)
+    return launchers.can(launcher).submits
 
 
 def outlives_this_process(launcher: Any) -> bool:
     """The launcher's jobs run on when the launching process exits (SLURM's; submitit_local's die with it)."""
-    return drives(launcher) and launcher._EXECUTOR == "slurm"
+    return launchers.can(launcher).outlives_sweeper
 
 
 def executor(launcher: Any) -> Any:

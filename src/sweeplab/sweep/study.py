@@ -42,7 +42,7 @@ from sweeplab.report.tables import sweep_report
 from sweeplab.study.record import VerdictOptions
 from sweeplab.study.rounds import job_states, planned_jobs, runs_replicates, verdict_options
 from sweeplab.study.sweep import Sweep, read_sweep
-from sweeplab.sweep import best, lost_jobs
+from sweeplab.sweep import best, launchers, lost_jobs
 from sweeplab.sweep.checks import check_study, one_line_error, tracking_settings
 from sweeplab.tracking import mlflow_store, naming, runs
 from sweeplab.tracking.resume import close_abandoned_runs
@@ -66,8 +66,8 @@ class Study:
         self.left_jobs: list[str] = []  # jobs submitted and left running (hydra.sweeper.leave=true)
         self.failed_jobs = 0
         self.search_best: best.SearchBest | None = None  # a search's best trial, handed over by its sweeper
-        # local launchers' jobs end with this process; submitit's run on in the cluster and close their own runs
-        self._jobs_die_with_the_study = "submitit" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+        # local launchers' jobs end with this process; those the sweeper submits are watched, and close their own runs
+        self._jobs_die_with_the_study = not launchers.can(OmegaConf.select(config, "hydra.launcher")).submits
         self._held = contextlib.ExitStack()  # the sweep folder's lock, for the study's life in this process
 
     def __getstate__(self) -> dict:
@@ -156,7 +156,7 @@ class Study:
         return job_states(self.read())
 
     def record_lost(self, lost, planned=None, counted: bool = True) -> None:
-        """A job the scheduler ended before it could (submitit_jobs.LostJob): its run ended KILLED or FAILED, the
+        """A job the scheduler ended before it could (slurm.LostJob): its run ended KILLED or FAILED, the
         others go on; `counted`: the study ends FAILED naming it (not a job a continued study runs again at once)."""
         if counted:
             self.lost_jobs.append(f"job {lost.number} (scheduler job {lost.scheduler_id}): {lost.state}")
