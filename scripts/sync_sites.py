@@ -21,13 +21,18 @@ def record(message, category, filename, lineno, file=None, line=None):
     seen[key] = seen.get(key, 0) + 1
 
 
-warnings.showwarning = record
-warnings.simplefilter("always")
-torch.cuda.set_sync_debug_mode("warn")
-from sweeplab.bench import main  # noqa: E402
+def main(argv: list[str]) -> None:
+    warnings.showwarning = record
+    warnings.simplefilter("always")
+    torch.cuda.set_sync_debug_mode("warn")
+    from sweeplab.bench import main as bench  # after the sync debug mode is on, as before
 
-try:
+    try:
+        bench(argv)
+    finally:
+        for key, n in sorted(seen.items(), key=lambda kv: -kv[1]):
+            print(f"{n:6d}  {key}")
+
+
+if __name__ == "__main__":
     main(sys.argv[1:])
-finally:
-    for key, n in sorted(seen.items(), key=lambda kv: -kv[1]):
-        print(f"{n:6d}  {key}")

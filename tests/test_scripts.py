@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,76 @@ def test_a_true_2x_is_named_at_five_replicates_and_nothing_wrong_ever():
     row = simulation.power_cell((2.0, 0.1, 5, False, 1.0, 200, 48))
     print(row)
     assert row["B named"] >= 0.9 and row["wrong named"] == 0.0, row
+
+
+# Every script under scripts/ is checked here: each Python script imported (its imports resolve against the current
+# package; a script's work runs only under `__main__`), each shell script parsed (`bash -n`), and the ones with a dry
+# mode run in it. A script added to scripts/ fails test_every_script_is_checked until it is listed here.
+PYTHON_SCRIPTS = ["bench_report.py", "checkpoint_write_cost.py", "loss_curves.py", "screenshots.py", "study_cost.py",
+                  "sync_sites.py", "textbridge_quality.py", "ui_check.py", "verdict_simulation.py"]
+SHELL_SCRIPTS = ["study_cost_gpu.sh", "test_cluster.sh", "cluster/start.sh", "cluster/stop.sh"]
+STUDY_COST_PARTS = ["textbridge", "stopping", "verdict_auto", "pagating", "pagating_twice", "pagating_long", "bytecode"]
+
+
+def test_every_script_is_checked():
+    present = {str(p.relative_to(SCRIPTS)) for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".sh")}
+    assert present == set(PYTHON_SCRIPTS) | set(SHELL_SCRIPTS)
+
+
+@pytest.mark.parametrize("name", PYTHON_SCRIPTS)
+def test_a_script_imports_against_the_current_package(name, monkeypatch):
+    """A script importing a removed module (study_cost.py's sweeplab.core.schema) fails here, not after a study."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # screenshots.py imports ui_check beside it
+    spec = importlib.util.spec_from_file_location(f"script_{Path(name).stem}", SCRIPTS / name)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # as an import registers it (dataclasses look it up)
+    spec.loader.exec_module(module)
+    assert callable(getattr(module, "main", None)), f"{name}: its work belongs in main(), run under __main__"
+
+
+@pytest.mark.parametrize("name", SHELL_SCRIPTS)
+def test_a_shell_script_parses(name):
+    result = subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_study_cost_parts_print_sweeps_whose_overrides_compose(tmp_path):
+    """DRY=1: each part prints its sweeps' commands; each command's config groups and keys exist (the first value of
+    a swept key stands for the sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from conftest import compose_train
+
+    env = {**os.environ, "DRY": "1", "WORK": str(tmp_path), "OUT": str(tmp_path),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    parser = OverridesParser.create()
+    for part in STUDY_COST_PARTS:
+        result = subprocess.run(["bash", str(SCRIPTS / "study_cost_gpu.sh"), part], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert result.returncode == 0, (part, result.stderr[-2000:])
+        commands = [line.split(" -m sweeplab.train -m ", 1)[1] for line in result.stdout.splitlines()
+                    if " -m sweeplab.train -m " in line]
+        assert commands or part == "bytecode", (part, result.stdout)
+        for command in commands:
+            overrides = []
+            for override in parser.parse_overrides(command.split()):
+                value = next(iter(override.sweep_iterator())) if override.is_sweep_override() else None
+                overrides.append(override.input_line if value is None else f"{override.get_key_element()}={value}")
+            compose_train(overrides, return_hydra_config=True)
+
+
+def test_study_cost_prints_the_breakdown_of_a_recorded_sweep(mlflow_uri, tmp_path, capsys, monkeypatch):
+    """scripts/study_cost.py on a recorded sweep: its verdict's lines, then the table's row for the sweep."""
+    from test_report import make_sweep
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import study_cost
+
+    make_sweep(mlflow_uri, tmp_path)
+    sweep_dir = tmp_path / "multirun" / "sweep"
+    study_cost.main(["--wall", "10", str(sweep_dir)])
+    printed = capsys.readouterr().out
+    assert f"{sweep_dir}:" in printed and "| sweep | jobs | stopped |" in printed
+    assert f"| {sweep_dir} | 4 | 0 |" in printed
