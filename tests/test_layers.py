@@ -44,6 +44,7 @@ NO_ENGINE = "the study and the report never import the engine"
 FAMILIES = "families: the record and its checks below, each family on its own"
 LAUNCH_SIDE = "the launch side never imports the engine or a training framework"
 SHELLS = "the hydra_plugins shells reach sweeplab through sweeplab.sweep only"
+NEVER_TRAIN = "the processes that never train import no torch or Lightning"
 BAD_IMPORTS = [
     ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training",
      "engine: one job"),
@@ -84,6 +85,13 @@ BAD_IMPORTS = [
           ("from sweeplab.engine import training", "sweeplab.engine.training", LAUNCH_SIDE),
           ("from sweeplab.families.pagating_lm import task", "sweeplab.families.pagating_lm.task",
            "no module outside families/ names a family")]],
+    # the processes that never train (the report, the UI, the sweeper's main): no torch or Lightning of their own;
+    # the stop rules are plain, as the checkpoint policy is
+    ("core/stability.py", "import torch", "sweeplab.core.stability -> torch", NEVER_TRAIN),
+    ("study/sweep.py", "import torch", "sweeplab.study.sweep -> torch", NEVER_TRAIN),
+    ("report/tables.py", "import lightning", "sweeplab.report.tables -> lightning", NEVER_TRAIN),
+    ("engine/stopping.py", "import lightning", "sweeplab.engine.stopping -> lightning",
+     "the stop rules are plain: no Lightning, torch or MLX"),
     ("../hydra_plugins/sweeplab_sweeper/grid.py", "import mlflow", "hydra_plugins.sweeplab_sweeper.grid -> mlflow",
      "only tracking imports MLflow"),
     ("../hydra_plugins/sweeplab_sweeper/search.py", "from sweeplab.tracking import runs",
@@ -91,6 +99,25 @@ BAD_IMPORTS = [
     ("../hydra_plugins/sweeplab_sweeper/lanes.py", "from sweeplab.engine import job",
      "hydra_plugins.sweeplab_sweeper.lanes -> sweeplab.engine.job", LAUNCH_SIDE),
 ]
+
+
+# What a process that never trains imports at its start: the report's read path, the UI, the sweepers and their
+# hydra_plugins shells, the study, its checks and its callback (the sweeper's main up to its launch), the store.
+NEVER_TRAINING_MODULES = [
+    "sweeplab.report.__main__", "sweeplab.report.tables", "sweeplab.ui", "sweeplab.sweep.grid", "sweeplab.sweep.search",
+    "sweeplab.sweep.study", "sweeplab.sweep.callback", "sweeplab.sweep.checks", "hydra_plugins.sweeplab_sweeper.grid",
+    "hydra_plugins.sweeplab_sweeper.search", "sweeplab.study.sweep", "sweeplab.study.rounds", "sweeplab.tracking.runs",
+]
+
+
+def test_the_processes_that_never_train_start_without_torch_or_lightning():
+    code = ("import importlib, sys\n"
+            f"for name in {NEVER_TRAINING_MODULES!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    loaded = [m for m in ('torch', 'lightning', 'mlx') if m in sys.modules]\n"
+            "    assert not loaded, (name, loaded)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def _contracts() -> list[dict]:

@@ -14,6 +14,7 @@ from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint, Valid
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteGuard
 from sweeplab.callbacks.stop import StopAtSafePoint
+from sweeplab.callbacks.stop_rules import StopWhatIsDecided
 from sweeplab.callbacks.timing import ThroughputTimer
 from sweeplab.callbacks.wall import WallBreakdown
 from sweeplab.core import interrupts, wall
@@ -213,7 +214,7 @@ def _monitored(trainer: L.Trainer, checkpoint: ModelCheckpoint, monitor: str) ->
 __all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]
 
 
-def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecided:
+def _stop_callback(job: Job, timer: ThroughputTimer) -> StopWhatIsDecided:
     """stop.at_target / stop.behind (engine/stopping.py), with this job's round board and its place in the grid."""
     p = job.plan
     rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir)
@@ -224,4 +225,4 @@ def _stop_callback(job: Job, timer: ThroughputTimer) -> stopping.StopWhatIsDecid
 
     batch = getattr(p.datamodule, "batch_size", None) or int(p.container["data"].get("batch_size", 1))
     per_step = int(batch) * p.trainer.accumulate_grad_batches * p.trainer.devices
-    return stopping.StopWhatIsDecided(rule, p.family.monitor, timer, record, per_step)
+    return StopWhatIsDecided(rule, p.family.monitor, timer, record, per_step)

@@ -18,28 +18,28 @@
 The round's leader time is posted on a small board in the sweep's directory (`stop/round-<r>.json`, written
 atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
 Each stop is recorded on the job's run (core/records.py JobRun: `stop_reason`, `stop_step`); the job ends FINISHED.
+
+Plain Python, as the checkpoint policy is (a contract: no Lightning, torch or MLX): both fit loops ask StopRule;
+Lightning's side is callbacks/stop_rules.py's StopWhatIsDecided.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
-import lightning as L
 from annotated_types import Ge, Gt
 
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError
 from sweeplab.core.files import write_text_atomic
-from sweeplab.core.records import SWEEP, JobRun
+from sweeplab.core.records import SWEEP
 
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StopConfig:
@@ -329,35 +329,3 @@ def rules_of(stop: StopConfig, target: float | None, mode: str, board: RoundBoar
     if stop.patience is not None:
         rules.append(NoImprovement(stop.patience, mode, stop.min_delta))
     return rules
-
-
-class StopWhatIsDecided(L.Callback):
-    """Lightning's side of StopRule: after each validation, stop the fit with the reason on the run. As Lightning's
-    EarlyStopping: its rules' state goes into every checkpoint (a resumed job keeps counting), and the ranks of a
-    data-parallel job follow rank 0's decision (each rank reads the round's board at its own moment)."""
-
-    def __init__(self, rule: StopRule, monitor: str, timer, record, samples_per_step: int) -> None:
-        self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(JobRun): onto the run
-        self.samples_per_step = samples_per_step
-        self.reason: str | None = None  # why it stopped the fit (a rule's reason), once it did
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rules": self.rule.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.rule.load_state_dict(state_dict.get("rules", {}))
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
-            return
-        value = float(trainer.callback_metrics[self.monitor])
-        step_time = self.timer.step_time_so_far()  # steps × step time = samples seen ÷ samples per second
-        samples = trainer.global_step * self.samples_per_step
-        reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None, samples)
-        reason = trainer.strategy.broadcast(reason, src=0)
-        if reason is None:
-            return
-        log.info("stop: %s after %d steps (%s %.4g)", reason, trainer.global_step, self.monitor, value)
-        self.record(JobRun(stop_reason=reason, stop_step=trainer.global_step))
-        self.reason = reason
-        trainer.should_stop = True
