@@ -204,3 +204,13 @@ def test_the_source_map_and_the_docs_index_match_the_tree():
     index = (repo / "docs" / "README.md").read_text(encoding="utf-8")
     pages = {p.name for p in (repo / "docs").glob("*.md")} - {"README.md"}
     assert {p for p in pages if f"]({p})" not in index} == set()
+
+
+def test_the_verdict_page_lists_the_reports_columns_from_figures():
+    """docs/verdict.md's table of the report's columns is verdict.FIGURES's (figures_table), not a hand-kept list: a
+    figure added to FIGURES fails here until the page shows it."""
+    from sweeplab.study.verdict.records import figures_table
+
+    text = (REPO / "docs" / "verdict.md").read_text(encoding="utf-8")
+    listed = text.split("<!-- figures_table: begin -->\n", 1)[1].split("<!-- figures_table: end -->", 1)[0]
+    assert listed == figures_table(), "docs/verdict.md: replace the table with figures_table()'s:\n" + figures_table()

@@ -209,6 +209,18 @@ def measured_per_job() -> list[str]:
     return [f.per_job for f in FIGURES if f.per_job]
 
 
+def figures_table() -> str:
+    """The report's per-configuration figures as docs/verdict.md lists them (a Markdown table, one row per entry of
+    FIGURES: its report.md column, its report.csv column, its configuration run's metric, what it says);
+    tests/test_docs.py keeps the page's copy equal to this, so a figure added here is documented there."""
+    metric = "val/cos"  # TextBridge's, standing for the study's monitored metric
+    rows = ["| report.md | report.csv (with ` low`, ` high`) | configuration run's metric (with `_low`, `_high`) | "
+            "what it says |", "|---|---|---|---|"]
+    rows += [f"| {f.named(f.column, metric)} | {f.named(f.csv, metric)} | `{f.named(f.metric, metric)}` | {f.legend} |"
+             for f in FIGURES]
+    return "\n".join(rows) + "\n"
+
+
 def shown_in_the_view() -> list[Figure]:
     """The figures the MLflow view shows, in its order."""
     return sorted((f for f in FIGURES if f.view), key=lambda f: f.view)
