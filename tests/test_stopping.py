@@ -277,3 +277,23 @@ def test_the_ranks_of_a_data_parallel_job_stop_together(demo_dir, mlflow_uri, tm
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "FINISHED" and run.data.tags[JOB.stop_reason] == "no_improvement"
     assert run.data.tags[JOB.stop_step] == "6"
+
+
+def test_the_lightning_side_counts_samples_with_the_timers_samples_per_step():
+    """Samples seen at a validation are steps × the timer's measured samples per step (the figure the verdict reads:
+    summary/samples_per_step), the plan's batch × accumulation × devices only before the timer measured any."""
+    from types import SimpleNamespace
+
+    from sweeplab.callbacks.stop_rules import StopWhatIsDecided
+
+    seen = []
+    rule = SimpleNamespace(at_validation=lambda value, seconds, samples: seen.append(samples))
+    measured = {"per_step": None}
+    timer = SimpleNamespace(step_time_so_far=lambda: 0.01, samples_per_step_so_far=lambda: measured["per_step"])
+    callback = StopWhatIsDecided(rule, "val/cos", timer, lambda record: None, samples_per_step=64)
+    trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/cos": 0.5}, global_step=10,
+                              strategy=SimpleNamespace(broadcast=lambda value, src: value), should_stop=False)
+    callback.on_validation_end(trainer, None)
+    measured["per_step"] = 48.0  # e.g. a training split that ends in a short batch
+    callback.on_validation_end(trainer, None)
+    assert seen == [640, 480.0]

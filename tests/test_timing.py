@@ -168,6 +168,8 @@ def test_samples_per_sec_times_true_window_time_is_the_samples_processed(accumul
     assert summary["summary/timed_steps"] == 30
     # the headline throughput is the median step time's: samples per step / median step time, exactly
     assert summary["summary/samples_per_sec"] == pytest.approx(accumulate * BATCH / summary["summary/step_time_s_median"])
+    # what the stop rules read at a validation is the figure the run records at the end
+    assert timer.samples_per_step_so_far() == summary["summary/samples_per_step"] == accumulate * BATCH
 
 
 def test_an_unsynchronised_clock_would_be_wrong_on_the_fake_device():

@@ -20,7 +20,7 @@ class StopWhatIsDecided(L.Callback):
 
     def __init__(self, rule: Any, monitor: str, timer, record, samples_per_step: int) -> None:
         self.rule, self.monitor, self.timer, self.record = rule, monitor, timer, record  # record(JobRun): onto the run
-        self.samples_per_step = samples_per_step
+        self.samples_per_step = samples_per_step  # the plan's, until the timer has measured its own
         self.reason: str | None = None  # why it stopped the fit (a rule's reason), once it did
 
     def state_dict(self) -> dict[str, Any]:
@@ -34,7 +34,8 @@ class StopWhatIsDecided(L.Callback):
             return
         value = float(trainer.callback_metrics[self.monitor])
         step_time = self.timer.step_time_so_far()  # steps × step time = samples seen ÷ samples per second
-        samples = trainer.global_step * self.samples_per_step
+        # samples per step as the timer measured them (the verdict reads the same figure), the plan's before that
+        samples = trainer.global_step * (self.timer.samples_per_step_so_far() or self.samples_per_step)
         reason = self.rule.at_validation(value, trainer.global_step * step_time if step_time else None, samples)
         reason = trainer.strategy.broadcast(reason, src=0)
         if reason is None:

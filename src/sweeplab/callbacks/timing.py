@@ -381,6 +381,12 @@ class StepTimer:
         steps = self._steps(self._total["batches"])
         return self._total["elapsed"] / steps if steps > 0 and self._total["elapsed"] > 0 else None
 
+    def samples_per_step_so_far(self) -> float | None:
+        """Training samples per optimizer step over the timed stretches read so far (what `summary/samples_per_step`
+        records at the end, and the verdict reads); None before the first."""
+        steps = self._steps(self._total["batches"])
+        return self._total["samples"] / steps if steps > 0 and self._total["samples"] > 0 else None
+
     # --- validation and checkpoint saving are not training time -----------------------------------
     def pause(self) -> None:
         """Stop the clock (a validation, a checkpoint write); it runs again at the next training batch. The windows
