@@ -1,5 +1,5 @@
 """The verdict's error rates and power on simulated studies, through the project's own code: `summarize` and
-`plan_replicates` (sweeplab.study.verdict), the stop rule (sweeplab.engine.stopping.StopRule) and the rounds a
+`plan_replicates` (sweeplab.study.verdict), the stop rule (sweeplab.policies.stopping.StopRule) and the rounds a
 configuration stopped behind loses (sweeplab.study.rounds.ROUNDS_BEHIND_FOR_GOOD). docs/verdict.md's tables.
 
     python scripts/verdict_simulation.py aa [--studies 2000] [--workers N]
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sweeplab.engine.stopping import StopConfig, StopRule
+from sweeplab.policies.stopping import StopConfig, StopRule
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds as study_rounds
 from sweeplab.study import selection, verdict
@@ -60,7 +60,7 @@ class Noise:
 
 
 class MemoryBoard:
-    """The round board of engine/stopping.py (RoundBoard) in memory: the shortest posted time and its curve."""
+    """The round board of policies/stopping.py (RoundBoard) in memory: the shortest posted time and its curve."""
 
     def __init__(self) -> None:
         self.seconds: float | None = None

@@ -1,4 +1,4 @@
-"""One checkpoint policy for both fit loops (callbacks/checkpoint_policy.py): Lightning's callbacks and the MLX loop,
+"""One checkpoint policy for both fit loops (policies/checkpoints.py): Lightning's callbacks and the MLX loop,
 asked about the same steps, clock and validations, decide the same last.ckpt saves and the same best checkpoints,
 and both follow whatever the policy object they hold says."""
 
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy, bring_best_files
 from sweeplab.callbacks.checkpoints import BestCheckpoint, LastCheckpoint
+from sweeplab.policies.checkpoints import CheckpointPolicy, bring_best_files
 
 MAX_STEPS = 12
 MONITOR = "val/loss"
@@ -127,7 +127,7 @@ def test_a_resumed_best_is_brought_along_and_a_missing_one_dropped(tmp_path, cap
     elsewhere, here = tmp_path / "first", tmp_path / "second"
     elsewhere.mkdir()
     (elsewhere / "best-step4.ckpt").write_bytes(b"weights")
-    with caplog.at_level(logging.WARNING, logger="sweeplab.callbacks.checkpoint_policy"):
+    with caplog.at_level(logging.WARNING, logger="sweeplab.policies.checkpoints"):
         kept = bring_best_files({str(elsewhere / "best-step4.ckpt"): 0.5, str(elsewhere / "best-step2.ckpt"): 0.75},
                                 here)
     assert kept == {here / "best-step4.ckpt": 0.5} and (here / "best-step4.ckpt").read_bytes() == b"weights"

@@ -96,10 +96,10 @@ def test_the_optimizer_state_is_dropped_at_the_end_of_training_after_the_last_ch
     import lightning as L
     from torch.utils.data import DataLoader
 
-    from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy
     from sweeplab.callbacks.checkpoints import LastCheckpoint
     from sweeplab.families import get_family
     from sweeplab.models.gpt import GPTConfig
+    from sweeplab.policies.checkpoints import CheckpointPolicy
     from sweeplab.tasks.optim import OptimConfig
 
     class StopAtStep3(L.Callback):

@@ -45,6 +45,7 @@ FAMILIES = "families: the record and its checks below, each family on its own"
 LAUNCH_SIDE = "the launch side never imports the engine or a training framework"
 SHELLS = "the hydra_plugins shells reach sweeplab through sweeplab.sweep only"
 NEVER_TRAIN = "the processes that never train import no torch or Lightning"
+POLICIES = "policies: both fit loops ask them, so no Lightning, torch or MLX"
 BAD_IMPORTS = [
     ("engine/job.py", "from sweeplab.engine import training", "sweeplab.engine.job -> sweeplab.engine.training",
      "engine: one job"),
@@ -86,12 +87,12 @@ BAD_IMPORTS = [
           ("from sweeplab.families.pagating_lm import task", "sweeplab.families.pagating_lm.task",
            "no module outside families/ names a family")]],
     # the processes that never train (the report, the UI, the sweeper's main): no torch or Lightning of their own;
-    # the stop rules are plain, as the checkpoint policy is
+    # the stop rules and the checkpoint policy are plain: both fit loops ask them
     ("core/stability.py", "import torch", "sweeplab.core.stability -> torch", NEVER_TRAIN),
     ("study/sweep.py", "import torch", "sweeplab.study.sweep -> torch", NEVER_TRAIN),
     ("report/tables.py", "import lightning", "sweeplab.report.tables -> lightning", NEVER_TRAIN),
-    ("engine/stopping.py", "import lightning", "sweeplab.engine.stopping -> lightning",
-     "the stop rules are plain: no Lightning, torch or MLX"),
+    ("policies/stopping.py", "import lightning", "sweeplab.policies.stopping -> lightning", POLICIES),
+    ("policies/checkpoints.py", "import torch", "sweeplab.policies.checkpoints -> torch", POLICIES),
     ("../hydra_plugins/sweeplab_sweeper/grid.py", "import mlflow", "hydra_plugins.sweeplab_sweeper.grid -> mlflow",
      "only tracking imports MLflow"),
     ("../hydra_plugins/sweeplab_sweeper/search.py", "from sweeplab.tracking import runs",

@@ -1,6 +1,6 @@
 """The job's two checkpoints on Lightning, kept consistent with each other so that a run killed at any moment
 resumes to the same end as an uninterrupted one. When each is written is the job's CheckpointPolicy's decision
-(callbacks/checkpoint_policy.py, the MLX loop's too); these callbacks ask it and write the files.
+(policies/checkpoints.py, the MLX loop's too); these callbacks ask it and write the files.
 
 - `best-step{N}.ckpt` (`BestCheckpoint`): the weights of the best validation score so far; its score and path live
   in the callback's state, which every checkpoint carries.
@@ -24,8 +24,8 @@ from weakref import proxy
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy, bring_best_files
 from sweeplab.core import wall
+from sweeplab.policies.checkpoints import CheckpointPolicy, bring_best_files
 from sweeplab.runtime.lightning_private import validates_after_this_batch
 
 log = logging.getLogger(__name__)

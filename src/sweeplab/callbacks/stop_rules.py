@@ -1,4 +1,4 @@
-"""Lightning's side of the stop rules (sweeplab.engine.stopping.StopRule, plain Python both fit loops ask): after each
+"""Lightning's side of the stop rules (sweeplab.policies.stopping.StopRule, plain Python both fit loops ask): after each
 validation the rules decide, and the fit stops with the reason on the run."""
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ OPTUNA_RESULTS_FILE = "optimization_results.yaml"
 # once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job, which Hydra's
 # run_job sets in the job's own process wherever the launcher runs it; read by training.run_tags, which records
 # them as the run's tags `replicate`, `round`, `config_index`, `concurrent_jobs`, by the stop rules
-# (engine/stopping: the round's board, the baseline, the quality round) and by the sweep callback's line that starts
+# (policies/stopping: the round's board, the baseline, the quality round) and by the sweep callback's line that starts
 # a job ("configuration 1, replicate 2"). The environment: the overrides of one batch reach joblib workers and
 # submitit jobs, a Python object from the sweeper would not.
 REPLICATE_ENV = "SWEEPLAB_REPLICATE"
@@ -139,8 +139,8 @@ UI_TOKEN_HEADER = "X-Sweeplab-UI"
 # (PARENT_RUN_FILE and SUBMITTED_JOBS_FILE above travel the same way.)
 # A round's board: the time to target of the round's leader and its curve, {"leader_seconds", "configuration",
 # "curve"}. Posted by each job of the round that reaches the target (the board keeps the shortest time) and extended
-# by the leader at its later validations (engine/stopping.RoundBoard, under a file lock); read by the round's other
-# jobs at each validation (engine/stopping.Behind). A file: the jobs of a round run in other processes, at once,
+# by the leader at its later validations (policies/stopping.RoundBoard, under a file lock); read by the round's other
+# jobs at each validation (policies/stopping.Behind). A file: the jobs of a round run in other processes, at once,
 # and on other hosts under SLURM.
 ROUND_BOARD_FILE = "stop/round-{round}.json"
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 
-from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy
 from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import files, interrupts, wall
 from sweeplab.core.files import hold_run_lock, run_lock_is_free
@@ -30,6 +29,7 @@ from sweeplab.engine.plan import JobPlan, model_params
 from sweeplab.export import export_after_training
 from sweeplab.families import check_task
 from sweeplab.families.contract import training_data_path
+from sweeplab.policies.checkpoints import CheckpointPolicy
 from sweeplab.runtime.devices import release_earlier_jobs
 from sweeplab.tracking import mlflow_store
 from sweeplab.tracking.resume import close_abandoned_runs  # here too: where the sweep callback and tests look
@@ -63,7 +63,7 @@ class FitResult:
     monitored: float | None = None  # the best checkpoint's score, else the metric's last value
     timing: JobRun = field(default_factory=JobRun)  # the timer's tags (StepTimer.run_record: timing.clock, ...)
     diverged: str | None = None  # guard.mode=off: what was not finite when training ended (guard.nonfinite_at_end)
-    stop_reason: str | None = None  # a stop rule ended the fit early (engine/stopping.py): "target" | "behind"
+    stop_reason: str | None = None  # a stop rule ended the fit early (policies/stopping.py): "target" | "behind"
 
 
 def start_fit(job: Job):

@@ -21,9 +21,10 @@ from sweeplab.core import interrupts, wall
 from sweeplab.core.console import progress_bar_shown, quiet_libraries
 from sweeplab.core.records import JobRun
 from sweeplab.data.sampling import ResumableDataCheck
-from sweeplab.engine import stopping, tuning
+from sweeplab.engine import tuning
 from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinished_writes, record_batch_size, start_fit
 from sweeplab.engine.plan import JobPlan
+from sweeplab.policies import stopping
 from sweeplab.runtime import backends, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO
 from sweeplab.tracking.run_logger import MetricsStoredAtCheckpoint
@@ -215,7 +216,7 @@ __all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]
 
 
 def _stop_callback(job: Job, timer: ThroughputTimer) -> StopWhatIsDecided:
-    """stop.at_target / stop.behind (engine/stopping.py), with this job's round board and its place in the grid."""
+    """stop.at_target / stop.behind (policies/stopping.py), with this job's round board and its place in the grid."""
     p = job.plan
     rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir)
 

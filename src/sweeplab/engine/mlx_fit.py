@@ -11,7 +11,7 @@ Shared with the Lightning path, not copied:
 - MLflow: the same logger class, metric names, tags (plus `mlx`, its version) and run layout;
 - checkpoints: Lightning-format files with the PyTorch state dict (`families/loading.load_model` reads them), so
   report and export work on an MLX-trained model; `best-step{N}.ckpt` and `last.ckpt` when the job's
-  CheckpointPolicy says (callbacks/checkpoint_policy.py, the Lightning callbacks' policy: last.ckpt every
+  CheckpointPolicy says (policies/checkpoints.py, the Lightning callbacks' policy: last.ckpt every
   `checkpoint.every_n_steps` and/or `every_n_seconds` and at the last step, after that step's validation), through
   the same atomic writer, with the metrics they cover in the store first.
 
@@ -39,7 +39,6 @@ from pathlib import Path
 import mlx.core as mx
 import torch
 
-from sweeplab.callbacks.checkpoint_policy import CheckpointPolicy, bring_best_files
 from sweeplab.callbacks.faults import FaultInjection
 from sweeplab.callbacks.guard import NonFiniteError, NonFiniteGuard, nonfinite_at_end
 from sweeplab.callbacks.timing import StepTimer, TimedFit
@@ -50,6 +49,7 @@ from sweeplab.engine.job import FitResult, Job, checkpoint_policy, clear_unfinis
 from sweeplab.mlx import convert
 from sweeplab.mlx.optim import build_optimizer
 from sweeplab.mlx.step import CompiledStep
+from sweeplab.policies.checkpoints import CheckpointPolicy, bring_best_files
 from sweeplab.runtime import devices, distributed
 from sweeplab.tasks.checkpoint import AtomicCheckpointIO, read_checkpoint
 from sweeplab.tasks.optim import lr_at

@@ -22,9 +22,10 @@ from sweeplab.core import host_arch
 from sweeplab.core.config import bind, build
 from sweeplab.core.console import once
 from sweeplab.core.errors import ConfigError
-from sweeplab.engine import rules, settings, stopping, tuning
+from sweeplab.engine import rules, settings, tuning
 from sweeplab.export.options import options_from_config
 from sweeplab.families import check_contract, get_family
+from sweeplab.policies import stopping
 from sweeplab.runtime import backends
 from sweeplab.tasks.optim import OptimConfig
 from sweeplab.tracking import mlflow_store, resume
@@ -107,7 +108,7 @@ class JobPlan:
     tune: tuning.TuneConfig
     steps_per_batch: int = 1  # optimizer steps per training batch (one graph replay under cuda_graph)
     loss_config: Any = None  # the `loss` group as the family's make_loss_config built it (handed to its task as is)
-    stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (engine/stopping.py)
+    stop: stopping.StopConfig = stopping.StopConfig()  # stop what is decided (policies/stopping.py)
     stop_target: float | None = None  # report.target, where stop.* needs it
     fitted_model_config: Any = None  # model_config with what the data decides filled in (engine.job.resolve_model)
     compile_scope: str = "whole"  # whole | regions (tasks/base.py: configure_training)

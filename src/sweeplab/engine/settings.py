@@ -31,7 +31,7 @@ GROUP_TARGETS = {
     "timing": "sweeplab.callbacks.timing:StepTimer",
     "guard": "sweeplab.callbacks.guard:NonFiniteGuard",
     "tune": "sweeplab.engine.tuning:TuneConfig",
-    "stop": "sweeplab.engine.stopping:StopConfig",
+    "stop": "sweeplab.policies.stopping:StopConfig",
     "export": "sweeplab.export.options:ExportOptions",
 }
 # a family's groups: the record's target field that configures each, and the group's keys that are not the class's

@@ -7,7 +7,7 @@ its `caveats` tag; every configuration run's `caveat` tag, a column of the MLflo
 - Loaded or unsteady hosts: jobs that shared their host with other work (load over stability.LOADED_HOST per CPU)
   or whose host's own speed wavered (stability.unsteady_host), as each job's stability figures say: their speeds,
   and every speedup read from them, moved with that other work.
-- Jobs stopped by rule (stop.at_target, stop.behind: engine/stopping.py): a stopped job's time to the target is
+- Jobs stopped by rule (stop.at_target, stop.behind: policies/stopping.py): a stopped job's time to the target is
   measured or bounded at the stop, and its final metric is its value there, not after its planned steps.
 
 Each caveat has a line (`caveat: ...`, for the pages and the console) and a few words for a table cell (`short`:

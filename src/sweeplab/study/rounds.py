@@ -110,7 +110,7 @@ def undecided_configurations(sweep: Sweep | None, options: VerdictOptions) -> tu
     return sorted(index_of[name] for name in plan.more if name in index_of), plan
 
 
-# A configuration whose jobs were stopped behind their round's leader (engine/stopping.py) in this many rounds gets
+# A configuration whose jobs were stopped behind their round's leader (policies/stopping.py) in this many rounds gets
 # no further rounds. Each such stop already found it slower than k x the leader and not better in quality than the
 # leader at the same samples seen; scripts/stop_simulation.py: a configuration truly as fast as the baseline is
 # stopped for good in 0.3 % of studies at sigma 0.3 (k = 2), none at sigma 0.1.

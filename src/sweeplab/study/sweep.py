@@ -53,7 +53,7 @@ class JobRecord:
     samples_per_step: int | None
     samples_per_sec: float | None
     curve: tuple[verdict.ValidationPoint, ...] = ()  # the sweep's monitored metric at each validation
-    stop_reason: str | None = None  # stopped early by stop.*: "target" | "behind" (engine/stopping.py)
+    stop_reason: str | None = None  # stopped early by stop.*: "target" | "behind" (policies/stopping.py)
     stop_step: int | None = None  # optimizer steps done when it stopped
     max_steps: int | None = None  # the steps it would have trained without stopping
     end_ms: int | None = None

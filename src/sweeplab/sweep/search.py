@@ -14,7 +14,7 @@ What Optuna is told, per trial, from what its jobs returned (the best monitored 
   verdict.median_of_values; with 2 replicates their mean); its user attributes keep each replicate's value, the 95 %
   interval (`objective_interval`), the Hydra job number of each replicate (`jobs`) and how many failed.
 - FAIL when no replicate returned a finite value (every job failed or diverged). Some failed: COMPLETE over the rest.
-- PRUNED when a stop rule stopped one of its jobs behind its round's leader (`stop.behind`, engine/stopping.py: slower
+- PRUNED when a stop rule stopped one of its jobs behind its round's leader (`stop.behind`, policies/stopping.py: slower
   to the target and not better at the same samples); the median so far is its intermediate value. A job stopped at
   the target (`stop.at_target`) or for no improvement (`stop.patience`) is a finished job: its value counts.
 The search ends after `n_trials` trials of any state; the best is written to optimization_results.yaml in the sweep
@@ -49,6 +49,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import JOB
+from sweeplab.policies.stopping import StopConfig
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
@@ -64,7 +65,7 @@ JOURNAL_FILE = channels.OPTUNA_JOURNAL_FILE  # the study, in the sweep dir
 RESULTS_FILE = channels.OPTUNA_RESULTS_FILE  # the best trial, in the sweep dir
 SPACE_SYNTAX = ("write interval(low, high), tag(log, interval(low, high)), choice(a, b, ...), range(start, stop[, "
                 "step]) or a plain value")
-STOP_BEHIND = "behind"  # engine/stopping.py's stop_reason of a job stopped behind its round's leader: PRUNED
+STOP_BEHIND = "behind"  # policies/stopping.py's stop_reason of a job stopped behind its round's leader: PRUNED
 
 
 # --- the config: hydra/sweeper=optuna and hydra/sweeper/sampler=<name> (hydra_plugins' search.py registers it) -
@@ -198,7 +199,7 @@ def override_value(value: Any) -> str:
 @dataclass(frozen=True)
 class TrialOutcome:
     """One trial's answer from its jobs. values: each replicate's returned objective (None: the job failed, or
-    returned no finite number); stops: the stop rule that ended a replicate early (engine/stopping.py), if any."""
+    returned no finite number); stops: the stop rule that ended a replicate early (policies/stopping.py), if any."""
 
     values: dict[int, float | None]
     stops: dict[int, str]
@@ -445,12 +446,12 @@ class OptunaSearch(Sweeper):
         return submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
 
     def _stop_reasons(self, numbers: Sequence[int]) -> dict[tuple[int, int], str]:
-        """(trial, replicate) -> the stop rule that ended its finished job early (engine/stopping.py), from the
+        """(trial, replicate) -> the stop rule that ended its finished job early (policies/stopping.py), from the
         study's record; read only when a stop rule is on."""
         assert self.config is not None and self.study is not None
-        stop = OmegaConf.select(self.config, "stop") or {}
-        if not (stop.get("at_target") or stop.get("behind") is not None or stop.get("patience") is not None):
-            return {}
+        stop = OmegaConf.select(self.config, "stop")
+        if not (StopConfig(**OmegaConf.to_container(stop, resolve=True)) if stop else StopConfig()).enabled:
+            return {}  # which rules are on: StopConfig's one answer, as the jobs' rules read it
         try:
             record = self.study.read()
         except Exception as exc:  # the trials are still told what their jobs returned

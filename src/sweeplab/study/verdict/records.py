@@ -47,7 +47,7 @@ class Job:
     concurrent_jobs: how many jobs shared the host (or its GPU) while this one was timed; above 1 its timing is
         disturbed by the others, and the verdict says so.
     censored_samples: the samples seen when the job was stopped behind its round's leader without reaching the
-        target (engine/stopping.py, `stop.behind`); its time to target is then only known to be longer than that.
+        target (policies/stopping.py, `stop.behind`); its time to target is then only known to be longer than that.
     stopped_at_target: `stop.at_target` stopped it at its first validation past the target: its metric is the
         target's give or take the validation grid, so it says nothing about the quality it would have ended at.
     """

@@ -217,7 +217,7 @@ def _quality(
 
 def _finals(jobs: Iterable[Job]) -> list[tuple[Job, float]]:
     """The kept metrics (each job's best validation) the quality comparison uses: not those of jobs stopped behind
-    (engine/stopping.py) or at the target, whose values are wherever they were stopped, not what training ends at."""
+    (policies/stopping.py) or at the target, whose values are wherever they were stopped, not what training ends at."""
     return [(j, j.kept_metric) for j in jobs
             if j.kept_metric is not None and math.isfinite(j.kept_metric) and j.censored_samples is None
             and not j.stopped_at_target]
