@@ -49,6 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import wall
 from sweeplab.core.channels import GPU_SLOT_ENV
+from sweeplab.core.records import JOB
 from sweeplab.runtime import distributed
 from sweeplab.sweep import launchers
 
@@ -240,7 +241,7 @@ class WarmLanes(Callback):
 
 
 def _devices_per_job(config: DictConfig) -> int:
-    return int(OmegaConf.select(config, "trainer.devices", default=1) or 1)
+    return int(OmegaConf.select(config, JOB.devices, default=1) or 1)  # the run record's key is the config's
 
 
 def _lane_in_worker(*lane_args) -> tuple[int, list[tuple[int, Any]]]:
