@@ -45,7 +45,10 @@ def planned_jobs(config: DictConfig) -> int | None:
     if sweeper is None:
         return None
     cls = sweeper_class(config)
-    if cls is not None and issubclass(cls, BasicSweeper):
+    # by name: Hydra's plugin scan executes hydra._internal.core_plugins again in a process that scans twice (tests),
+    # so a sweeper class made before holds an earlier BasicSweeper object than the module's
+    basic = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
+    if cls is not None and any(f"{base.__module__}.{base.__qualname__}" == basic for base in cls.__mro__):
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
         grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
