@@ -383,6 +383,7 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
     job_notes = [REPLICATED_NOTE if configs is not None else
                  f"speedup: samples/s relative to {rows[base_index]['run']!r}" if base_index is not None else "",
                  STABILITY_NOTE + ("" if configs is not None else " " + WITHIN_NOISE_NOTE)]
+    job_notes.append(caveats.packing_line(sweep.jobs) or "")  # jobs side by side on a GPU: packed against alone
     if failed:
         job_notes.append(f"{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)")
     line, shown = constant_columns(rows, columns)

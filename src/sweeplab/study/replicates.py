@@ -183,13 +183,14 @@ def gpu_slots(config: Mapping[str, Any]) -> int:
     return distributed.gpu_slots(int(OmegaConf.select(config, JOB.devices, default=1) or 1))  # the config key
 
 
-def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int) -> int:
+def concurrent_jobs(launcher: Mapping[str, Any] | None, batch_size: int, lanes_per_gpu: int = 1) -> int:
     """How many of a batch's jobs run at once on one host: joblib's n_jobs (negative: CPUs + 1 + n_jobs, as
-    joblib reads it), capped by the batch; 1 for the basic launcher and for cluster launchers (one job per node)."""
+    joblib reads it) times the lanes per GPU (sweeplab.sweep.packing), capped by the batch; 1 for the basic
+    launcher and for cluster launchers (one job per node)."""
     target = str((launcher or {}).get("_target_", ""))
     if "joblib" not in target.lower():
         return 1
     n_jobs = int((launcher or {}).get("n_jobs", -1) or 1)
     if n_jobs < 0:
         n_jobs = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return max(1, min(n_jobs, batch_size))
+    return max(1, min(n_jobs * max(1, lanes_per_gpu), batch_size))
