@@ -148,3 +148,26 @@ def test_two_lanes_on_each_of_two_gpus_spread_over_both_and_rotate_the_configura
     for job in ran.values():
         lanes_of_gpu.setdefault(job["gpu"], set()).add(job["lane"])
     assert {gpu: len(lanes) for gpu, lanes in lanes_of_gpu.items()} == {"0": 2, "1": 2}
+
+
+# --- the report: each job's start and end per lane, the GPUs' idle share -----------------------------------------
+def _ran(number: int, lane: str, gpu: str, start_s: float, end_s: float, config: str):
+    from sweeplab.study.sweep import JobRecord
+
+    return JobRecord(f"run{number}", f"job{number}", "FINISHED", int(start_s * 1000), {}, {"lane": lane, "gpu": gpu},
+                     {}, "mlp_regressor", config, 0, number, number, None, 2, "32", 32, 100.0,
+                     end_ms=int(end_s * 1000))
+
+
+def test_the_report_draws_each_lanes_jobs_and_the_share_of_the_study_a_gpu_ran_nothing(tmp_path):
+    from sweeplab.report import tables
+
+    jobs = [_ran(0, "0:11", "0", 10, 14, "a"), _ran(1, "0:12", "0", 10, 12, "b"), _ran(2, "0:12", "0", 12, 13, "a"),
+            _ran(3, "1:13", "1", 10, 11, "b"), _ran(4, "1:13", "1", 13, 14, "a")]
+    lanes = tables.lanes_timeline(jobs)
+    assert lanes == {"0:11": [(0.0, 4.0, "a")], "0:12": [(0.0, 2.0, "b"), (2.0, 3.0, "a")],
+                     "1:13": [(0.0, 1.0, "b"), (3.0, 4.0, "a")]}
+    assert tables.gpu_idle_share(jobs) == pytest.approx(0.25)  # GPU 0 busy throughout, GPU 1 half the span
+    assert tables.lanes_timeline([_ran(0, "", "0", 1, 2, "a")]) == {}  # not the lanes launcher's: no figure
+    out = tables.write_plots(type("Sweep", (), {"jobs": jobs, "metric": "val/loss"})(), tmp_path)
+    assert tmp_path / "lanes.png" in out and (tmp_path / "lanes.png").stat().st_size > 0
