@@ -171,3 +171,46 @@ def test_the_report_draws_each_lanes_jobs_and_the_share_of_the_study_a_gpu_ran_n
     assert tables.lanes_timeline([_ran(0, "", "0", 1, 2, "a")]) == {}  # not the lanes launcher's: no figure
     out = tables.write_plots(type("Sweep", (), {"jobs": jobs, "metric": "val/loss"})(), tmp_path)
     assert tmp_path / "lanes.png" in out and (tmp_path / "lanes.png").stat().st_size > 0
+
+
+# --- the probe process, with a pretend nvidia-smi ------------------------------------------------------------------
+FAKE_NVIDIA_SMI = """#!/bin/bash
+memory=1000
+while true; do echo "$FAKE_GPU_BUSY, $memory, 81559"; memory=$((memory + 50)); sleep 0.1; done
+"""
+
+
+def _probe(tmp_path, demo_dir, busy: int, steps: int = 4) -> Probe:
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    grid = [["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", f"data.batch_size={b}"] for b in (4, 8)]
+    out = tmp_path / "probe.json"
+    request = json.dumps({"grid": grid, "order": packing.largest_first(grid), "alone_busy": packing.ALONE_BUSY})
+    done = subprocess.run([sys.executable, "-m", "sweeplab.sweep.probe", str(out), str(steps), str(tmp_path / "sweep"),
+                           request], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_GPU_BUSY": str(busy),
+                               "CUDA_VISIBLE_DEVICES": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Probe.from_json(out.read_text())
+
+
+def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(tmp_path, demo_dir):
+    probe = _probe(tmp_path, demo_dir, busy=95)
+    assert list(probe.step_time_s) == [1]  # batch 8 first, and only: the study is not packed
+    assert probe.busy == pytest.approx(0.95) and probe.gpu_memory_mb == 81559.0
+    assert probe.memory_mb is not None and probe.memory_mb > 0  # what the GPU held above its start
+    assert packing.choose(probe, 1, 4).lanes_per_gpu == 1
+
+
+@pytest.mark.slow  # ~40 s on 2 cores: two short fits in the probe's process
+def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(tmp_path, demo_dir):
+    probe = _probe(tmp_path, demo_dir, busy=20)
+    assert sorted(probe.step_time_s) == [0, 1] and all(t > 0 for t in probe.step_time_s.values())
+    assert probe.busy == pytest.approx(0.2)
+    assert packing.choose(probe, 1, 4).lanes_per_gpu == 4
