@@ -23,18 +23,19 @@ GRID = [[f"data.batch_size={b}", f"loss.alpha={a}"] for b in (32, 64) for a in (
 H200_MB = 143_771.0
 
 
-def test_a_small_job_is_packed_as_far_as_the_gpu_stays_under_its_busy_budget_and_a_round():
-    choice = packing.choose(Probe({0: 0.012}, 2100.0, 0.18, H200_MB), gpus=1, round_size=4)
+def test_a_small_job_is_packed_as_far_as_the_gpu_stays_under_its_busy_budget_and_the_jobs_go():
+    choice = packing.choose(Probe({0: 0.012}, 2100.0, 0.18, H200_MB), gpus=1, launch_size=20)
     assert choice.lanes_per_gpu == 4
-    assert choice.line() == ("4 jobs side by side on each of 1 GPU: probe 2.1 GB, GPU busy 18% (as many as a "
-                             "round's jobs allow)")
-    assert packing.choose(Probe({}, 2100.0, 0.30, H200_MB), 1, 4).lanes_per_gpu == 2
-    assert packing.choose(Probe({}, 2100.0, 0.05, H200_MB), 1, 4).lanes_per_gpu == 4  # a round's 4 jobs at most
-    assert packing.choose(Probe({}, 2100.0, 0.05, H200_MB), 2, 4).lanes_per_gpu == 2
+    assert choice.line() == ("4 jobs side by side on each of 1 GPU: probe 2.1 GB, GPU busy 18% (as many as the "
+                             "busy share allow)")
+    assert packing.choose(Probe({}, 2100.0, 0.30, H200_MB), 1, 20).lanes_per_gpu == 2
+    assert packing.choose(Probe({}, 2100.0, 0.05, H200_MB), 1, 20).lanes_per_gpu == packing.MOST_LANES
+    assert packing.choose(Probe({}, 2100.0, 0.05, H200_MB), 1, 3).lanes_per_gpu == 3  # a launch of 3 jobs
+    assert packing.choose(Probe({}, 2100.0, 0.05, H200_MB), 4, 20).lanes_per_gpu == 5  # 20 jobs over 4 GPUs
 
 
 def test_a_job_that_fills_the_gpu_or_its_memory_is_not_packed():
-    pagating = packing.choose(Probe({0: 0.09}, 2700.0, 0.93, H200_MB), gpus=1, round_size=2)  # 42 % MFU
+    pagating = packing.choose(Probe({0: 0.09}, 2700.0, 0.93, H200_MB), gpus=1, launch_size=6)  # 42 % MFU
     assert pagating.lanes_per_gpu == 1 and "one job fills it" in pagating.line()
     assert pagating.line().startswith("1 job at a time on each of 1 GPU: probe 2.7 GB, GPU busy 93%")
     memory_bound = packing.choose(Probe({}, 40_000.0, 0.10, 80_000.0), 1, 8)
@@ -214,3 +215,29 @@ def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(t
     assert sorted(probe.step_time_s) == [0, 1] and all(t > 0 for t in probe.step_time_s.values())
     assert probe.busy == pytest.approx(0.2)
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 4
+
+
+@pytest.mark.slow  # ~3 min on 2 cores: a probe and 4 smoke jobs in two lanes on one pretend GPU
+def test_a_packed_sweep_records_its_lanes_its_solo_step_times_and_draws_its_timeline(demo_dir, mlflow_uri, tmp_path):
+    from sweeplab.core.records import JOB
+    from sweeplab.tracking import mlflow_store
+    from test_sweeps_parallel import smoke, store_runs, sweep
+
+    result = sweep(
+        tmp_path, "-m", "hydra/launcher=joblib_gpus", "hydra.launcher.lanes_per_gpu=2", "hydra.launcher.probe_steps=4",
+        *smoke(demo_dir, "data.batch_size=4,8"), "replicates=2", "trainer.max_steps=4", "trainer.val_check_interval=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        env={"CUDA_VISIBLE_DEVICES": "0", channels.GPU_LOCK_DIR_ENV: str(tmp_path / "gpu_locks")},
+    )
+    out = result.stderr + result.stdout
+    assert result.returncode == 0, out[-3000:]
+    assert "sweep: 2 jobs side by side on each of 1 GPU: lanes_per_gpu=2; probe memory unknown" in out
+    (parent,), _ = store_runs(mlflow_uri)
+    children = mlflow_store.sweep_jobs(mlflow_uri, parent.info.run_id)
+    assert len(children) == 4
+    assert {r.data.tags[JOB.lanes_per_gpu] for r in children} == {"2"}
+    assert all(float(r.data.tags[JOB.solo_step_time_s]) > 0 for r in children)
+    assert {r.data.tags[JOB.gpu] for r in children} == {"0"} and len({r.data.tags[JOB.lane] for r in children}) == 2
+    assert "packing check (2 jobs side by side on each GPU)" in out
+    assert list((tmp_path / "sweep").rglob("lanes.png"))
+    assert not list((tmp_path / "sweep").glob(".probe-*"))  # the probe's folder is gone

@@ -96,7 +96,8 @@ class SweeplabSweeper(BasicSweeper):
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
-        self._plan_lanes(grid, round_size)
+        one_launch = auto is None and not stops_behind
+        round_size = self._plan_lanes(grid, round_size, sum(map(len, planned)) if one_launch else round_size)
         # replicates=auto (and early stopping, stop.behind) keep a barrier per round: which configurations run
         # again depends on the rounds before; otherwise no round waits for the one before it: one launch
         if auto is None and not stops_behind:
@@ -153,14 +154,19 @@ class SweeplabSweeper(BasicSweeper):
                  sum(len(r) for r in continued) - resumed)
         return continued, next_job_number(sweep_dir)
 
-    def _plan_lanes(self, grid: list, round_size: int) -> None:
+    def _plan_lanes(self, grid: list, round_size: int, launch_size: int) -> int:
         """hydra/launcher=joblib_gpus: how many jobs run side by side on each GPU (sweeplab.sweep.packing), said on
-        one line; the launcher's workers are that many per GPU slot."""
-        self.lanes = packing.plan_lanes(self.config, grid, round_size, max(1, replicated.gpu_slots(self.config)))
-        if self.lanes is not None:
-            log.info("sweep: %s", self.lanes.line())
-            self.launcher.joblib["lanes_per_gpu"] = self.lanes.lanes_per_gpu
-            self._cap_parallel_jobs(round_size)
+        one line; the launcher's workers are that many per GPU slot. Returns how many jobs may run at once: a
+        round's, or every lane's where that is more (packed lanes may run the next rounds' jobs beside a round's)."""
+        gpus = max(1, replicated.gpu_slots(self.config))
+        self.lanes = packing.plan_lanes(self.config, grid, launch_size, gpus)
+        if self.lanes is None:
+            return round_size
+        log.info("sweep: %s", self.lanes.line())
+        self.launcher.joblib["lanes_per_gpu"] = self.lanes.lanes_per_gpu
+        at_once = max(round_size, gpus * self.lanes.lanes_per_gpu if self.lanes.lanes_per_gpu > 1 else 0)
+        self._cap_parallel_jobs(at_once)
+        return at_once
 
     def _cap_parallel_jobs(self, round_size: int) -> None:
         """With every round in one launch, a joblib launcher still runs at most a round's worth of jobs at once (as

@@ -8,11 +8,12 @@ contention), and the next round's jobs start as the last round's end, with no ba
 
 `lanes_per_gpu`:
 - a number N (1 to MOST_LANES): N lanes on each GPU;
-- `auto`: 1 where a round has no more jobs than the host has GPUs or the backend is not CUDA; otherwise a short
+- `auto`: 1 where a launch has no more jobs than the host has GPUs or the backend is not CUDA; otherwise a short
   probe (sweeplab.sweep.probe: a few steps of each configuration, alone on the first GPU, in one process, the
   largest first) measures the GPU memory and busy share of the largest, and `choose` packs as many jobs as keep
-  the GPU busy under BUSY_BUDGET and its memory under MEMORY_SHARE, never more than a round holds per GPU; a job
-  that keeps the GPU busy ALONE_BUSY or more runs alone (paGating small at 42 % MFU).
+  the GPU busy under BUSY_BUDGET and its memory under MEMORY_SHARE, never more lanes than the launch has jobs
+  for; a job that keeps the GPU busy ALONE_BUSY or more runs alone (paGating small at 42 % MFU). More lanes than
+  a round has jobs run the next round's jobs beside it: each round's jobs still start side by side, in order.
 
 The probe's step time of each configuration alone is recorded on every packed job's run (tag `solo_step_time_s`,
 with `lanes_per_gpu`), so the study's packing check (study/caveats.py) can tell whether packing slowed one
@@ -108,26 +109,27 @@ def setting(value: Any) -> int | str:
     return value
 
 
-def most_lanes(round_size: int, gpus: int) -> int:
-    """At most a round's jobs run at once: so a round's configurations run side by side, never two rounds'."""
-    return max(1, min(MOST_LANES, round_size // max(1, gpus)))
+def most_lanes(launch_size: int, gpus: int) -> int:
+    """No more lanes than a launch has jobs for every one of them (at most MOST_LANES a GPU)."""
+    return max(1, min(MOST_LANES, launch_size // max(1, gpus)))
 
 
-def choose(probe: Probe, gpus: int, round_size: int) -> LanesChoice:
+def choose(probe: Probe, gpus: int, launch_size: int) -> LanesChoice:
     """lanes_per_gpu=auto from the probe: as many jobs as keep the GPU busy under BUSY_BUDGET and its memory under
-    MEMORY_SHARE, at most a round's jobs per GPU; one where a job alone keeps it ALONE_BUSY busy (or busy unknown)."""
+    MEMORY_SHARE, no more lanes than the launch (`launch_size` jobs: the study, or a round of replicates=auto) has
+    jobs for; one where a job alone keeps the GPU ALONE_BUSY busy (or how busy is unknown)."""
     measured = probe.describe()
     if probe.busy is None:
         return LanesChoice(1, gpus, f"{measured} (not packed without a measure of how busy a job keeps the GPU)",
                            probe)
     if probe.busy >= ALONE_BUSY:
         return LanesChoice(1, gpus, f"{measured}: one job fills it", probe)
-    limits = {"round": most_lanes(round_size, gpus), "busy": max(1, math.floor(BUSY_BUDGET / max(probe.busy, 1e-3)))}
+    limits = {"jobs": most_lanes(launch_size, gpus), "busy": max(1, math.floor(BUSY_BUDGET / max(probe.busy, 1e-3)))}
     if probe.memory_mb and probe.gpu_memory_mb:
         limits["memory"] = max(1, math.floor(MEMORY_SHARE * probe.gpu_memory_mb / probe.memory_mb))
     lanes = min(limits.values())
     bound = min(limits, key=limits.get)
-    why = {"round": "a round's jobs", "busy": "the busy share", "memory": "the GPU's memory"}[bound]
+    why = {"jobs": "the study's jobs", "busy": "the busy share", "memory": "the GPU's memory"}[bound]
     return LanesChoice(lanes, gpus, f"{measured} (as many as {why} allow)", probe)
 
 
@@ -148,10 +150,12 @@ def largest_first(grid: Sequence[Sequence[str]]) -> list[int]:
     return [largest, *(i for i in range(len(grid)) if i != largest)]
 
 
-def plan_lanes(config: Any, grid: Sequence[Sequence[str]], round_size: int, gpus: int,
+def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpus: int,
                run_probe=None) -> LanesChoice | None:
-    """The study's lanes per GPU (None: the launcher runs no lanes). `gpus`: the host's GPU slots; `run_probe(grid,
-    order, steps)`: the probe (default: sweeplab.sweep.probe in a process of its own on the first GPU)."""
+    """The study's lanes per GPU (None: the launcher runs no lanes). `launch_size`: the most jobs one launch holds
+    (the whole study, or a round where replicates=auto or stop.behind launch round by round); `gpus`: the host's
+    GPU slots; `run_probe(grid, order, steps, config)`: the probe (default: sweeplab.sweep.probe in a process of its
+    own on the first GPU)."""
     from omegaconf import OmegaConf
 
     launcher = OmegaConf.select(config, "hydra.launcher")
@@ -163,12 +167,14 @@ def plan_lanes(config: Any, grid: Sequence[Sequence[str]], round_size: int, gpus
         return LanesChoice(1, gpus, "lanes_per_gpu=1")
     if value == AUTO and backend != "cuda":
         return LanesChoice(1, gpus, f"lanes_per_gpu=auto packs CUDA jobs only (backend={backend})")
-    if value == AUTO and round_size <= gpus:
-        return LanesChoice(1, gpus, f"a round's {round_size} jobs fit the {gpus} GPU slots")
+    if value == AUTO and launch_size <= gpus:
+        return LanesChoice(1, gpus, f"{launch_size} jobs at a time fit the {gpus} GPU slots")
     steps = int(launcher.get("probe_steps") or 50)
     probe = (run_probe or _probe_process)(grid, largest_first(grid), steps, config)
+    log.info("the lanes' probe: %d of %d configurations alone, %d steps each, in %.1f s", len(probe.step_time_s),
+             len(grid), steps, probe.seconds)
     if value == AUTO:
-        return choose(probe, gpus, round_size)
+        return choose(probe, gpus, launch_size)
     return LanesChoice(value, gpus, f"lanes_per_gpu={value}; {probe.describe()}", probe)
 
 
@@ -186,8 +192,8 @@ def _probe_process(grid: Sequence[Sequence[str]], order: Sequence[int], steps: i
                    json.dumps({"grid": [list(o) for o in grid], "order": list(order), "alone_busy": ALONE_BUSY})]
         env = dict(os.environ, **({CUDA_VISIBLE_DEVICES_ENV: gpus[0]} if gpus else {}))
         try:
-            done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True,
-                                  timeout=PROBE_TIMEOUT_S)
+            # in the sweep's working directory, as its jobs: relative paths in the config (data/) mean the same
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             log.warning("the lanes' probe took over %.0f s; one job per GPU", PROBE_TIMEOUT_S)
             return Probe()

@@ -4,7 +4,8 @@ GPU, in one process, the largest first.
     python -m sweeplab.sweep.probe OUT.json STEPS SWEEP_DIR '{"grid": [[overrides], ...], "order": [...],
                                                              "alone_busy": 0.5}'
 
-Each configuration trains STEPS steps untracked (logger=none, one validation batch, no stop rule), sharing the
+Run in the sweep's working directory (relative paths in the config mean what they mean to its jobs); each
+configuration's output folder is beside OUT.json. Each configuration trains STEPS steps untracked (logger=none, one validation batch, no stop rule), sharing the
 study's compile cache (what it compiles the study's jobs load). While it does, `nvidia-smi` samples the GPU every
 100 ms: a configuration's busy share is the upper quartile of the utilisation samples during its fit (the set-up
 at its start is idle), its memory the most the GPU held above what it held before the probe started CUDA (so the
@@ -81,7 +82,7 @@ def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
         cfg = cli.compose("train", [*request["grid"][index], *probe_overrides(steps)])
         training.share_compile_cache(sweep_dir, cfg.get("compile_cache", "study"))
         start = time.monotonic()
-        summary = training.measure(cfg, Path.cwd() / f"config{index}")
+        summary = training.measure(cfg, Path(out).parent / f"config{index}")
         window = sampler.between(start, time.monotonic())
         if (step := summary.get(JOB.step_time_median)) is not None:
             step_time[index] = float(step)
