@@ -169,7 +169,7 @@ def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpu
         return LanesChoice(1, gpus, f"lanes_per_gpu=auto packs CUDA jobs only (backend={backend})")
     if value == AUTO and launch_size <= gpus:
         return LanesChoice(1, gpus, f"{launch_size} jobs at a time fit the {gpus} GPU slots")
-    steps = int(launcher.get("probe_steps") or 50)
+    steps = int(launcher.get("probe_steps") or 100)
     probe = (run_probe or _probe_process)(grid, largest_first(grid), steps, config)
     log.info("the lanes' probe: %d of %d configurations alone, %d steps each, in %.1f s", len(probe.step_time_s),
              len(grid), steps, probe.seconds)
