@@ -44,6 +44,18 @@ def test_a_job_that_fills_the_gpu_or_its_memory_is_not_packed():
     assert unknown.lanes_per_gpu == 1 and "GPU busy unknown" in unknown.line()
 
 
+def test_a_cuda_study_runs_in_the_gpu_lanes_packed_by_auto_unless_another_launcher_is_named():
+    import sweeplab.sweep.callback  # noqa: F401  (registers the ${sweeplab_gpu_slots:} resolver)
+    from conftest import compose_train
+
+    cuda = compose_train(["backend=cuda"], return_hydra_config=True).hydra
+    assert cuda.launcher._target_.endswith("GpuLanesJoblibLauncher") and cuda.launcher.lanes_per_gpu == "auto"
+    assert cuda.callbacks.mlflow_sweep.assign_gpus is True and "lanes_warm_up" in cuda.callbacks
+    basic = compose_train(["backend=cuda", "hydra/launcher=basic"], return_hydra_config=True).hydra
+    assert basic.launcher._target_.endswith("BasicLauncher") and "lanes_warm_up" not in basic.callbacks
+    assert compose_train([], return_hydra_config=True).hydra.launcher._target_.endswith("BasicLauncher")  # CPU
+
+
 @pytest.mark.parametrize("value", [0, 9, "four", 2.5, True])
 def test_lanes_per_gpu_is_auto_or_a_count(value):
     with pytest.raises(ConfigError, match="hydra.launcher.lanes_per_gpu"):
