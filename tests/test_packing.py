@@ -213,6 +213,7 @@ def _probe(tmp_path, demo_dir, busy: int, steps: int = 4) -> Probe:
     return Probe.from_json(out.read_text())
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: its sibling below runs the same probe process over both configurations
 def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(tmp_path, demo_dir):
     probe = _probe(tmp_path, demo_dir, busy=95)
     assert list(probe.step_time_s) == [1]  # batch 8 first, and only: the study is not packed
@@ -221,7 +222,6 @@ def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 1
 
 
-@pytest.mark.slow  # ~40 s on 2 cores: two short fits in the probe's process
 def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(tmp_path, demo_dir):
     probe = _probe(tmp_path, demo_dir, busy=20)
     assert sorted(probe.step_time_s) == [0, 1] and all(t > 0 for t in probe.step_time_s.values())

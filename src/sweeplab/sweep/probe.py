@@ -42,6 +42,7 @@ class GpuSampler:
 
     def __init__(self, gpu: str):
         self.samples: list[tuple[float, float, float]] = []
+        self.total_mb: float | None = None
         try:
             self._process = subprocess.Popen(
                 ["nvidia-smi", "-i", gpu, "--query-gpu=utilization.gpu,memory.used,memory.total",
@@ -49,7 +50,6 @@ class GpuSampler:
         except OSError:
             self._process = None
             return
-        self.total_mb: float | None = None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -89,11 +89,11 @@ def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
         window = sampler.between(start, time.perf_counter())
         parts = clock.totals()
         steps_from = start + parts["setup"] + parts["warmup"]
-        steps = sampler.between(steps_from, steps_from + parts["steps"])
+        timed = sampler.between(steps_from, steps_from + parts["steps"])
         if (step := summary.get(JOB.step_time_median)) is not None:
             step_time[index] = float(step)
-        if len(steps) >= MIN_STEP_SAMPLES:
-            busy.append(statistics.median(u for _, u, _ in steps))
+        if len(timed) >= MIN_STEP_SAMPLES:
+            busy.append(statistics.median([u for _, u, _ in timed]))
         elif window:  # too few samples within the steps: the busier quarter of the fit's (its set-up is idle)
             busy.append(statistics.quantiles([u for _, u, _ in window], n=4)[2] if len(window) > 1 else window[0][1])
         if window and base is not None:
@@ -101,7 +101,7 @@ def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
         if position == 0 and busy and busy[0] >= request.get("alone_busy", 0.5):
             break  # the largest fills the GPU alone: the study is not packed, nothing else to measure
     sampler.stop()
-    probe = Probe(step_time, max(memory, default=None), max(busy, default=None), getattr(sampler, "total_mb", None),
+    probe = Probe(step_time, max(memory, default=None), max(busy, default=None), sampler.total_mb,
                   time.perf_counter() - started)
     Path(out).write_text(probe.to_json())
     print(probe.to_json())
