@@ -11,7 +11,8 @@
 #   DRY=1 bash scripts/lanes_gpu.sh 1   # print the commands only
 #   BACKEND=cpu EXTRA="debug=smoke" bash scripts/lanes_gpu.sh 1   # the plumbing on a CPU (no packing there)
 #
-# The packed side runs first: the freshly started machine's cold file cache slows it, not the baseline. Each study
+# Time limits per study add up to 540 s a part (typically: part 1 ~100 + ~270 + ~45 s, part 2 ~40 + ~45 + ~100 +
+# ~160 s on an H200); PG_BASELINE=1 adds up to 200 s to part 2, beyond a 9-minute call. The packed side runs first: the freshly started machine's cold file cache slows it, not the baseline. Each study
 # runs in its own sweep folder under $WORK (default /tmp/lanes-gpu) with one MLflow store; its process wall time
 # goes to $WORK/walls.txt; each part ends with every study's wall time, the lanes choice line and the verdict lines
 # (scripts/study_cost.py: the wall breakdown, the steps' share, the verdict). Logs go to $OUT when set (the device
@@ -74,20 +75,20 @@ PG=(model=pagating_lm model.size=small sweep=pagating_batch data.batch_size=8,16
 
 case $PART in
 1)
-  run long_packed 200 "${LONG[@]}"
-  run long_one_at_a_time 330 "${LONG[@]}" "${ONE_AT_A_TIME[@]}"
-  run aa_packed 90 "${AA[@]}"
+  run long_packed 170 "${LONG[@]}"
+  run long_one_at_a_time 300 "${LONG[@]}" "${ONE_AT_A_TIME[@]}"
+  run aa_packed 70 "${AA[@]}"
   summary long_packed long_one_at_a_time
   summary aa_packed
   ;;
 2)
   if [ -z "${DRY:-}" ]; then  # the LM data cache (tokenizer, token memmap) is data preparation, not the study's
-    timeout 150 python -m sweeplab.train model=pagating_lm model.size=small "backend=$BACKEND" trainer.max_steps=2 \
+    timeout 120 python -m sweeplab.train model=pagating_lm model.size=small "backend=$BACKEND" trainer.max_steps=2 \
       trainer.val_check_interval=2 trainer.limit_val_batches=1 logger.experiment_name=lanes-data \
       "hydra.run.dir=$WORK/data_warmup" > "$LOGS/data_warmup.log" 2>&1 || echo "data warm-up failed: $LOGS/data_warmup.log"
   fi
-  run default_packed 90 "${DEFAULT[@]}"
-  run default_one_at_a_time 150 "${DEFAULT[@]}" "${ONE_AT_A_TIME[@]}"
+  run default_packed 80 "${DEFAULT[@]}"
+  run default_one_at_a_time 140 "${DEFAULT[@]}" "${ONE_AT_A_TIME[@]}"
   run pg_default 200 "${PG[@]}"
   if [ -n "${PG_BASELINE:-}" ]; then
     run pg_one_at_a_time 200 "${PG[@]}" "${ONE_AT_A_TIME[@]}"
