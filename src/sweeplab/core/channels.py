@@ -76,6 +76,17 @@ CONCURRENT_JOBS_ENV = "SWEEPLAB_CONCURRENT_JOBS"
 # distributed.claim_gpus, which takes that slot's GPUs in a process that holds none yet, and by the sweep callback's
 # line that starts a job.
 GPU_SLOT_ENV = "SWEEPLAB_GPU_SLOT"
+# Packing (sweeplab.sweep.packing, hydra/launcher=joblib_gpus with lanes_per_gpu): how many jobs ran side by side on
+# each GPU, and the job's configuration's step time measured alone by the launcher's probe (seconds; absent: not
+# measured). Written by the sweeplab sweeper as `hydra.job.env_set` overrides (replicates.job_environment); read by
+# training.run_tags (tags `lanes_per_gpu`, `solo_step_time_s`), which the packing check
+# (study/caveats.py) compares with the packed jobs' step times.
+LANES_PER_GPU_ENV = "SWEEPLAB_LANES_PER_GPU"
+SOLO_STEP_TIME_ENV = "SWEEPLAB_SOLO_STEP_TIME_S"
+# The lane (`<GPU slot>:<worker pid>`) of the joblib lanes launcher that ran a job. Set by the lane's worker before
+# each job (joblib_lanes.run_lane); read by training.run_tags (tag `lane`), whose runs give the report's lanes
+# timeline (report/figures.py) and the GPUs' idle share.
+LANE_ENV = "SWEEPLAB_LANE"
 
 # --- environment: the user (or a test) -> every process of a run or sweep ----------------------------------------
 # Where prepared data and token caches go. Set by the user or a test; read by conf/train.yaml

@@ -240,6 +240,13 @@ class JobRun(_Record):
     objective_mode: str | None = tag("objective_mode")
     cuda_visible_devices: str | None = tag("cuda_visible_devices")
 
+    """Packed on a GPU (hydra/launcher=joblib_gpus, sweeplab.sweep.packing): how many jobs ran side by side on each
+    GPU, its configuration's step time alone as the launcher's probe measured it (s), and the lane that ran it
+    (`<GPU slot>:<worker pid>`: the report's lanes timeline)."""
+    lanes_per_gpu: int | None = tag("lanes_per_gpu")
+    solo_step_time_s: float | None = tag("solo_step_time_s")
+    lane: str | None = tag("lane")
+
     """Under SLURM: the job's id as sacct and scancel take it (`<array id>_<index>`), its index in the array, how
     many times SLURM ran it again into this run, and how the scheduler ended it before it could end itself
     ("CANCELLED: ..."; kept when a continued study resumes the run)."""
@@ -494,6 +501,7 @@ SHARED_SPELLINGS = {
     "family": "the config key model.family, a checkpoint's hyperparameter, the export report's source field",
     "gpu": "MLX's GPU device, Core ML's GPU compute unit",
     "host": "a timer's clock (the host's), the verdict's pairing by host, the bench's environment",
+    "lanes_per_gpu": "the GPU lanes launcher's option (hydra.launcher.lanes_per_gpu) the tag records",
     "jobs": "the bench's jobs folder, report.html's id, the configuration table's column",
     "lightning": "the library's module and logger names",
     "mlx": "the backend of that name and a checkpoint's MLX section",

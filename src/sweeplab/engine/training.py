@@ -101,7 +101,8 @@ def _replicate_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
                   host=platform.node(),
                   replicate=placed(channels.REPLICATE_ENV), round=placed(channels.ROUND_ENV),
                   config_index=placed(channels.CONFIG_INDEX_ENV), concurrent_jobs=placed(channels.CONCURRENT_JOBS_ENV),
-                  gpu=",".join(gpus) if gpus else None)
+                  gpu=",".join(gpus) if gpus else None, lanes_per_gpu=placed(channels.LANES_PER_GPU_ENV),
+                  solo_step_time_s=placed(channels.SOLO_STEP_TIME_ENV), lane=placed(channels.LANE_ENV))
 
 
 def _preset_record() -> JobRun:
@@ -158,6 +159,15 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
         if distributed.is_global_zero():  # the run is FINISHED: its folder keeps what is read again
             drop_training_state(job)
         return monitored
+
+
+def measure(cfg: DictConfig, output_dir: Path) -> dict[str, float]:
+    """A short fit of `cfg` that nothing records (the lanes launcher's probe, sweeplab.sweep.probe): its summary
+    metrics (step time, peak memory), as a tracked job would log them."""
+    p = plan(cfg)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    backends.apply_backend_settings(p.backend_config, p.backend)
+    return _fit(Job(p, output_dir)).summary
 
 
 def drop_training_state(job: Job) -> None:

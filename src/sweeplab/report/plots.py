@@ -55,3 +55,27 @@ def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric:
         by_samples.legend(fontsize=7, loc="best")
     fig.savefig(out)
     return out
+
+
+def lanes_plot(lanes: dict[str, list[tuple[float, float, str]]], idle_share: float | None, out: Path) -> Path:
+    """`lanes`: lane -> [(start s, end s since the study's first job started, configuration)]: one row per lane
+    of the GPU lanes launcher, a bar per job, coloured by configuration; the title gives the GPUs' idle share."""
+    fig = _figure(9.0, 0.6 * len(lanes) + 1.6)
+    ax = fig.add_subplot()
+    configs = sorted({config for jobs in lanes.values() for _, _, config in jobs})
+    colours = {config: f"C{i % 10}" for i, config in enumerate(configs)}
+    for row, (_lane, jobs) in enumerate(sorted(lanes.items())):
+        ax.broken_barh([(start, end - start) for start, end, _ in jobs], (row - 0.4, 0.8),
+                       facecolors=[colours[config] for _, _, config in jobs], edgecolor="white")
+    ax.set_yticks(range(len(lanes)), [lane for lane in sorted(lanes)], fontsize=7)
+    ax.set_ylabel("lane (GPU slot:worker)")
+    ax.set_xlabel("seconds since the study's first job started")
+    idle = f"; the GPUs idle {idle_share:.0%} of the time" if idle_share is not None else ""
+    ax.set_title(f"each job's start and end per lane{idle}")
+    for config in configs[:MAX_CURVES]:
+        ax.plot([], [], color=colours[config], linewidth=6, label=config[:48])
+    if configs:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(alpha=0.3, axis="x")
+    fig.savefig(out)
+    return out

@@ -29,14 +29,14 @@ from sweeplab.core import labels as config_labels
 from sweeplab.core import stability
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import run_lock_is_free, write_text_atomic
-from sweeplab.core.records import CONFIGURATION, JOB, SWEEP
+from sweeplab.core.records import CONFIGURATION, JOB, SWEEP, JobRun
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
 from sweeplab.report import cost as report_cost
 from sweeplab.report import figures as report_figures
 from sweeplab.report import html as report_html
-from sweeplab.report.plots import _figure, curves_plot
+from sweeplab.report.plots import _figure, curves_plot, lanes_plot
 from sweeplab.study import caveats
 from sweeplab.study.record import (
     VerdictOptions,
@@ -349,9 +349,47 @@ def validation_curves(sweep: Sweep) -> dict[str, dict[str, list[tuple[float, flo
             for job in sweep.jobs if job.curve}
 
 
+def lanes_timeline(jobs) -> dict[str, list[tuple[float, float, str]]]:
+    """Lane -> [(start, end) in seconds since the first job started, configuration] of the jobs the GPU lanes
+    launcher ran (their run's `lane` tag); empty for another launcher."""
+    ran = [(JobRun.from_run(j).lane, j) for j in jobs if j.start_ms is not None and j.end_ms is not None]
+    ran = [(lane, j) for lane, j in ran if lane]
+    first = min((j.start_ms for _, j in ran), default=0)
+    lanes: dict[str, list[tuple[float, float, str]]] = {}
+    for lane, j in ran:
+        lanes.setdefault(lane, []).append(((j.start_ms - first) / 1000, (j.end_ms - first) / 1000, j.config or j.name))
+    return lanes
+
+
+def gpu_idle_share(jobs) -> float | None:
+    """The share of the study's span (first job's start to last job's end) in which a GPU ran no job, averaged over
+    the GPUs its jobs ran on (their run's `gpu` tag); None where no job recorded its GPU."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for j in jobs:
+        gpu = JobRun.from_run(j).gpu
+        if gpu and j.start_ms is not None and j.end_ms is not None:
+            spans.setdefault(gpu, []).append((j.start_ms, j.end_ms))
+    if not spans:
+        return None
+    first = min(s for runs in spans.values() for s, _ in runs)
+    last = max(e for runs in spans.values() for _, e in runs)
+    if last <= first:
+        return None
+    busy = []
+    for runs in spans.values():
+        covered, reach = 0, first
+        for start, end in sorted(runs):
+            covered += max(0, end - max(start, reach))
+            reach = max(reach, end)
+        busy.append(covered / (last - first))
+    return 1 - sum(busy) / len(busy)
+
+
 def write_plots(sweep: Sweep, out_dir: Path) -> list[Path]:
     files = []
     try:
+        if lanes := lanes_timeline(sweep.jobs):
+            files.append(lanes_plot(lanes, gpu_idle_share(sweep.jobs), out_dir / "lanes.png"))
         series = throughput_points(sweep)
         if series:
             files.append(throughput_plot(series, out_dir / "throughput.png"))
@@ -383,6 +421,10 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
     job_notes = [REPLICATED_NOTE if configs is not None else
                  f"speedup: samples/s relative to {rows[base_index]['run']!r}" if base_index is not None else "",
                  STABILITY_NOTE + ("" if configs is not None else " " + WITHIN_NOISE_NOTE)]
+    job_notes.append(caveats.packing_line(sweep.jobs) or "")  # jobs side by side on a GPU: packed against alone
+    if lanes_timeline(sweep.jobs) and (idle := gpu_idle_share(sweep.jobs)) is not None:
+        job_notes.append(f"the GPUs ran no job {idle:.0%} of the study's span, first job's start to last job's end "
+                         "(lanes.png: each job's start and end per lane)")
     if failed:
         job_notes.append(f"{failed} of {len(rows)} jobs FAILED (reason in the status column and the run's error tag)")
     line, shown = constant_columns(rows, columns)

@@ -221,10 +221,12 @@ def claimed_slot() -> int | None:
 
 def claim_gpus(
     count: int, lock_dir: Path | None = None, wait_s: float = 7 * 24 * 3600, poll_s: float = 1.0,
-    slot: int | None = None,
+    slot: int | None = None, lanes_per_gpu: int = 1,
 ) -> list[str]:
     """Take a block of `count` GPUs (the visible GPUs cut into blocks of `count`) no other job of this host holds
     and restrict this process to them; returns their ids. `slot`: the block to try first (the job's GPU slot).
+    `lanes_per_gpu` > 1: up to that many processes hold a block side by side, each with a lock per GPU of its own
+    (lane 0's is the block's plain lock, so a one-lane sweep on the host sees the GPU taken).
 
     Waits while all are taken. A process keeps its GPUs until it exits (a reused joblib worker keeps its GPUs
     for the next job: its CUDA context cannot move; the joblib lanes launcher gives such a worker the jobs of its
@@ -244,7 +246,7 @@ def claim_gpus(
     deadline = time.monotonic() + wait_s
     waiting_logged = False
     while True:
-        held = _try_lock(gpus, count, lock_dir, slot)
+        held = _try_lock(gpus, count, lock_dir, slot, lanes_per_gpu)
         if held is not None:
             block, held = held
             _claim = _Claim([gpu for gpu, _ in held], [fd for _, fd in held], block)
@@ -261,15 +263,17 @@ def claim_gpus(
         time.sleep(poll_s)
 
 
-def _try_lock(gpus: list[str], count: int, lock_dir: Path,
-              first: int | None = None) -> tuple[int, list[tuple[str, int]]] | None:
-    """(block, [(gpu, lock fd)]) of the first block of `count` GPUs that is free, trying block `first` first."""
+def _try_lock(gpus: list[str], count: int, lock_dir: Path, first: int | None = None,
+              lanes_per_gpu: int = 1) -> tuple[int, list[tuple[str, int]]] | None:
+    """(block, [(gpu, lock fd)]) of the first block of `count` GPUs with a free lane, trying block `first` first,
+    lane by lane (every block's first lane before any block's second: lanes spread over the GPUs)."""
     blocks = len(gpus) // count
     start = (first or 0) % max(1, blocks)
-    for block in [*range(start, blocks), *range(start)]:
+    for block, lane in [(b, k) for k in range(max(1, lanes_per_gpu)) for b in [*range(start, blocks), *range(start)]]:
         held: list[tuple[str, int]] = []
         for gpu in gpus[block * count:(block + 1) * count]:
-            fd = os.open(lock_dir / f"gpu{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_dir / (f"gpu{gpu}.lock" if lane == 0 else f"gpu{gpu}.lane{lane}.lock"),
+                         os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

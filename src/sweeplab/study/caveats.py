@@ -9,6 +9,10 @@ its `caveats` tag; every configuration run's `caveat` tag, a column of the MLflo
   and every speedup read from them, moved with that other work.
 - Jobs stopped by rule (stop.at_target, stop.behind: policies/stopping.py): a stopped job's time to the target is
   measured or bounded at the stop, and its final metric is its value there, not after its planned steps.
+- Packing that moved the speeds (several jobs side by side on a GPU: sweeplab.sweep.packing): each packed job's
+  step time against its configuration's step time alone (the launcher's probe); where one configuration was slowed
+  more than another past PACKING_TOLERANCE and past its replicates' spread, the ratio the verdict reads is partly
+  packing's, and the advice is `hydra.launcher.lanes_per_gpu=1`.
 
 Each caveat has a line (`caveat: ...`, for the pages and the console) and a few words for a table cell (`short`:
 `not an answer: 2 replicates, smoke; loaded host (8/8)`).
@@ -17,12 +21,13 @@ Each caveat has a line (`caveat: ...`, for the pages and the console) and a few 
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweeplab.core import stability
-from sweeplab.core.records import JOB
+from sweeplab.core.records import JOB, JobRun
 from sweeplab.study.record import VerdictReport
 from sweeplab.study.sweep import JobRecord
 from sweeplab.study.verdict import SweepSummary
@@ -30,6 +35,9 @@ from sweeplab.study.verdict import SweepSummary
 PREFIX = "caveat: "
 HOST_PROBLEMS = ("loaded host", "unsteady host")  # stability.problems' words for a host that moved the speed
 RULES = {"behind": "stop.behind", "target": "stop.at_target"}
+# Packing may slow every configuration alike (that costs time, not the answer); it moved the verdict's ratio where
+# one configuration's slowdown exceeds another's by more than this and their replicates' slowdowns do not overlap
+PACKING_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ def study_caveats(jobs: Sequence[JobRecord], summary: SweepSummary | None) -> tu
         found.append(host)
     if stopped := _stopped_caveat(jobs):
         found.append(stopped)
+    if packed := _packing_caveat(jobs):
+        found.append(packed)
     return tuple(found)
 
 
@@ -99,3 +109,40 @@ def _stopped_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
     return Caveat(f"{PREFIX}{stopped} of {len(jobs)} jobs were stopped by rule ({which}): a stopped job's time to the "
                   "target is measured or bounded at its stop, and its final metric is its value there",
                   f"{stopped}/{len(jobs)} stopped by rule")
+
+
+def packing_slowdowns(jobs: Sequence[JobRecord]) -> dict[str, list[float]]:
+    """Each packed job's step time over its configuration's step time alone, by configuration (jobs run more than
+    one to a GPU with both figures recorded; empty for a study that was not packed)."""
+    found: dict[str, list[float]] = {}
+    for j in jobs:
+        record = JobRun.from_run(j)
+        packed = j.metrics.get(JOB.step_time_median)
+        if (record.lanes_per_gpu or 1) > 1 and record.solo_step_time_s and packed and j.config is not None:
+            found.setdefault(j.config, []).append(packed / record.solo_step_time_s)
+    return found
+
+
+def packing_line(jobs: Sequence[JobRecord]) -> str | None:
+    """The packing check in one line (None: not packed): each configuration's packed step time against alone."""
+    slowdowns = packing_slowdowns(jobs)
+    if not slowdowns:
+        return None
+    lanes = max((JobRun.from_run(j).lanes_per_gpu or 1) for j in jobs)
+    each = ", ".join(f"{config} {statistics.median(v):.2f}x" for config, v in sorted(slowdowns.items()))
+    return f"packing check ({lanes} jobs side by side on each GPU): step time packed against alone: {each}"
+
+
+def _packing_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
+    slowdowns = packing_slowdowns(jobs)
+    if len(slowdowns) < 2:
+        return None
+    medians = {config: statistics.median(v) for config, v in slowdowns.items()}
+    most, least = max(medians, key=medians.get), min(medians, key=medians.get)
+    moved = medians[most] / medians[least]
+    if moved <= 1 + PACKING_TOLERANCE or min(slowdowns[most]) <= max(slowdowns[least]):
+        return None
+    return Caveat(f"{PREFIX}packing moved the configurations' speeds unequally: {most} ran {medians[most]:.2f}x its "
+                  f"step time alone, {least} {medians[least]:.2f}x: part of the ratio between them is the packing's; "
+                  "run the study again with hydra.launcher.lanes_per_gpu=1 to compare them alone",
+                  f"packing moved speeds ({moved:.2f}x)")

@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
-from sweeplab.sweep import launchers
+from sweeplab.sweep import launchers, packing
 from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.study import Study, next_job_number
 
@@ -54,6 +54,7 @@ class SweeplabSweeper(BasicSweeper):
         super().__init__(max_batch_size, params)
         self.leave = leave  # submit and leave: the first launch only, not watched (hydra/launcher=slurm)
         self.study: Study | None = None
+        self.lanes: packing.LanesChoice | None = None  # hydra/launcher=joblib_gpus: jobs side by side per GPU
 
     def sweep(self, arguments: list[str]) -> Any:
         """Open the study (or reopen it: resume=true), run its rounds, finish it: its report, best and counts; however
@@ -95,6 +96,8 @@ class SweeplabSweeper(BasicSweeper):
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
+        one_launch = auto is None and not stops_behind
+        round_size = self._plan_lanes(grid, round_size, sum(map(len, planned)) if one_launch else round_size)
         # replicates=auto (and early stopping, stop.behind) keep a barrier per round: which configurations run
         # again depends on the rounds before; otherwise no round waits for the one before it: one launch
         if auto is None and not stops_behind:
@@ -151,12 +154,30 @@ class SweeplabSweeper(BasicSweeper):
                  sum(len(r) for r in continued) - resumed)
         return continued, next_job_number(sweep_dir)
 
+    def _plan_lanes(self, grid: list, round_size: int, launch_size: int) -> int:
+        """hydra/launcher=joblib_gpus: how many jobs run side by side on each GPU (sweeplab.sweep.packing), said on
+        one line; the launcher's workers are that many per GPU slot. Returns how many jobs may run at once: a
+        round's, or every lane's where that is more (packed lanes may run the next rounds' jobs beside a round's)."""
+        gpus = max(1, replicated.gpu_slots(self.config))
+        self.lanes = packing.plan_lanes(self.config, grid, launch_size, gpus)
+        if self.lanes is None:
+            return round_size
+        log.info("sweep: %s", self.lanes.line())
+        self.launcher.joblib["lanes_per_gpu"] = self.lanes.lanes_per_gpu
+        at_once = max(round_size, gpus * self.lanes.lanes_per_gpu if self.lanes.lanes_per_gpu > 1 else 0)
+        self._cap_parallel_jobs(at_once)
+        return at_once
+
     def _cap_parallel_jobs(self, round_size: int) -> None:
         """With every round in one launch, a joblib launcher still runs at most a round's worth of jobs at once (as
         when each round was launched on its own), so `concurrent_jobs` and the GPU slots keep their meaning."""
         options = getattr(self.launcher, "joblib", None)
         if options is not None and "n_jobs" in options:
-            options["n_jobs"] = launchers.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size)
+            options["n_jobs"] = launchers.concurrent_jobs(OmegaConf.select(self.config, "hydra.launcher"), round_size,
+                                                            self._lanes_per_gpu())
+
+    def _lanes_per_gpu(self) -> int:
+        return self.lanes.lanes_per_gpu if self.lanes is not None else 1
 
     def _run(self, batch: list, first_number: int, planned: list) -> list:
         """Launch a batch and wait for it. With a submitit launcher (SLURM) the sweeper submits and watches the jobs
@@ -182,9 +203,11 @@ class SweeplabSweeper(BasicSweeper):
         if not round_jobs:  # a continued sweep's round whose jobs all finished before
             return next_index
         for chunk in self.split_overrides_to_chunks(round_jobs, self.max_batch_size):
-            at_once = launchers.concurrent_jobs(launcher_config, min(len(chunk), round_size))
+            at_once = launchers.concurrent_jobs(launcher_config, min(len(chunk), round_size), self._lanes_per_gpu())
             gpu_slots = min(replicated.gpu_slots(self.config), at_once)  # 0: the jobs do not claim GPUs
-            batch = [[*job.overrides, *replicated.job_environment(job, at_once, gpu_slots)] for job in chunk]
+            packed = self.lanes.job_overrides if self.lanes is not None else lambda _: ()
+            batch = [[*job.overrides, *replicated.job_environment(job, at_once, gpu_slots), *packed(job.config_index)]
+                     for job in chunk]
             started = time.perf_counter()
             self.validate_batch_is_legal(batch)
             log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - started)

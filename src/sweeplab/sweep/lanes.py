@@ -48,10 +48,10 @@ from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import wall
-from sweeplab.core.channels import GPU_SLOT_ENV
+from sweeplab.core.channels import GPU_SLOT_ENV, LANE_ENV
 from sweeplab.core.records import JOB
 from sweeplab.runtime import distributed
-from sweeplab.sweep import launchers
+from sweeplab.sweep import launchers, packing
 
 log = logging.getLogger(__name__)
 
@@ -91,24 +91,28 @@ def take(taken_dir: Path, name: int | str) -> bool:
     return True
 
 
-def join_lanes(taken_dir: Path, block: int, lanes: int, wait_s: float = READY_WAIT_S) -> int:
-    """Register as a lane, then wait until `lanes` lanes have (at most `wait_s`); the lane's slot. A worker keeps
-    the slot of its GPU block where that is a lane (so from launch to launch, replicates=auto's rounds, a slot
-    stays on one GPU); one whose GPUs lie past the lanes (another sweep holds the first GPUs) takes a free slot."""
-    slot = next((k for k in dict.fromkeys([block, *range(lanes)]) if k < lanes and take(taken_dir, f"lane{k}.ready")),
+def join_lanes(taken_dir: Path, block: int, lanes: int, wait_s: float = READY_WAIT_S, lanes_per_gpu: int = 1) -> int:
+    """Register as a lane, then wait until `lanes` x `lanes_per_gpu` lanes have (at most `wait_s`); the lane's slot.
+    A worker keeps the slot of its GPU block where that is a lane (so from launch to launch, replicates=auto's
+    rounds, a slot stays on one GPU); one whose GPUs lie past the lanes (another sweep holds the first GPUs) takes a
+    free slot. With several lanes per GPU (sweeplab.sweep.packing) the lanes of one GPU share its slot."""
+    slot = next((k for k in dict.fromkeys([block, *range(lanes)]) for i in range(lanes_per_gpu)
+                 if k < lanes and take(taken_dir, f"lane{k}.{i}.ready")),
                 block % lanes)  # every slot taken: a worker given a second lane task, whose jobs are all taken
     deadline = time.monotonic() + wait_s
-    while len(list(taken_dir.glob("lane*.ready"))) < lanes and time.monotonic() < deadline:
+    while len(list(taken_dir.glob("lane*.ready"))) < lanes * lanes_per_gpu and time.monotonic() < deadline:
         time.sleep(0.05)
     return slot
 
 
 def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lanes: int, run_job=None,
-             job_args: tuple = (), env_changes: dict[str, str | None] | None = None) -> list[tuple[int, Any]]:
-    """In a worker: claim a slot's GPUs (kept for the worker's life), wait for the other lanes, then run the jobs
-    in `lane_order`, each one no other lane took; returns [(job number, what run_job returned)].
-    `run_job(number, overrides, *job_args)`: Hydra's execute_job; `env_changes`: the main's environment variables
-    set (or removed: None) since the worker started."""
+             job_args: tuple = (), env_changes: dict[str, str | None] | None = None,
+             lanes_per_gpu: int = 1) -> list[tuple[int, Any]]:
+    """In a worker: claim a slot's GPUs (kept for the worker's life; `lanes_per_gpu` workers share each slot),
+    wait for the other lanes, then run the jobs in `lane_order`, each one no other lane took; returns
+    [(job number, what run_job returned)]. `lanes`: the GPU slots. `run_job(number, overrides, *job_args)`:
+    Hydra's execute_job; `env_changes`: the main's environment variables set (or removed: None) since the worker
+    started."""
     if _warmed:
         wall.count_from_now()  # the worker's imports ran beside the main's start-up: its first job starts here
     for key, value in (env_changes or {}).items():
@@ -116,11 +120,12 @@ def run_lane(jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lane
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    distributed.claim_gpus(devices_per_job)
-    slot = join_lanes(Path(taken_dir), distributed.claimed_slot() or 0, lanes)
+    distributed.claim_gpus(devices_per_job, lanes_per_gpu=lanes_per_gpu)
+    slot = join_lanes(Path(taken_dir), distributed.claimed_slot() or 0, lanes, lanes_per_gpu=lanes_per_gpu)
     done = []
     for number, overrides, _ in lane_order(jobs, slot):
         if take(Path(taken_dir), number):
+            os.environ[LANE_ENV] = f"{slot}:{os.getpid()}"  # the job's run records its lane (the report's timeline)
             done.append((number, (run_job or execute_job)(number, overrides, *job_args)))
     return done
 
@@ -145,7 +150,8 @@ def warm_worker(modules: Sequence[str], ready_dir: str, workers: int, devices_pe
 def _joblib_options(options: dict) -> dict:
     """Parallel's arguments from the launcher's options, as launch() passes them (the warm-up must match them for
     joblib to reuse its workers)."""
-    joblib_cfg = dict(options, backend="loky")  # as Hydra's: its threading backend cannot run Hydra jobs
+    joblib_cfg = {k: v for k, v in options.items() if k not in packing.LAUNCHER_KEYS}
+    joblib_cfg["backend"] = "loky"  # as Hydra's: its threading backend cannot run Hydra jobs
     process_joblib_cfg(joblib_cfg)
     return joblib_cfg
 
@@ -249,16 +255,19 @@ def _lane_in_worker(*lane_args) -> tuple[int, list[tuple[int, Any]]]:
 
 
 def launch_lanes(joblib_cfg: dict, jobs: Sequence[LaneJob], taken_dir: str, devices_per_job: int, lanes: int,
-                 run_job=None, job_args: tuple = ()) -> dict[int, Any]:
-    """Run `jobs` in `lanes` joblib workers (run_lane), on the workers `warm_lanes` started where it did; returns
-    {job number: what run_job returned}. A job's exception is raised here, as joblib raises it."""
+                 run_job=None, job_args: tuple = (), lanes_per_gpu: int = 1) -> dict[int, Any]:
+    """Run `jobs` in `lanes` x `lanes_per_gpu` joblib workers (run_lane), on the workers `warm_lanes` started where
+    it did (more workers are added beside them where packing asks for more); returns {job number: what run_job
+    returned}. A job's exception is raised here, as joblib raises it."""
     from joblib import Parallel, delayed
 
     warm_up = _warm_up
     warmed = warm_up.join() if warm_up is not None else []
     env_changes = warm_up.env_changes() if warm_up is not None else None
-    ran = Parallel(**joblib_cfg)(delayed(_lane_in_worker)(jobs, taken_dir, devices_per_job, lanes, run_job,
-                                                          job_args, env_changes) for _ in range(lanes))
+    workers = lanes * lanes_per_gpu
+    ran = Parallel(**dict(joblib_cfg, n_jobs=workers))(
+        delayed(_lane_in_worker)(jobs, taken_dir, devices_per_job, lanes, run_job, job_args, env_changes,
+                                 lanes_per_gpu) for _ in range(workers))
     pids = sorted({pid for pid, _ in ran})
     if warmed:
         log.info("the lanes ran on %s (pids %s)", "the warmed workers" if set(pids) <= set(warmed)
@@ -278,17 +287,18 @@ class GpuLanesJoblibLauncher(JoblibLauncher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         joblib_cfg = _joblib_options(self.joblib)
-        lanes = max(1, int(joblib_cfg.get("n_jobs") or 1))
+        lanes_per_gpu = packing.resolved_lanes(self.joblib)
+        lanes = max(1, int(joblib_cfg.get("n_jobs") or 1) // lanes_per_gpu)  # GPU slots
         jobs = [(initial_job_idx + i, list(o), slot_of(o, i, lanes)) for i, o in enumerate(job_overrides)]
-        log.info("%d GPU lanes (joblib workers, one per slot) run %d jobs; sweep output dir: %s", lanes, len(jobs),
-                 sweep_dir)
+        log.info("%d GPU lanes (joblib workers, %d per slot) run %d jobs; sweep output dir: %s",
+                 lanes * lanes_per_gpu, lanes_per_gpu, len(jobs), sweep_dir)
         for number, overrides, slot in jobs:
             log.info("\t#%d (slot %d) : %s", number, slot, " ".join(filter_overrides(overrides)))
         devices = _devices_per_job(self.config)
         taken_dir = tempfile.mkdtemp(prefix=".lanes-", dir=sweep_dir)
         job_args = (self.hydra_context, self.config, self.task_function, Singleton.get_state())
         try:
-            returns = launch_lanes(joblib_cfg, jobs, taken_dir, devices, lanes, None, job_args)
+            returns = launch_lanes(joblib_cfg, jobs, taken_dir, devices, lanes, None, job_args, lanes_per_gpu)
         finally:
             shutil.rmtree(taken_dir, ignore_errors=True)
         return [returns[number] for number, _, _ in jobs]

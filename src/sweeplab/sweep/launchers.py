@@ -54,13 +54,14 @@ def can(launcher: Any) -> LauncherCan:
     return UNKNOWN
 
 
-def concurrent_jobs(launcher: Any, batch_size: int) -> int:
+def concurrent_jobs(launcher: Any, batch_size: int, lanes_per_gpu: int = 1) -> int:
     """How many of a batch's jobs run at once on one host: joblib's n_jobs (negative: CPUs + 1 + n_jobs, as joblib
-    reads it), capped by the batch, for a launcher that runs jobs side by side; 1 otherwise (the basic launcher, and
-    cluster launchers: one job per node). `launcher`: its config (`hydra.launcher`)."""
+    reads it) times the lanes per GPU (sweeplab.sweep.packing), capped by the batch, for a launcher that runs jobs
+    side by side; 1 otherwise (the basic launcher, and cluster launchers: one job per node). `launcher`: its config
+    (`hydra.launcher`)."""
     if not can(launcher).side_by_side:
         return 1
     n_jobs = int((launcher or {}).get("n_jobs", -1) or 1)
     if n_jobs < 0:
         n_jobs = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return max(1, min(n_jobs, batch_size))
+    return max(1, min(n_jobs * max(1, lanes_per_gpu), batch_size))
