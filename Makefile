@@ -81,7 +81,7 @@ profile: data ## where a configuration's step time goes: table + torch.profiler 
 ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's comparison
 	$(PY) -m sweeplab.ui $(ARGS)
 
-ui-check: data ## headless Chromium (apt-get install chromium chromium-driver) opens make ui's address for a smoke sweep
+ui-check: $(STAMP) ## headless Chromium opens make ui's address for a small recorded study (as root: installs chromium when missing)
 	$(PY) scripts/ui_check.py $(ARGS)
 
 screenshots: data ## docs/ui-*.png from a new default sweep (ARGS="--tracking-uri URI" shoots an existing store instead)
