@@ -277,7 +277,9 @@ def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | No
 
 
 def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
-    """The newest sweep's parent run id, in one experiment or (None) in any: each study has its own experiment."""
+    """The latest finished sweep's parent run id (its run FINISHED: its jobs ended and its report written), in one
+    experiment or (None) in any: each study has its own experiment. A sweep started later that failed, was stopped
+    or still runs is not the latest (`--sweep` names it); where none finished, the newest sweep of any status."""
     store = client(uri)
     if experiment_name is None:
         experiment_ids = [e.experiment_id for e in store.search_experiments()]
@@ -286,13 +288,36 @@ def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
         experiment_ids = [experiment.experiment_id] if experiment is not None else []
     if not experiment_ids:
         return None
-    runs = store.search_runs(
-        experiment_ids,
-        filter_string=role_filter(SWEEP_ROLE),
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return runs[0].info.run_id if runs else None
+    for status in (" and attributes.status = 'FINISHED'", ""):
+        runs = store.search_runs(experiment_ids, filter_string=role_filter(SWEEP_ROLE) + status, max_results=1,
+                                 order_by=["attributes.start_time DESC"])
+        if runs:
+            return runs[0].info.run_id
+    return None
+
+
+def sweep_named(uri: str, name: str, what: str = "--sweep") -> str:
+    """The parent run id of the sweep `name` names: its sweep run's id, its folder (multirun/<date>/<time>, which
+    holds channels.PARENT_RUN_FILE) or its sweep id (`<date>/<time>`, the folder's last two parts); one UserError
+    line naming `what` when it names none."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        marker = folder / PARENT_RUN_FILE
+        run_id = marker.read_text().strip() if marker.is_file() else ""
+        if not run_id:
+            raise UserError(f"{what} {name}: {marker} not found or empty: not a sweeplab sweep folder")
+        name = run_id
+    store = client(uri)
+    found = store.search_runs([e.experiment_id for e in store.search_experiments()],
+                              filter_string=role_filter(SWEEP_ROLE) + f" and tags.`{SWEEP.sweep_id}` = '{name}'",
+                              max_results=1, order_by=["attributes.start_time DESC"]) if "'" not in name else []
+    if found:
+        return found[0].info.run_id
+    run = read_run(uri, name, what)
+    if run.tags.get(SWEEP.role) != SWEEP_ROLE:
+        raise UserError(f"{what} {name}: run {run.name!r} is not a sweep's run (pass the sweep run's id, its folder "
+                        "or its sweep id)")
+    return run.run_id
 
 
 def init_store(uri: str, experiment_name: str) -> str:
