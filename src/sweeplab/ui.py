@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             check_port_free(host, port)
         parent_id = None
         if args.sweep is not None:  # a sweep named that the store lacks: one line, before any server
-            mlflow_store.open_existing_store(uri)
+            mlflow_store.open_existing_store(uri, writes=False)
             parent_id = mlflow_store.sweep_named(uri, args.sweep)
     except UserError as exc:
         return report_user_error(exc)
