@@ -11,14 +11,16 @@ MAX_CURVES = 24  # beyond this a legend stops being readable
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442")
 
 
-def colors(count: int) -> list:
-    """`count` distinct colours, colour-blind-safe while they fit OKABE_ITO."""
+def colors(count: int) -> list[str]:
+    """`count` distinct colours as `#rrggbb` (matplotlib and MLflow's `mlflow.runColor` tag read them), colour-blind-
+    safe while they fit OKABE_ITO."""
     if count <= len(OKABE_ITO):
         return list(OKABE_ITO[:count])
     from matplotlib import colormaps
+    from matplotlib.colors import to_hex
 
     cmap = colormaps["tab20"]
-    return [cmap(i % cmap.N) for i in range(count)]
+    return [to_hex(cmap(i % cmap.N)) for i in range(count)]
 
 
 def _figure(width: float = 7.0, height: float = 4.0):
