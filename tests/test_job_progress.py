@@ -8,7 +8,6 @@ import logging
 import re
 
 from conftest import smoke_config
-
 from sweeplab.callbacks.progress import JobProgress
 
 
