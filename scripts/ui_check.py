@@ -6,8 +6,8 @@ First, in a second: every sweeplab name this script reads exists (check_names: a
 Without --tracking-uri it checks a small recorded study in a temporary store: the default study's four
 configurations (batch size 4/16 x α 1.0/0.7) at debug=smoke, 2 replicates each, on a loaded 2-CPU host, recorded
 through sweeplab's store as its jobs record one and reported by `python -m sweeplab.report` (recorded_study: a
-study with every caveat sweeplab.study.caveats knows but stopped jobs; 4-5 minutes in all on the busy 2-core
-development machine, browser included). --smoke-sweep runs a real smoke sweep of that study on a host kept loaded
+study with every caveat sweeplab.study.caveats knows but stopped jobs; 4-6 minutes in all on the busy 2-core
+development machine at load 9-14, browser included). --smoke-sweep runs a real smoke sweep of that study on a host kept loaded
 meanwhile instead (minutes per job there); --tracking-uri checks that store's latest sweep. It serves the store as `make ui` does
 (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) on a free local port, takes the address exactly as
 `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at each size in a fresh profile (MLflow's
@@ -139,12 +139,20 @@ def free_port() -> int:
 def start_ui(uri: str, port: int) -> subprocess.Popen:
     """The server `make ui` runs (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) for the store on
     127.0.0.1:port, once it answers."""
+    return wait_for_ui(launch_ui(uri, port), port)
+
+
+def launch_ui(uri: str, port: int) -> subprocess.Popen:
+    """start_ui's server, started and not waited for (it starts while the study is reported)."""
     from sweeplab import ui
 
     if not ui.app_installed():
         raise CheckFailed(f"sweeplab's MLflow app {ui.APP_NAME!r} is not installed in {sys.prefix} (entry point group "
                           "mlflow.app): `make install` registers it")
-    server = ui.start_server(uri, "127.0.0.1", port, output=subprocess.DEVNULL)  # its own group: workers stop with it
+    return ui.start_server(uri, "127.0.0.1", port, output=subprocess.DEVNULL)  # its own group: workers stop with it
+
+
+def wait_for_ui(server: subprocess.Popen, port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -158,7 +166,13 @@ def start_ui(uri: str, port: int) -> subprocess.Popen:
 
 
 def stop_ui(server: subprocess.Popen) -> None:
-    os.killpg(server.pid, signal.SIGTERM)
+    """The server's whole process group stopped (once: a second call does nothing)."""
+    if server.returncode is not None:
+        return
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
     server.wait(timeout=30)
 
 
@@ -283,8 +297,7 @@ RECORDED_STEPS = 20
 
 def recorded_study(workdir: Path) -> str:
     """A small study as its jobs record one (sweeplab.tracking's store, a run per job under a sweep run, the metrics
-    the jobs log), reported by `python -m sweeplab.report --multirun-dir` as the sweep's end reports it (its
-    configuration runs, saved view and report.html); its store's URI. Seconds, not a sweep's minutes."""
+    the jobs log); its store's URI. report_study reports it. Seconds, not a sweep's minutes."""
     import random
 
     from sweeplab.core import channels
@@ -323,6 +336,13 @@ def recorded_study(workdir: Path) -> str:
                                   step=step)
             client.set_terminated(run, "FINISHED")
     client.set_terminated(parent, "FINISHED")
+    return uri
+
+
+def report_study(workdir: Path, uri: str) -> None:
+    """recorded_study's study reported by `python -m sweeplab.report --multirun-dir` as the sweep's end reports it:
+    its configuration runs, saved view and report.html."""
+    sweep_dir = workdir / "sweep"
     report = subprocess.run([sys.executable, "-m", "sweeplab.report", "--multirun-dir", str(sweep_dir),
                              "--tracking-uri", uri], cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
@@ -331,7 +351,6 @@ def recorded_study(workdir: Path) -> str:
         raise CheckFailed(f"the recorded study's report failed (exit {report.returncode}): {last}")
     print(f"recorded study: {len(RECORDED_CONFIGS)} configurations x {RECORDED_REPLICATES} replicates, reported in "
           f"{sweep_dir}", flush=True)
-    return uri
 
 
 LOADER = "import os; os.nice(19)\nwhile True: pass"  # runnable, so counted in the load, yet yields to all work
@@ -614,7 +633,20 @@ def check_report(driver, where: str, frame_css: str | None = None) -> None:
         driver.switch_to.default_content()
 
 
-def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
+def run_checks(uri: str, chromium: str, chromedriver: str, meanwhile=None) -> None:
+    """Every check on the store's latest sweep; meanwhile: what to do while the UI server starts (the report)."""
+    port = free_port()
+    server = launch_ui(uri, port)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        wait_for_ui(server, port)
+        checks_on_a_served_store(uri, port, chromium, chromedriver)
+    finally:
+        stop_ui(server)
+
+
+def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: str) -> None:
     from sweeplab.report import ui_links
     from sweeplab.tracking import mlflow_store
 
@@ -622,7 +654,6 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     if parent_id is None:
         raise CheckFailed(f"no sweep in {uri}")
     parent = mlflow_store.read_run(uri, parent_id, "sweep")
-    port = free_port()
     base = f"http://127.0.0.1:{port}"
     url = ui_links.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
     charts = ui_links.sweep_url(uri, base, parent_id, mode="CHART")
@@ -633,23 +664,19 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     check_rows(rows)
     check_recorded_bounds(uri, parent_id, rows)
     monitored = mlflow_store.read_run(uri, rows[0]["run_id"]).tags.get("objective", "") if rows else ""
-    server = start_ui(uri, port)
-    try:
-        for width, height in VIEWPORTS:
-            size = f"{width}x{height}"
-            with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
-                driver = browser(chromium, chromedriver, (width, height), profile)
-                try:
-                    check_runs_table(driver, url, rows, size)
-                    check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
-                    check_charts(driver, charts, rows, monitored, size)
-                    if (width, height) == VIEWPORT:
-                        check_reports(driver, base, parent)
-                        check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)
-                finally:
-                    driver.quit()
-    finally:
-        stop_ui(server)
+    for width, height in VIEWPORTS:
+        size = f"{width}x{height}"
+        with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
+            driver = browser(chromium, chromedriver, (width, height), profile)
+            try:
+                check_runs_table(driver, url, rows, size)
+                check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
+                check_charts(driver, charts, rows, monitored, size)
+                if (width, height) == VIEWPORT:
+                    check_reports(driver, base, parent)
+                    check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)
+            finally:
+                driver.quit()
 
 
 def check_reports(driver, base: str, parent) -> None:
@@ -683,8 +710,12 @@ def main(argv: list[str] | None = None) -> int:
             run_checks(args.tracking_uri, args.chromium, args.chromedriver)
         else:
             with tempfile.TemporaryDirectory(prefix="sweeplab-ui-check-") as workdir:
-                study = smoke_sweep if args.smoke_sweep else recorded_study
-                run_checks(study(Path(workdir)), args.chromium, args.chromedriver)
+                folder = Path(workdir)
+                if args.smoke_sweep:
+                    run_checks(smoke_sweep(folder), args.chromium, args.chromedriver)
+                else:  # the server starts while the recorded study is reported
+                    uri = recorded_study(folder)
+                    run_checks(uri, args.chromium, args.chromedriver, lambda: report_study(folder, uri))
     except CheckFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
