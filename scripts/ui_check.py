@@ -6,7 +6,7 @@ First, in a second: every sweeplab name this script reads exists (check_names: a
 Without --tracking-uri it checks a small recorded study in a temporary store: the default study's four
 configurations (batch size 4/16 x α 1.0/0.7) at debug=smoke, 2 replicates each, on a loaded 2-CPU host, recorded
 through sweeplab's store as its jobs record one and reported by `python -m sweeplab.report` (recorded_study: a
-study with every caveat sweeplab.study.caveats knows but stopped jobs; 4-6 minutes in all on the busy 2-core
+study with every caveat sweeplab.study.caveats knows but stopped jobs; about 4 minutes in all on the busy 2-core
 development machine at load 9-14, browser included). --smoke-sweep runs a real smoke sweep of that study on a host kept loaded
 meanwhile instead (minutes per job there); --tracking-uri checks that store's latest sweep. It serves the store as `make ui` does
 (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) on a free local port, takes the address exactly as
