@@ -63,7 +63,7 @@ lint: $(STAMP) ## ruff, the import layers (pyproject's importlinter contracts) a
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 --ignore=mlx_model.py src/sweeplab
 
-report: $(STAMP) ## table (Markdown + CSV) and plots (PNG) of the latest sweep in MLflow (ARGS="--sweep RUN_ID" etc.)
+report: $(STAMP) ## table (Markdown + CSV) and plots (PNG) of the latest finished sweep in MLflow (ARGS="--sweep ID|FOLDER" etc.)
 	$(PY) -m sweeplab.report $(ARGS)
 
 export: $(STAMP) ## export a checkpoint to Core ML and verify it (ARGS="ckpt_path=PATH | run_id=ID [export.layout=ane ...]")
@@ -78,10 +78,10 @@ bench-report: $(STAMP) ## the end-of-study report's wall and CPU time on a synth
 profile: data ## where a configuration's step time goes: table + torch.profiler trace (ARGS="model=pagating_lm backend=cuda ...")
 	$(PY) -m sweeplab.profile $(ARGS)
 
-ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest sweep's comparison
+ui: $(STAMP) ## serve the MLflow UI for the local store on http://127.0.0.1:5000; prints the latest finished sweep's comparison (ARGS="--sweep ID|FOLDER" another's)
 	$(PY) -m sweeplab.ui $(ARGS)
 
-ui-check: data ## headless Chromium (apt-get install chromium chromium-driver) opens make ui's address for a smoke sweep
+ui-check: $(STAMP) ## headless Chromium opens make ui's address for a small recorded study (as root: installs chromium when missing)
 	$(PY) scripts/ui_check.py $(ARGS)
 
 screenshots: data ## docs/ui-*.png from a new default sweep (ARGS="--tracking-uri URI" shoots an existing store instead)

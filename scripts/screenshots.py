@@ -36,6 +36,7 @@ from ui_check import (  # noqa: E402
     free_port,
     start_ui,
     stop_ui,
+    wait_for,
 )
 
 from sweeplab.report import ui_links  # noqa: E402
@@ -100,6 +101,9 @@ def shoot(uri: str, out: Path, wait_s: float) -> None:
                 try:
                     for name, url in pages.items():
                         driver.get(url)
+                        if "compareRunsMode=CHART" in url:  # a busy machine draws the chart after a minute or more
+                            wait_for(driver, lambda d: d.find_elements(
+                                "css selector", ".js-plotly-plot .scatterlayer .trace"), 180, f"{name}: the chart")
                         time.sleep(wait_s)  # the page's own requests and charts settle
                         driver.save_screenshot(str(out / name))
                         print(f"{out / name}: {url}", flush=True)

@@ -1,11 +1,14 @@
 """`make ui-check`: the address `make ui` prints, opened in headless Chromium at 1280x800 and 1600x1000, answers.
 
-    .venv/bin/python scripts/ui_check.py [--tracking-uri URI] [--chromium PATH] [--chromedriver PATH]
+    .venv/bin/python scripts/ui_check.py [--tracking-uri URI | --smoke-sweep] [--chromium PATH] [--chromedriver PATH]
 
-Without --tracking-uri it runs a smoke sweep of the default study at batch sizes 4 and 16 (4 configurations x 2
-replicates, debug=smoke) into a temporary store, on a host kept loaded meanwhile (one idle-priority busy process per
-CPU): a study with every caveat sweeplab.study.caveats knows but stopped jobs; with it, it checks that store's latest
-sweep. It serves the store as `make ui` does
+First, in a second: every sweeplab name this script reads exists (check_names: a rename fails here, naming it).
+Without --tracking-uri it checks a small recorded study in a temporary store: the default study's four
+configurations (batch size 4/16 x α 1.0/0.7) at debug=smoke, 2 replicates each, on a loaded 2-CPU host, recorded
+through sweeplab's store as its jobs record one and reported by `python -m sweeplab.report` (recorded_study: a
+study with every caveat sweeplab.study.caveats knows but stopped jobs; about 4 minutes in all on the busy 2-core
+development machine at load 9-14, browser included). --smoke-sweep runs a real smoke sweep of that study on a host kept loaded
+meanwhile instead (minutes per job there); --tracking-uri checks that store's latest sweep. It serves the store as `make ui` does
 (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) on a free local port, takes the address exactly as
 `make ui` prints it (sweeplab.report.ui_links.latest_sweep_url), and, at each size in a fresh profile (MLflow's
 shared-view banner in its first-visit state: open; its Assistant panel closed, as sweeplab's server makes a first
@@ -31,8 +34,9 @@ its verdict (`#verdict`) and its table (`#configurations`) without scrolling, an
 `"genai"`) keeps it: the same click in the table lands in the GenAI mode. Any failure: one `error:` line, exit
 status 1.
 
-Needs Debian's Chromium and its driver (`apt-get install chromium chromium-driver`), driven through Selenium
-(W3C WebDriver: the driver comes with the browser, so their versions match); installs nothing itself.
+Needs Debian's Chromium and its driver, driven through Selenium (W3C WebDriver: the driver comes with the browser,
+so their versions match); as root it installs them when missing (`apt-get install chromium chromium-driver`, as
+`make test-cluster` installs SLURM), otherwise it says how.
 """
 
 from __future__ import annotations
@@ -135,12 +139,20 @@ def free_port() -> int:
 def start_ui(uri: str, port: int) -> subprocess.Popen:
     """The server `make ui` runs (sweeplab.ui.start_server: `mlflow server --app-name sweeplab`) for the store on
     127.0.0.1:port, once it answers."""
+    return wait_for_ui(launch_ui(uri, port), port)
+
+
+def launch_ui(uri: str, port: int) -> subprocess.Popen:
+    """start_ui's server, started and not waited for (it starts while the study is reported)."""
     from sweeplab import ui
 
     if not ui.app_installed():
         raise CheckFailed(f"sweeplab's MLflow app {ui.APP_NAME!r} is not installed in {sys.prefix} (entry point group "
                           "mlflow.app): `make install` registers it")
-    server = ui.start_server(uri, "127.0.0.1", port, output=subprocess.DEVNULL)  # its own group: workers stop with it
+    return ui.start_server(uri, "127.0.0.1", port, output=subprocess.DEVNULL)  # its own group: workers stop with it
+
+
+def wait_for_ui(server: subprocess.Popen, port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -154,8 +166,32 @@ def start_ui(uri: str, port: int) -> subprocess.Popen:
 
 
 def stop_ui(server: subprocess.Popen) -> None:
-    os.killpg(server.pid, signal.SIGTERM)
+    """The server's whole process group stopped (once: a second call does nothing)."""
+    if server.returncode is not None:
+        return
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
     server.wait(timeout=30)
+
+
+def install_browser(chromium: str, chromedriver: str) -> None:
+    """As root, Debian's Chromium and its driver when the default paths lack them (apt-get waits up to 5 minutes
+    for another apt's lock); otherwise nothing (check_browser then says how)."""
+    wanted = (chromium, chromedriver) == (CHROMIUM, CHROMEDRIVER)
+    if not wanted or all(os.path.isfile(p) for p in (chromium, chromedriver)) or os.geteuid() != 0:
+        return
+    print(f"installing Debian's chromium and chromium-driver (missing from {chromium}, {chromedriver})", flush=True)
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*apt, "install", "-y", "-q", "chromium", "chromium-driver"]
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run([*apt, "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=False)
+        result = subprocess.run(install, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise CheckFailed(f"`{APT_LINE}` failed (exit {result.returncode}): {last}")
 
 
 def check_browser(chromium: str, chromedriver: str) -> None:
@@ -195,6 +231,128 @@ def wait_for(driver, condition, timeout_s: float, what: str):
         raise CheckFailed(f"{what}: not there after {timeout_s:.0f} s ({driver.current_url})") from None
 
 
+def sweeplab_names(source: str) -> list[str]:
+    """Every sweeplab name this script reads, as a dotted path: the names its functions import from sweeplab
+    (`from sweeplab.report import saved_view`) and the attributes it reads of them, however deep
+    (`saved_view.SECTION_NAME`, `CONFIGURATION.verdict_order`)."""
+    import ast
+
+    tree = ast.parse(source)
+    imported: dict[str, str] = {}  # local name -> dotted path
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sweeplab":
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = set(imported.values())
+    for node in ast.walk(tree):
+        chain = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in imported and chain:
+            found.add(".".join([imported[node.id], *reversed(chain)]))
+    return sorted(found)
+
+
+def resolve(dotted: str) -> object:
+    """The object a dotted sweeplab path names (a module, or an attribute of one, however deep); AttributeError or
+    ImportError naming what is missing."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
+        try:
+            found = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            if split == 1:
+                raise
+            continue
+        for attr in parts[split:]:
+            found = getattr(found, attr)
+        return found
+    raise ImportError(dotted)
+
+
+def check_names() -> None:
+    """Before any store or browser: every sweeplab name this script reads exists (a rename fails here, in a second,
+    naming it, not after the study is made and the browser started)."""
+    missing = []
+    for dotted in sweeplab_names(Path(__file__).read_text(encoding="utf-8")):
+        try:
+            resolve(dotted)
+        except (AttributeError, ImportError) as exc:
+            missing.append(f"{dotted} ({exc})")
+    if missing:
+        raise CheckFailed(f"{Path(__file__).name} reads names sweeplab no longer has: {'; '.join(missing)}")
+    print(f"ok: the {len(sweeplab_names(Path(__file__).read_text(encoding='utf-8')))} sweeplab names this check "
+          "reads exist", flush=True)
+
+
+# the recorded study: the default study's four configurations (batch size x α) at debug=smoke, 2 replicates each,
+# on a loaded 2-CPU host: every caveat sweeplab.study.caveats knows but stopped jobs
+RECORDED_CONFIGS = ((4, "1.0"), (4, "0.7"), (16, "1.0"), (16, "0.7"))
+RECORDED_REPLICATES = 2
+RECORDED_STEPS = 20
+
+
+def recorded_study(workdir: Path) -> str:
+    """A small study as its jobs record one (sweeplab.tracking's store, a run per job under a sweep run, the metrics
+    the jobs log); its store's URI. report_study reports it. Seconds, not a sweep's minutes."""
+    import random
+
+    from sweeplab.core import channels
+    from sweeplab.tracking import mlflow_store
+
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    sweep_dir = workdir / "sweep"
+    sweep_dir.mkdir()
+    experiment = mlflow_store.init_store(uri, "ui-check")
+    client = mlflow_store.client(uri)
+    parent = client.create_run(experiment, run_name="ui-check", tags={
+        "sweeplab.role": "sweep", "sweep_id": "ui-check", "sweep_dir": str(sweep_dir),
+        "sweep_overrides": "sweep=default backend=cpu debug=smoke replicates=2 data.batch_size=4,16"}).info.run_id
+    (sweep_dir / channels.PARENT_RUN_FILE).write_text(parent)
+    rng = random.Random(61)
+    for replicate in range(RECORDED_REPLICATES):
+        for index, (batch, alpha) in enumerate(RECORDED_CONFIGS):
+            tags = {"mlflow.parentRunId": parent, "mlflow.runName": f"bs={batch} α={alpha} rep={replicate}",
+                    "family": "textbridge", "backend": "cpu", "device": "cpu", "precision": "32-true",
+                    "compile": "off", "config": f"data.batch_size={batch} loss.alpha={alpha}",
+                    "config_index": str(index), "replicate": str(replicate), "round": str(replicate), "host": "h",
+                    "seed": str(replicate), "objective": "val/cos", "objective_mode": "max", "preset.debug": "smoke",
+                    "hydra_job": str(replicate * len(RECORDED_CONFIGS) + index)}
+            run = client.create_run(experiment, tags=tags).info.run_id
+            mlflow_store.log_params(client, run, {"data.batch_size": batch, "loss.alpha": alpha, "loss.beta": "0.7",
+                                                  "model.size": "tiny", "trainer.max_steps": RECORDED_STEPS,
+                                                  "trainer.accumulate_grad_batches": 1, "trainer.devices": 1})
+            rate = (150 if batch == 4 else 400) * rng.uniform(0.85, 1.15)
+            for key, value in {"summary/samples_per_sec": rate, "summary/step_time_s_median": batch / rate,
+                               "summary/step_time_spread": 0.05, "summary/batch_shapes": 1.0,
+                               "summary/host_cpus": 2.0, "summary/load_avg_start": 4.0, "objective": 0.3}.items():
+                client.log_metric(run, key, value)
+            for step in range(4, RECORDED_STEPS, 5):
+                seen = (step + 1) * batch / (60 + 40 * (alpha == "0.7"))
+                client.log_metric(run, "val/cos", 0.35 - 0.25 * 2.718 ** -seen + rng.uniform(-0.005, 0.005),
+                                  step=step)
+            client.set_terminated(run, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    return uri
+
+
+def report_study(workdir: Path, uri: str) -> None:
+    """recorded_study's study reported by `python -m sweeplab.report --multirun-dir` as the sweep's end reports it:
+    its configuration runs, saved view and report.html."""
+    sweep_dir = workdir / "sweep"
+    report = subprocess.run([sys.executable, "-m", "sweeplab.report", "--multirun-dir", str(sweep_dir),
+                             "--tracking-uri", uri], cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    if report.returncode != 0:
+        last = (report.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CheckFailed(f"the recorded study's report failed (exit {report.returncode}): {last}")
+    print(f"recorded study: {len(RECORDED_CONFIGS)} configurations x {RECORDED_REPLICATES} replicates, reported in "
+          f"{sweep_dir}", flush=True)
+
+
 LOADER = "import os; os.nice(19)\nwhile True: pass"  # runnable, so counted in the load, yet yields to all work
 
 
@@ -223,9 +381,11 @@ def smoke_sweep(workdir: Path) -> str:
 def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
     """What each configuration's row must show, in the view's order: its label (the run's name) and its speedup to
     target, verdict and target, as its configuration run holds them."""
-    from sweeplab.report import config_runs, saved_view
+    from sweeplab.core.records import CONFIGURATION
+    from sweeplab.report import config_runs
 
-    runs = sorted(config_runs.configuration_runs(uri, parent_id), key=lambda r: r.tags.get(saved_view.ORDER_TAG, ""))
+    runs = sorted(config_runs.configuration_runs(uri, parent_id),
+                  key=lambda r: r.tags.get(CONFIGURATION.verdict_order, ""))
     return [{"label": run.name, "run_id": run.run_id, "baseline": run.tags.get("baseline", ""),
              **{tag: run.tags.get(tag, "") for tag in ROW_TAGS}} for run in runs]
 
@@ -273,7 +433,7 @@ def check_no_huge_bound(text: str, where: str) -> None:
 def check_recorded_bounds(uri: str, parent_id: str, rows: list[dict[str, str]]) -> None:
     """No bound beyond MAX_BOUND in what the UI prints from the store: the configuration runs' `_low`/`_high`
     metrics, their tags, and the sweep run's verdict (its description)."""
-    from sweeplab.report.config_runs import NOTE_TAG
+    from sweeplab.core.records import SWEEP
     from sweeplab.tracking import mlflow_store
 
     for row in rows:
@@ -283,7 +443,7 @@ def check_recorded_bounds(uri: str, parent_id: str, rows: list[dict[str, str]]) 
             raise CheckFailed(f"configuration run {row['label']}: bounds beyond {MAX_BOUND:g} logged: {big}")
         check_no_huge_bound(" ".join(run.tags.values()), f"configuration run {row['label']}'s tags")
     parent = mlflow_store.read_run(uri, parent_id)
-    check_no_huge_bound(parent.tags.get(NOTE_TAG, ""), "the sweep run's verdict (its description)")
+    check_no_huge_bound(parent.tags.get(SWEEP.description, ""), "the sweep run's verdict (its description)")
     print(f"ok: no interval bound beyond {MAX_BOUND:g} in the configuration runs or the sweep's verdict", flush=True)
 
 
@@ -409,10 +569,11 @@ def check_genai_choice_kept(driver, url: str, parent_id: str, sweep_name: str, r
 def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, size: str) -> None:
     """The chart view: no bar (MLflow 3.17 draws none with its interval), the curve with its target line, a legend
     naming every configuration's curve and target, uncut, and the section's pointer to report.html wholly shown."""
+    from sweeplab.core.records import CONFIGURATION, key_of
     from sweeplab.report import saved_view
 
     driver.get(url)
-    curve, target = f"{saved_view.CURVE_PREFIX}{monitored}", saved_view.CURVE_TARGET
+    curve, target = key_of(CONFIGURATION.curve, monitored), CONFIGURATION.curve_target
     wanted = [f"{r['label']} ({curve})" for r in rows] + [f"{r['label']} ({target})" for r in rows
                                                              if r["baseline"] == "true"]
     wait_for(driver, lambda d: driver.execute_script(LABELS_SHOWN_JS, wanted) and
@@ -472,7 +633,20 @@ def check_report(driver, where: str, frame_css: str | None = None) -> None:
         driver.switch_to.default_content()
 
 
-def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
+def run_checks(uri: str, chromium: str, chromedriver: str, meanwhile=None) -> None:
+    """Every check on the store's latest sweep; meanwhile: what to do while the UI server starts (the report)."""
+    port = free_port()
+    server = launch_ui(uri, port)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        wait_for_ui(server, port)
+        checks_on_a_served_store(uri, port, chromium, chromedriver)
+    finally:
+        stop_ui(server)
+
+
+def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: str) -> None:
     from sweeplab.report import ui_links
     from sweeplab.tracking import mlflow_store
 
@@ -480,7 +654,6 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     if parent_id is None:
         raise CheckFailed(f"no sweep in {uri}")
     parent = mlflow_store.read_run(uri, parent_id, "sweep")
-    port = free_port()
     base = f"http://127.0.0.1:{port}"
     url = ui_links.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
     charts = ui_links.sweep_url(uri, base, parent_id, mode="CHART")
@@ -491,23 +664,19 @@ def run_checks(uri: str, chromium: str, chromedriver: str) -> None:
     check_rows(rows)
     check_recorded_bounds(uri, parent_id, rows)
     monitored = mlflow_store.read_run(uri, rows[0]["run_id"]).tags.get("objective", "") if rows else ""
-    server = start_ui(uri, port)
-    try:
-        for width, height in VIEWPORTS:
-            size = f"{width}x{height}"
-            with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
-                driver = browser(chromium, chromedriver, (width, height), profile)
-                try:
-                    check_runs_table(driver, url, rows, size)
-                    check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
-                    check_charts(driver, charts, rows, monitored, size)
-                    if (width, height) == VIEWPORT:
-                        check_reports(driver, base, parent)
-                        check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)
-                finally:
-                    driver.quit()
-    finally:
-        stop_ui(server)
+    for width, height in VIEWPORTS:
+        size = f"{width}x{height}"
+        with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
+            driver = browser(chromium, chromedriver, (width, height), profile)
+            try:
+                check_runs_table(driver, url, rows, size)
+                check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
+                check_charts(driver, charts, rows, monitored, size)
+                if (width, height) == VIEWPORT:
+                    check_reports(driver, base, parent)
+                    check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)
+            finally:
+                driver.quit()
 
 
 def check_reports(driver, base: str, parent) -> None:
@@ -526,17 +695,27 @@ def check_reports(driver, base: str, parent) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default=None, help="check this store's latest sweep (default: a new smoke sweep)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="check this store's latest sweep (default: a small recorded study in a temporary store)")
+    parser.add_argument("--smoke-sweep", action="store_true",
+                        help="check a new smoke sweep on a loaded host instead (minutes: a real sweep's jobs)")
     parser.add_argument("--chromium", default=CHROMIUM)
     parser.add_argument("--chromedriver", default=CHROMEDRIVER)
     args = parser.parse_args(argv)
     try:
+        check_names()
+        install_browser(args.chromium, args.chromedriver)
         check_browser(args.chromium, args.chromedriver)
         if args.tracking_uri is not None:
             run_checks(args.tracking_uri, args.chromium, args.chromedriver)
         else:
             with tempfile.TemporaryDirectory(prefix="sweeplab-ui-check-") as workdir:
-                run_checks(smoke_sweep(Path(workdir)), args.chromium, args.chromedriver)
+                folder = Path(workdir)
+                if args.smoke_sweep:
+                    run_checks(smoke_sweep(folder), args.chromium, args.chromedriver)
+                else:  # the server starts while the recorded study is reported
+                    uri = recorded_study(folder)
+                    run_checks(uri, args.chromium, args.chromedriver, lambda: report_study(folder, uri))
     except CheckFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ import mlflow
 from mlflow import MlflowClient
 
 from sweeplab.report import config_runs, saved_view, ui_links
+from sweeplab.report.plots import OKABE_ITO
 from sweeplab.tracking import mlflow_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +150,9 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     runs = config_runs.configuration_runs(mlflow_uri, parent)
     assert {r.tags["target"] for r in runs} == {"val/cos ≥ 0.8"} and all(r.tags["verdict"] for r in runs)
     assert all(r.tags["sweeplab.verdict_order"].endswith(" " + r.name) for r in runs)
+    # one colour per configuration in MLflow's charts (the UI reads mlflow.runColor), colour-blind-safe, as the report's
+    colors = [r.tags["mlflow.runColor"] for r in runs]
+    assert len(set(colors)) == len(runs) and set(colors) <= set(OKABE_ITO)
     curve = client.get_metric_history(fast.run_id, "median val/cos")
     times = client.get_metric_history(fast.run_id, "training seconds")
     assert len(curve) == len(times) > 1 and {m.step for m in curve} == {m.step for m in times}

@@ -7,13 +7,14 @@ import os
 import sys
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
 from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import exit_on_user_error, is_user_error, user_message
 from sweeplab.engine import settings
+from sweeplab.runtime.availability import refuse_absent_backend
 from sweeplab.study import replicates
 from sweeplab.sweep.checks import composition_error
 from sweeplab.sweep.study import end_open_study
@@ -45,6 +46,8 @@ def main(cfg: DictConfig) -> float | None:
     try:
         settings.check_config(cfg)  # every setting's value, in milliseconds, before the heavy imports
         replicates.replicates_setting(cfg)  # a single job's too: replicates=sometimes means nothing anywhere
+        # backend=cuda without a GPU, mps off macOS, mlx not installed: refused before torch's import (seconds)
+        refuse_absent_backend(str(OmegaConf.select(cfg, "backend.name", default="")))
         # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
         # installed the signal handlers before they load
         from sweeplab.engine.training import train

@@ -1,11 +1,13 @@
 """`make ui`: print where the latest sweep's runs are in the MLflow UI, then serve the UI for the local store.
 
-    python -m sweeplab.ui [--host 127.0.0.1] [--port 5000] [--no-serve]
+    python -m sweeplab.ui [--sweep RUN_ID | FOLDER | SWEEP_ID] [--host 127.0.0.1] [--port 5000] [--no-serve]
 
 The address: --host/--port, else $SWEEPLAB_UI_URL (e.g. http://127.0.0.1:5001), which the jobs' closing lines read
 too, so the link each job prints opens here; else 127.0.0.1:5000.
 
-The printed URL opens the sweep's comparison: for a replicated sweep the saved view of its configuration runs (one
+The printed line names the sweep (its sweep id and run id) and its URL opens the sweep's comparison: the latest
+finished sweep's (its run FINISHED: a later sweep that failed, was stopped or still runs is not the latest), or the
+one --sweep names by its run id, its folder (multirun/<date>/<time>) or its sweep id (<date>/<time>); for a replicated sweep the saved view of its configuration runs (one
 row per configuration with its figures and intervals, by verdict group, then label: sweeplab.report.saved_view, under
 the MLflow sweeplab pins; a filter-and-sort address under another), for a sweep without replicates its jobs, in
 MLflow's "machine learning" view (MLflow 3.17 opens experiments in its GenAI view unless told otherwise). With an http(s)
@@ -52,7 +54,7 @@ from pathlib import Path
 
 from sweeplab.core import channels, cli
 from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.report.ui_links import latest_sweep_url
+from sweeplab.report.ui_links import sweep_url
 from sweeplab.tracking import mlflow_store
 
 APP_NAME = "sweeplab"  # pyproject.toml's entry point in group "mlflow.app": sweeplab.tracking.ui_server:create_app
@@ -66,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=port_number, default=None,
                         help=f"default: ${mlflow_store.UI_URL_ENV}'s port, else 5000")
     parser.add_argument("--no-serve", action="store_true", help="print the URL only")
+    parser.add_argument("--sweep", default=None,
+                        help="a sweep's run id, folder (multirun/<date>/<time>) or sweep id (default: the latest "
+                             "finished sweep)")
     args = parser.parse_args(argv)
     uri = mlflow_store.resolve_uri()
     serving = not args.no_serve and not uri.startswith(("http://", "https://"))
@@ -76,13 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         if serving:
             check_store_folder(uri)
             check_port_free(host, port)
+        parent_id = None
+        if args.sweep is not None:  # a sweep named that the store lacks: one line, before any server
+            mlflow_store.open_existing_store(uri, writes=False)
+            parent_id = mlflow_store.sweep_named(uri, args.sweep)
     except UserError as exc:
         return report_user_error(exc)
     base = mlflow_store.ui_base(uri, host, port)
     if not serving:
-        print(sweep_line(uri, base, find_url(uri, base)), flush=True)
+        print(sweep_line(uri, base, find_url(uri, base, parent_id)), flush=True)
         return 0
-    return serve(uri, host, port, base)
+    return serve(uri, host, port, base, parent_id)
 
 
 def port_number(text: str) -> int:
@@ -183,8 +192,8 @@ class _StopSignals:
                 raise _Stopped(self.pending)
 
 
-def serve(uri: str, host: str, port: int, base: str) -> int:
-    """Start the server, find the latest sweep's address meanwhile, print it once the server answers, then serve
+def serve(uri: str, host: str, port: int, base: str, parent_id: str | None = None) -> int:
+    """Start the server, find the sweep's address (parent_id's, else the latest finished sweep's) meanwhile, print it once the server answers, then serve
     until stopped; the server's process group is stopped on every way out."""
     log_path = Path(tempfile.gettempdir()) / f"sweeplab-ui-{port}.log"
     token = secrets.token_hex(16)
@@ -195,8 +204,8 @@ def serve(uri: str, host: str, port: int, base: str) -> int:
                 mlflow_store.create_store(uri)  # its schema, made once, before the server and the look-up open it
             with open(log_path, "wb") as log, stops.held():
                 server = start_server(uri, host, port, output=log.fileno(), token=token)
-            found: dict[str, str | None] = {}
-            looking = threading.Thread(target=lambda: found.update(url=find_url(uri, base)), daemon=True)
+            found: dict[str, tuple[str, str] | None] = {}
+            looking = threading.Thread(target=lambda: found.update(url=find_url(uri, base, parent_id)), daemon=True)
             looking.start()
             print(f"starting the MLflow UI on {base} (its log: {log_path}; the address follows once it answers)...",
                   flush=True)
@@ -220,18 +229,31 @@ def serve(uri: str, host: str, port: int, base: str) -> int:
                     _stop(server)
 
 
-def find_url(uri: str, base: str) -> str | None:
-    """latest_sweep_url, or None (with a line) for an empty or unreadable store: it still gets a UI."""
+def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, str] | None:
+    """(the sweep's name, its address): parent_id's, else the latest finished sweep's; None (with a line) for an
+    empty or unreadable store: it still gets a UI."""
+    from sweeplab.core.records import SWEEP
+
     try:
-        return latest_sweep_url(uri, base)
+        which = "sweep"
+        if parent_id is None:
+            parent_id, which = mlflow_store.latest_sweep(uri), "the latest finished sweep"
+        if parent_id is None:
+            return None
+        parent = mlflow_store.read_run(uri, parent_id, "sweep")
+        if which != "sweep" and parent.status != "FINISHED":
+            which = f"the latest sweep ({parent.status}: none finished)"
+        name = parent.tags.get(SWEEP.sweep_id) or parent.name
+        return f"{which} {name} (run {parent_id})", sweep_url(uri, base, parent_id)
     except Exception as exc:
         print(f"(could not read {uri}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", flush=True)
         return None
 
 
-def sweep_line(uri: str, base: str, url: str | None) -> str:
-    if url:
-        return f"latest sweep's runs: {url}"
+def sweep_line(uri: str, base: str, found: tuple[str, str] | None) -> str:
+    if found:
+        name, url = found
+        return f"{name}: {url}"
     return (f"no sweep in {uri} yet (`make sweep` makes one); experiments: "
             f"{base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}")
 

@@ -29,6 +29,7 @@ trace this timer switches on and off live in callbacks/profiler.py.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ import torch
 from annotated_types import Ge, Interval
 
 from sweeplab.callbacks.profiler import PhaseProfiler, log_artifacts, start_trace, stop_trace, write_profile
+from sweeplab.callbacks.progress import JobProgress
 from sweeplab.core.records import JOB, JobRun
 from sweeplab.core.stability import UNSYNCHRONISED, deciles
 from sweeplab.runtime.devices import (
@@ -116,7 +118,19 @@ class TimedFit:
     warm_up_shapes: Callable[[int], Sequence] | None = None
     log_artifacts: Callable[[list[Path]], None] = lambda files: None
     peak_flops: float | None = None  # the device's peak FLOP/s where the loop knows it (MLX); None: devices.peak_flops
+    total_steps: int | None = None  # the optimizer steps the job plans (trainer.max_steps): its progress line's N
     memory: object | None = None  # reset/peak_mb/driver_mb (devices.MlxMemory); None: devices.TorchMemory(device)
+
+
+def planned_steps(trainer) -> int | None:
+    """The optimizer steps a Lightning fit plans (max_steps, or what its epochs come to); None when unknown."""
+    if trainer.max_steps and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    try:
+        steps = float(trainer.estimated_stepping_batches)
+    except Exception:  # no loader length (an iterable dataset): no N in the line
+        return None
+    return int(steps) if math.isfinite(steps) else None
 
 
 class StepTimer:
@@ -138,6 +152,7 @@ class StepTimer:
         trace_steps: Annotated[int, Ge(0)] = 0,
         profile_dir: str | None = None,
         host_probe_s: Annotated[float, Interval(ge=0, le=60)] = 0.25,  # a literal bound: read from source too
+        progress_every_s: Annotated[float, Interval(ge=0, le=3600)] = 45.0,
         sync: Callable[[torch.device], None] = synchronize,
         clock: Callable[[], float] = time.perf_counter,
         timeline: Callable[[torch.device], object] | None = None,
@@ -155,6 +170,8 @@ class StepTimer:
                 f"got {warmup_steps}, {warmup_per_shape}, {trace_steps}, {host_probe_s}, {window}"
             )
         self.host_probe_s = host_probe_s
+        self.progress_every_s = progress_every_s
+        self._progress: JobProgress | None = None
         self.warmup_steps = warmup_steps
         self.window = window
         self.warmup_per_shape = warmup_per_shape
@@ -263,6 +280,7 @@ class StepTimer:
     def start(self, fit: TimedFit) -> None:
         """Training starts: warm every batch shape up (untimed), then start the clock unless warm-up steps come first."""
         self._fit = fit
+        self._progress = JobProgress(fit.total_steps, self.progress_every_s)
         self._reset_totals()
         self._accumulate, self._steps_per_batch = fit.accumulate, fit.steps_per_batch
         self.windows = []
@@ -299,6 +317,9 @@ class StepTimer:
         run's one read-back check (`_check_readback`), or None."""
         fit = self._fit
         self._batches_seen += 1
+        samples = fit.samples_in(batch)
+        if self._progress is not None and (line := self._progress.tick(step + 1, samples)):
+            log.info("%s", line)
         shape = batch_shape(batch, self._steps_per_batch)
         if self._t0 is not None:
             self._timed_shapes.add(shape)
@@ -313,7 +334,7 @@ class StepTimer:
             return
         win = self._win
         win["batches"] += 1
-        win["samples"] += fit.samples_in(batch)
+        win["samples"] += samples
         win["tokens"] = win["tokens"] + fit.tokens_in(batch)  # may stay a device tensor: no sync here
         win["flops"] += fit.flops_in(batch) or 0.0
         if win["batches"] >= self._batches(self.window):
@@ -547,6 +568,7 @@ class ThroughputTimer(StepTimer, L.Callback):
             steps_per_batch=max(1, int(getattr(pl_module, "steps_per_batch", 1))),
             warm_up_shapes=warm_up_shapes if source is not None and warm_up is not None else None,
             log_artifacts=log_profile_files,
+            total_steps=planned_steps(trainer),
         ))
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -81,6 +81,8 @@ def _composition_error(exc: BaseException, config_name: str, hint: Hint | None) 
         start = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
         options = [line for line in lines[start + 1 :] if not line.startswith(("Config search path", "provider="))]
         text += f"; available: {', '.join(options)}"
+    if text.startswith("Ambiguous value for argument"):  # `key=a,b` without -m: Hydra's three choices, in a line
+        text += "; add -m to sweep (one job per value), or write key=[a,b] for a list, key='a,b' for a string"
     if hint is not None and (more := hint(str(exc))) is not None:
         text += f"; {more}"
     return UserError(f"config error: {_shown(text.removeprefix('In ' + repr(config_name) + ': '))}")

@@ -460,6 +460,8 @@ class ConfigurationRun(_Record):
     stability: str | None = tag("stability")
     objective_metric: str | None = tag("objective")
     objective_mode: str | None = tag("objective_mode")
+    # its colour in MLflow's charts (the UI reads this tag), the report figures' colour of the configuration
+    color: str | None = tag("mlflow.runColor")
 
     """Its figures (sweeplab.study.verdict.FIGURES): jobs and jobs that reached the target (counts); each figure's
     median, ratio or difference with `_low` / `_high` bounds as metrics (`samples_per_sec`, `speedup_to_target`,

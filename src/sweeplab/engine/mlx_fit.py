@@ -130,6 +130,7 @@ def fit(job: Job) -> FitResult:
         out_dir=job.output_dir / "profile",
         warm_up_shapes=_shape_warm_up(datamodule, step_fn, p.trainer.max_steps),
         accumulate=p.trainer.accumulate_grad_batches,
+        total_steps=p.trainer.max_steps,
     ))
     clear_unfinished_writes(job.output_dir / "checkpoints")
     best = _Best(job.output_dir / "checkpoints", p.family.monitor, checkpoint_policy(p))

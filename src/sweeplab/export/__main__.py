@@ -81,7 +81,7 @@ def latest_best_offer(uri: str | None) -> str:
 
     try:
         uri = mlflow_store.resolve_uri(uri)
-        mlflow_store.open_existing_store(uri)
+        mlflow_store.open_existing_store(uri, writes=False)  # a hint: read only
         parent_id = mlflow_store.latest_sweep(uri)
         if parent_id is None:
             return ""

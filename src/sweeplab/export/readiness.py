@@ -64,13 +64,12 @@ RULES = {
     ),
     "topk": Rule(
         "topk / argsort",
-        "roboflow/rf-detr#1495 (MLComputePlan, M3 Pro, coremltools 9.0: topk on the CPU in every RF-DETR model); "
-        "sweeplab issue #30",
+        "roboflow/rf-detr#1495 (MLComputePlan, M3 Pro, coremltools 9.0: topk on the CPU in every RF-DETR model)",
     ),
     "index_plumbing": Rule(
         "integer op on the indices of a gather or topk (the int16/uint16 casts coremltools inserts, id arithmetic)",
         "roboflow/rf-detr#1495 (the ops consuming topk's indices leave with it); apple/ml-ane-transformers "
-        "(the Neural Engine computes fp16 tensors); sweeplab issue #30 (topk and the gather/cast patterns around it)",
+        "(the Neural Engine computes fp16 tensors)",
     ),
     "dynamic_shape": Rule(
         "dynamic (range) dimension: a range-flexible model runs on the Neural Engine at its default shape only",

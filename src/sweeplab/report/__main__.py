@@ -1,7 +1,7 @@
 """Comparison tables and plots from MLflow: the verdict, one row per configuration, one row per job of a sweep (or
 an experiment, or a multirun dir).
 
-    python -m sweeplab.report [--sweep RUN_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN]
+    python -m sweeplab.report [--sweep RUN_ID|DIR|SWEEP_ID | --multirun-dir DIR | --experiment NAME] [--baseline RUN]
                               [--target VALUE] [--quality-tolerance VALUE] [--out DIR]
 
 The command line of sweeplab.report.tables (what the report holds is said there): which sweep, experiment or
@@ -38,7 +38,8 @@ log = logging.getLogger("sweeplab.report.tables")  # the logger these lines alwa
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m sweeplab.report", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--sweep", help="parent run id of a sweep (default: the latest sweep)")
+    source.add_argument("--sweep", help="a sweep's run id, folder or sweep id (<date>/<time>; default: the latest "
+                                        "finished sweep)")
     source.add_argument("--multirun-dir", help="a multirun/<date>/<time> directory")
     source.add_argument("--experiment", help="every run of an MLflow experiment")
     parser.add_argument("--experiment-name", default=None, help="where to look for the latest sweep (default: every experiment)")
@@ -96,7 +97,7 @@ def _report(args: argparse.Namespace) -> int:
         sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
         report = write_report(sweep, out, args.experiment, args.baseline, asked_of_the_sweep(args, {}))
     else:
-        parent = args.sweep
+        parent = mlflow_store.sweep_named(uri, args.sweep) if args.sweep else None  # a run id, folder or sweep id
         out = Path(args.out) if args.out else None
         if args.multirun_dir:
             marker = Path(args.multirun_dir) / channels.PARENT_RUN_FILE

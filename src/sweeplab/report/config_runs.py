@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import stability
 from sweeplab.core.records import CONFIGURATION, CONFIGURATION_ROLE, SWEEP, ConfigurationRun, SweepRun, key_of, merged
-from sweeplab.report import saved_view
+from sweeplab.report import plots, saved_view
 from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
 from sweeplab.study.verdict import (
@@ -162,8 +162,8 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     ids = [
         _create_configuration_run(uri, parent, config, summary, names[config.config],
                                   runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []),
-                                  places[names[config.config]], caveat, curve_end)
-        for config in summary.configs
+                                  places[names[config.config]], caveat, curve_end, color)
+        for config, color in zip(summary.configs, plots.colors(len(summary.configs)))  # as the report's figures
     ]
     comparison_view(uri, parent_run_id)
     return ids
@@ -200,7 +200,7 @@ def natural_key(label: str) -> list:
 
 def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
                               job_runs: list[JobRecord], jobs: list[Job], place: int = 0, caveat: str = "",
-                              curve_end: float = 0.0) -> str:
+                              curve_end: float = 0.0, color: str | None = None) -> str:
     group, standing = verdict_standing(config.config, summary.verdict)
     ids = ",".join(j.run_id for j in job_runs)
     record = merged(configuration_figures(config, summary), ConfigurationRun(
@@ -227,6 +227,7 @@ def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary
         sweep_id=parent.tags.get(SWEEP.sweep_id),
         sweep_dir=parent.tags.get(SWEEP.sweep_dir),
         swept_values=naming.config_values(config.config),
+        color=color,
     ))
     start_ms, end_ms = run_span(job_runs)
     run_id = runs.create(uri, parent.experiment_id, record, start_ms=start_ms)

@@ -32,6 +32,7 @@ import numpy as np
 
 from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
+from sweeplab.report import plots
 from sweeplab.report.plots import _figure
 from sweeplab.study.sweep import Sweep
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, pareto_front
@@ -82,10 +83,7 @@ def speed_figure(summary: SweepSummary) -> str:
 
 
 def _colors(count: int) -> list:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if count <= 10 else "tab20"]
-    return [cmap(i % cmap.N) for i in range(count)]
+    return plots.colors(count)
 
 
 def _limits(points: Sequence[float], bounds: Sequence[float], log_scale: bool) -> tuple[float, float]:

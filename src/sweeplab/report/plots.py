@@ -6,6 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 MAX_CURVES = 24  # beyond this a legend stops being readable
+# one colour per configuration, told apart with every common colour-vision deficiency: Okabe and Ito's palette
+# (black left out: the target's line is dark), yellow last (faint on white); beyond it tab20's
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442")
+
+
+def colors(count: int) -> list[str]:
+    """`count` distinct colours as `#rrggbb` (matplotlib and MLflow's `mlflow.runColor` tag read them), colour-blind-
+    safe while they fit OKABE_ITO."""
+    if count <= len(OKABE_ITO):
+        return list(OKABE_ITO[:count])
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps["tab20"]
+    return [to_hex(cmap(i % cmap.N)) for i in range(count)]
 
 
 def _figure(width: float = 7.0, height: float = 4.0):
@@ -35,26 +50,41 @@ def objective_plot(jobs: list[tuple[int, float]], metric: str, mode: str, out: P
     return out
 
 
-def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric: str, out: Path) -> Path:
+def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric: str, out: Path,
+                groups: dict[str, str] | None = None) -> Path:
+    curves_figure(curves, metric, groups).savefig(out)
+    return out
+
+
+def curves_figure(curves: dict[str, dict[str, list[tuple[float, float]]]], metric: str,
+                  groups: dict[str, str] | None = None):
     """`curves`: run label -> {"samples": [(samples seen, value)], "seconds": [(wall seconds, value)]}: two panels,
-    the metric against the training data seen and against wall time, one line per run."""
-    fig = _figure(11.0, 4.5)
-    by_samples, by_time = fig.subplots(1, 2, sharey=True)
+    the metric against the training data seen and against wall time, one line per run. groups: run label -> its
+    configuration: one colour per configuration (its replicates alike), else one per run. The legend goes below
+    the panels with every name whole (cut names read as other values: `steps=1` for `steps=100`)."""
     shown = list(curves.items())[:MAX_CURVES]
+    groups = groups or {label: label for label, _ in shown}
+    keys = list(dict.fromkeys(groups.get(label, label) for label, _ in shown))
+    color_of = dict(zip(keys, colors(len(keys))))
+    columns = 2 if max((len(label) for label, _ in shown), default=0) > 40 else 3
+    rows = -(-len(shown) // columns)
+    fig = _figure(11.0, 4.5 + 0.17 * rows)
+    by_samples, by_time = fig.subplots(1, 2, sharey=True)
     for label, points in shown:
-        line = by_samples.plot(*zip(*points["samples"]), marker=".", label=label[:48])[0] if points["samples"] else None
+        color = color_of[groups.get(label, label)]
+        if points["samples"]:
+            by_samples.plot(*zip(*points["samples"]), marker=".", label=label, color=color, linewidth=1.0)
         if points["seconds"]:
-            by_time.plot(*zip(*points["seconds"]), marker=".", color=line.get_color() if line else None)
+            by_time.plot(*zip(*points["seconds"]), marker=".", color=color, linewidth=1.0)
     by_samples.set_xlabel("training samples seen")
     by_time.set_xlabel("wall time since the run started (s)")
     by_samples.set_ylabel(metric)
-    fig.suptitle(f"{metric} of every job")
+    fig.suptitle(f"{metric} of every job" + (" (one colour per configuration)" if len(keys) < len(shown) else ""))
     for ax in (by_samples, by_time):
         ax.grid(alpha=0.3)
     if shown:
-        by_samples.legend(fontsize=7, loc="best")
-    fig.savefig(out)
-    return out
+        fig.legend(fontsize=7, loc="outside lower center", ncols=columns)
+    return fig
 
 
 def lanes_plot(lanes: dict[str, list[tuple[float, float, str]]], idle_share: float | None, out: Path) -> Path:
@@ -63,7 +93,7 @@ def lanes_plot(lanes: dict[str, list[tuple[float, float, str]]], idle_share: flo
     fig = _figure(9.0, 0.6 * len(lanes) + 1.6)
     ax = fig.add_subplot()
     configs = sorted({config for jobs in lanes.values() for _, _, config in jobs})
-    colours = {config: f"C{i % 10}" for i, config in enumerate(configs)}
+    colours = dict(zip(configs, colors(len(configs)), strict=True))
     for row, (_lane, jobs) in enumerate(sorted(lanes.items())):
         ax.broken_barh([(start, end - start) for start, end, _ in jobs], (row - 0.4, 0.8),
                        facecolors=[colours[config] for _, _, config in jobs], edgecolor="white")

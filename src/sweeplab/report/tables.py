@@ -395,7 +395,8 @@ def write_plots(sweep: Sweep, out_dir: Path) -> list[Path]:
             files.append(throughput_plot(series, out_dir / "throughput.png"))
         curves = validation_curves(sweep)
         if curves:
-            files.append(curves_plot(curves, sweep.metric, out_dir / "validation.png"))
+            groups = {job.name: job.config or job.name for job in sweep.jobs}
+            files.append(curves_plot(curves, sweep.metric, out_dir / "validation.png", groups))
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("report plots skipped: %s", exc)
     return files

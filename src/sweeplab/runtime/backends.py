@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -17,12 +16,12 @@ from annotated_types import Ge
 from sweeplab.core import mps_fallback
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import JOB, JobRun
+from sweeplab.runtime.availability import NO_CUDA, NO_MLX, NO_MPS, no_mps_here
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("cpu", "mps", "cuda", "auto", "mlx")
 MLX_DEVICES = ("auto", "gpu", "cpu")
-MLX_INSTALL = "pip install 'sweeplab[mlx]'"
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
@@ -56,7 +55,7 @@ def import_mlx():
     try:
         import mlx.core as mx
     except ImportError:
-        raise UserError(f"backend=mlx: the mlx package is not installed; {MLX_INSTALL}") from None
+        raise UserError(NO_MLX) from None
     return mx
 
 
@@ -77,16 +76,16 @@ def resolve_backend(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("backend=cuda: no CUDA device is visible on this machine; use backend=cpu or backend=auto")
+        raise UserError(NO_CUDA.format(why=""))
     if name == "mps" and not mps_available():
-        raise UserError(f"backend=mps: MPS is not available ({why_no_mps()}); use backend=cpu or backend=auto")
+        raise UserError(NO_MPS.format(why=why_no_mps()))
     return name
 
 
 def why_no_mps() -> str:
     """The usual reason this machine has no MPS, for the one-line error."""
-    if sys.platform != "darwin":
-        return f"this is {sys.platform}, not an Apple-silicon Mac"
+    if (why := no_mps_here()) is not None:
+        return why
     if not torch.backends.mps.is_built():
         return "this torch build has no MPS; install the macOS arm64 wheel"
     import platform

@@ -157,11 +157,12 @@ def create_store(uri: str) -> None:
     client(uri)
 
 
-def open_existing_store(uri: str) -> None:
-    """Open a store that must exist already (read-only entry points: the report, export by run id).
+def open_existing_store(uri: str, writes: bool = True) -> None:
+    """Open a store that must exist already (entry points that read it: the report, export by run id, the UI).
 
     A tracking server must answer now (MLflow would retry for minutes); a sqlite path must name a database file, not
     be created empty on the spot (a mistyped path would otherwise report "no runs" and leave a stray mlflow.db).
+    writes: the caller logs to it (the report, export): a copied or moved store is refused (refuse_moved_store).
     """
     if uri.startswith(("http://", "https://")):
         check_server(uri)
@@ -170,6 +171,47 @@ def open_existing_store(uri: str) -> None:
         raise UserError(f"no MLflow store at {uri} ({path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
     check_sqlite_file(uri)
     client(uri)
+    if writes:
+        refuse_moved_store(uri)
+
+
+def moved_from(uri: str) -> tuple[str, Path, Path] | None:
+    """(experiment name, its artifact folder, the folder the store was copied or moved from) when a sqlite store's
+    experiment keeps its artifacts in another tree that has the layout the store's own folder has (`cp -a project
+    copy`: the copy's experiment still names project/mlruns/1, and the copy holds copy/mlruns/1); None otherwise.
+    MLflow records an experiment's artifact folder as an absolute path when the experiment is made, and every run's
+    artifacts (a checkpoint's export included) go there."""
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return None
+    from mlflow.entities import ViewType
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    home = path.resolve().parent
+    for experiment in client(uri).search_experiments(view_type=ViewType.ALL):
+        location = experiment.artifact_location or ""
+        if not location.startswith(("file:", "/")):
+            continue  # an artifact server or a cloud bucket: no tree of this machine
+        folder = Path(local_file_uri_to_path(location) if location.startswith("file:") else location)
+        if not folder.is_absolute() or folder.is_relative_to(home):
+            continue
+        for parent in folder.parents:
+            if parent == Path(parent.anchor):
+                break
+            if (home / folder.relative_to(parent)).is_dir():
+                return experiment.name, folder, parent
+    return None
+
+
+def refuse_moved_store(uri: str) -> None:
+    """One UserError line naming the original tree when the store is a copied or moved one (moved_from): writing
+    runs or artifacts through it would write into that other tree."""
+    if (moved := moved_from(uri)) is not None:
+        name, folder, original = moved
+        raise UserError(f"the MLflow store {sqlite_path(uri)} was copied or moved from {original}: its experiment "
+                        f"{name!r} keeps its artifacts in {folder}, so runs logged here would write into {original}; "
+                        f"work in {original}, or give this copy a new store (MLFLOW_TRACKING_URI=sqlite:///"
+                        f"{sqlite_path(uri).parent / 'copy.db'})")
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -277,7 +319,9 @@ def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | No
 
 
 def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
-    """The newest sweep's parent run id, in one experiment or (None) in any: each study has its own experiment."""
+    """The latest finished sweep's parent run id (its run FINISHED: its jobs ended and its report written), in one
+    experiment or (None) in any: each study has its own experiment. A sweep started later that failed, was stopped
+    or still runs is not the latest (`--sweep` names it); where none finished, the newest sweep of any status."""
     store = client(uri)
     if experiment_name is None:
         experiment_ids = [e.experiment_id for e in store.search_experiments()]
@@ -286,13 +330,36 @@ def latest_sweep(uri: str, experiment_name: str | None = None) -> str | None:
         experiment_ids = [experiment.experiment_id] if experiment is not None else []
     if not experiment_ids:
         return None
-    runs = store.search_runs(
-        experiment_ids,
-        filter_string=role_filter(SWEEP_ROLE),
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return runs[0].info.run_id if runs else None
+    for status in (" and attributes.status = 'FINISHED'", ""):
+        runs = store.search_runs(experiment_ids, filter_string=role_filter(SWEEP_ROLE) + status, max_results=1,
+                                 order_by=["attributes.start_time DESC"])
+        if runs:
+            return runs[0].info.run_id
+    return None
+
+
+def sweep_named(uri: str, name: str, what: str = "--sweep") -> str:
+    """The parent run id of the sweep `name` names: its sweep run's id, its folder (multirun/<date>/<time>, which
+    holds channels.PARENT_RUN_FILE) or its sweep id (`<date>/<time>`, the folder's last two parts); one UserError
+    line naming `what` when it names none."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        marker = folder / PARENT_RUN_FILE
+        run_id = marker.read_text().strip() if marker.is_file() else ""
+        if not run_id:
+            raise UserError(f"{what} {name}: {marker} not found or empty: not a sweeplab sweep folder")
+        name = run_id
+    store = client(uri)
+    found = store.search_runs([e.experiment_id for e in store.search_experiments()],
+                              filter_string=role_filter(SWEEP_ROLE) + f" and tags.`{SWEEP.sweep_id}` = '{name}'",
+                              max_results=1, order_by=["attributes.start_time DESC"]) if "'" not in name else []
+    if found:
+        return found[0].info.run_id
+    run = read_run(uri, name, what)
+    if run.tags.get(SWEEP.role) != SWEEP_ROLE:
+        raise UserError(f"{what} {name}: run {run.name!r} is not a sweep's run (pass the sweep run's id, its folder "
+                        "or its sweep id)")
+    return run.run_id
 
 
 def init_store(uri: str, experiment_name: str) -> str:
@@ -306,6 +373,7 @@ def init_store(uri: str, experiment_name: str) -> str:
     try:
         with store_lock(uri):
             store = client(uri)
+            refuse_moved_store(uri)  # a copied project's store: its runs' artifacts would go to the original's tree
             experiment = store.get_experiment_by_name(experiment_name)
             if experiment is None:
                 try:

@@ -12,7 +12,7 @@ from sweeplab.study.verdict.text import _difference_text, _namer, _speedup_text,
 
 ONE_REPLICATE = (
     "one replicate: no verdict (an interval needs at least two replicates of a configuration, and one run per "
-    "configuration cannot tell a setup's effect from run-to-run noise, which reached 37 % on the hosts of issue 26; "
+    "configuration cannot tell a setup's effect from run-to-run noise, which moved one job 10-37 % between processes on GPU VMs and a 2-core CPU; "
     "run replicates=3 or more)"
 )
 
