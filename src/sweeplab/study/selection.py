@@ -38,10 +38,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
-
-from sweeplab.study.tdist import normal_quantile, student_t_quantile
+from scipy import stats
 
 # Power for "would likely decide it": the replicates at which an effect of the measured size clears the interval
 # in 80 % of studies.
@@ -148,6 +148,12 @@ class Selection:
         return math.exp(self.lower[config])
 
 
+@lru_cache(maxsize=1 << 16)
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (scipy.stats; cached: a sweep asks for few distinct ones, a simulation for many)."""
+    return float(stats.t.ppf(p, df))
+
+
 def pair_level(confidence: float, configs: int, share: float = 1.0) -> float:
     """Each side of each pair's interval: K(K − 1) one-sided bounds (both sides of K(K − 1)/2 pairs) sharing this
     look's part of the error (Bonferroni)."""
@@ -158,7 +164,7 @@ def half_width(sd: float, n: int, level: float) -> float:
     """One-sided t half-width of a mean of n paired values at `level` (inf below two)."""
     if n < 2:
         return math.inf
-    return student_t_quantile(level, n - 1) * sd / math.sqrt(n)
+    return t_quantile(level, n - 1) * sd / math.sqrt(n)
 
 
 def compare(first: str, second: str, ours: Mapping[Hashable, TimeAtTarget],
@@ -196,13 +202,10 @@ def interval(values: np.ndarray, level: float, sign_test: bool) -> tuple[float, 
 def sign_test_rank(n: int, alpha: float) -> int:
     """The largest k with P(Binomial(n, 1/2) ≤ k − 1) ≤ alpha: the k-th smallest of n values is then a lower
     confidence bound of their median at 1 − alpha (0: none is)."""
-    k, tail = 0, 0.0
-    while k < n:
-        tail += math.comb(n, k) / 2.0**n
-        if tail > alpha:
-            break
-        k += 1
-    return k
+    if n < 1:
+        return 0
+    q = int(stats.binom.ppf(alpha, n, 0.5))  # the smallest q with P(B <= q) >= alpha
+    return q + 1 if stats.binom.cdf(q, n, 0.5) <= alpha else q
 
 
 def select(times: Mapping[str, Mapping[Hashable, TimeAtTarget]], *, confidence: float = 0.95,
@@ -257,10 +260,10 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
     def level(n: int) -> float:
         return pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
 
-    power = normal_quantile(POWER)
+    power = float(stats.norm.ppf(POWER))
 
     def decides(n: int) -> bool:
-        return effect * math.sqrt(n) / comparison.sd >= student_t_quantile(level(n), n - 1) + power
+        return effect * math.sqrt(n) / comparison.sd >= t_quantile(level(n), n - 1) + power
 
     low, high = max(2, comparison.n), MOST_REPLICATES_SUGGESTED
     if not decides(high):
