@@ -91,10 +91,10 @@ class Looks:
 @dataclass(frozen=True)
 class Comparison:
     """`first` against `second` over their common pair keys: the mean log advantage of `first` (positive:
-    faster), its standard deviation over the pairs, and the bounds [low, high] of its interval, each side at the
-    selection's one-sided level (unbounded with fewer than two pairs). `censored`: pairs where a side's time was only
-    bounded; with any that never reached the target, the interval is the sign test's, for the median advantage
-    (`interval`)."""
+    faster), its standard deviation over the pairs, and the bounds [low, high] of its interval, each side at
+    `level` (one-sided; unbounded with fewer than two pairs). `censored`: pairs where a side's time was only
+    bounded; a side of the interval that such a pair leaves open is the sign test's (`interval`), and `center`, the
+    figure printed between the bounds, is then the median advantage instead of the mean."""
 
     first: str
     second: str
@@ -104,16 +104,21 @@ class Comparison:
     low: float
     high: float
     censored: int
+    level: float = math.nan
+    center: float = math.nan
 
     def reversed(self) -> Comparison:
-        return Comparison(self.second, self.first, self.n, -self.mean, self.sd, -self.high, -self.low, self.censored)
+        return Comparison(self.second, self.first, self.n, -self.mean, self.sd, -self.high, -self.low, self.censored,
+                          self.level, -self.center)
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The answer over `configs` (docstring of the module). `level`: each side of each pair's interval; `looks`: how
-    many looks it is valid over (None: a fixed-size study); `share`: the part of α this look spends; `indifference`: δ (1: none). `lower`: the lowest bound of a configuration's log
-    advantage over any other (its worst case against the rest)."""
+    """The answer over `configs` (docstring of the module). `level`: each side of the interval of the pair with the
+    most rounds (each pair's own is `Comparison.level`: its share of α comes from its own rounds); `looks`: how
+    many looks it is valid over (None: a fixed-size study); `share`: the part of α that pair's look spends;
+    `indifference`: δ (1: none). `lower`: the lowest bound of a configuration's log advantage over any other (its
+    worst case against the rest)."""
 
     configs: tuple[str, ...]
     confidence: float
@@ -131,6 +136,15 @@ class Selection:
     def confidence_text(self) -> str:
         looks = f" over its {self.looks.count} looks" if self.looks is not None else ""
         return f"{self.confidence:.0%} simultaneous{looks}"
+
+    def level_text(self) -> str:
+        """"each pair's interval at 99.76%", or the range when the pairs' rounds (and so their levels) differ."""
+        levels = sorted({round(2 * c.level - 1, 6) for c in self.comparisons.values() if math.isfinite(c.level)})
+        if not levels:
+            return "no pair compared"
+        if len(levels) == 1:
+            return f"each pair's interval at {levels[0]:.2%}"
+        return f"each pair's interval at {levels[0]:.2%}-{levels[-1]:.2%} (by its own rounds)"
 
     @property
     def named(self) -> str | None:
@@ -167,36 +181,62 @@ def half_width(sd: float, n: int, level: float) -> float:
     return t_quantile(level, n - 1) * sd / math.sqrt(n)
 
 
+def looked_level(confidence: float, configs: int, looks: Looks | None, rounds: int) -> float:
+    """Each side of the interval of a pair with `rounds` rounds in common: its look is that of its own rounds, not
+    the study's, so a pair frozen at n rounds (a configuration dropped as slower) keeps the interval of its look and
+    is never re-tested at a later look's larger share (the shares of one pair's looks add up to at most 1)."""
+    return pair_level(confidence, configs, looks.share(rounds) if looks is not None else 1.0)
+
+
 def compare(first: str, second: str, ours: Mapping[Hashable, TimeAtTarget],
             theirs: Mapping[Hashable, TimeAtTarget], level: float) -> Comparison:
     keys = sorted(ours.keys() & theirs.keys(), key=repr)
+    if not keys:
+        return Comparison(first, second, 0, math.nan, math.nan, -math.inf, math.inf, 0, level, math.nan)
     values = np.array([advantage(ours[k], theirs[k]) for k in keys], dtype=float)
+    bounds = np.array([advantage_bounds(ours[k], theirs[k]) for k in keys], dtype=float)
     censored = sum(bool(ours[k].censored or theirs[k].censored) for k in keys)
     never = any("never" in (ours[k].censored, theirs[k].censored) for k in keys)
-    if values.size == 0:
-        return Comparison(first, second, 0, math.nan, math.nan, -math.inf, math.inf, 0)
     sd = float(values.std(ddof=1)) if values.size > 1 else math.nan
-    low, high = interval(values, level, sign_test=never)
-    return Comparison(first, second, int(values.size), float(values.mean()), sd, low, high, censored)
+    low, high = interval(bounds[:, 0], bounds[:, 1], level, sign_test=never)
+    center = float(np.median(values)) if censored else float(values.mean())
+    return Comparison(first, second, int(values.size), float(values.mean()), sd, low, high, censored, level,
+                      min(max(center, low), high))
 
 
-def interval(values: np.ndarray, level: float, sign_test: bool) -> tuple[float, float]:
-    """Each side at one-sided `level`: the t interval of the mean advantage; with `sign_test` (a pair where a side
-    never reached the target), the sign test's interval of the median (order statistics). Such rounds' values are
-    bounds (one side reached the target early, the other never did) or 0, clumps of one size that a t interval
-    took for a difference when three fell on one side: 5.6-7.3 % of A/A studies ordered two configurations at
-    K = 4-8, n = 3, with an explicit target half the jobs reached. The sign test is exact whatever the values'
-    shape: under equal configurations each pair's sign is a coin flip, and its zeros count against a claim. A bound
-    from a job stopped behind (at least k times its leader's time) keeps the t interval: it understates how much
-    slower the stopped one was, so it only weakens a claim against it, and no claim for it comes from that round."""
-    if not sign_test:
-        width = half_width(float(values.std(ddof=1)) if values.size > 1 else math.nan, values.size, level)
-        return float(values.mean()) - width, float(values.mean()) + width
-    k = sign_test_rank(values.size, 1.0 - level)
-    if k == 0:
-        return -math.inf, math.inf
-    ordered = np.sort(values)
-    return float(ordered[k - 1]), float(ordered[-k])  # a claim (low > 0) needs k values strictly on its side
+def advantage_bounds(ours: TimeAtTarget, theirs: TimeAtTarget) -> tuple[float, float]:
+    """What one round says of our advantage (their log time − ours) when a time is only bounded: [low, high]. A
+    censored time is at least its bound and may be far longer (never: infinite), so our advantage is at most
+    theirs − our bound when ours is censored (no lower limit), at least their bound − ours when theirs is."""
+    low = theirs.log_seconds - ours.log_seconds if not ours.censored else -math.inf
+    high = theirs.log_seconds - ours.log_seconds if not theirs.censored else math.inf
+    return low, high
+
+
+def interval(lows: np.ndarray, highs: np.ndarray, level: float, sign_test: bool) -> tuple[float, float]:
+    """Each side at one-sided `level`, from each round's bounds of the advantage (equal where both times were
+    measured). A side every round bounds (low: no censored time of ours) is the t bound of the mean of those
+    bounds: their mean is at most (at least) the true one, so the bound keeps its level. A side some round leaves
+    open (a time of that side only bounded: a job stopped behind may be far slower than its stop), or any side of a
+    pair where a job never reached the target (`sign_test`), is the sign test's bound of the median (order
+    statistics of the rounds' bounds), exact whatever the values' shape: a stopped round counts against a claim for
+    the stopped configuration, never for it (its bound, as a value, would pull its mean up: issue 59).
+
+    Why never-reached pairs take the sign test on both sides: their rounds' values are bounds (one side reached the
+    target early, the other never did) or open, clumps of one size that a t interval took for a difference when
+    three fell on one side: 5.6-7.3 % of A/A studies ordered two configurations at K = 4-8, n = 3, with an explicit
+    target half the jobs reached; a time that may be infinite has no mean."""
+    n = lows.size
+    k = sign_test_rank(n, 1.0 - level)
+    if sign_test or not np.all(np.isfinite(lows)):
+        low = float(np.sort(lows)[k - 1]) if k > 0 else -math.inf
+    else:
+        low = float(lows.mean()) - half_width(float(lows.std(ddof=1)) if n > 1 else math.nan, n, level)
+    if sign_test or not np.all(np.isfinite(highs)):
+        high = float(np.sort(highs)[-k]) if k > 0 else math.inf
+    else:
+        high = float(highs.mean()) + half_width(float(highs.std(ddof=1)) if n > 1 else math.nan, n, level)
+    return low, high
 
 
 def sign_test_rank(n: int, alpha: float) -> int:
@@ -212,15 +252,17 @@ def select(times: Mapping[str, Mapping[Hashable, TimeAtTarget]], *, confidence: 
            looks: Looks | None = None, indifference: float = 1.0) -> Selection:
     """MCB over the configurations of `times` (configuration -> pair key -> its time to target there)."""
     configs = tuple(times)
-    rounds = max((len(by_key) for by_key in times.values()), default=0)
-    share = looks.share(rounds) if looks is not None else 1.0
-    level = pair_level(confidence, len(configs), share)
     comparisons: dict[tuple[str, str], Comparison] = {}
     for i, first in enumerate(configs):
         for second in configs[i + 1:]:
-            forward = compare(first, second, times[first], times[second], level)
+            rounds = len(times[first].keys() & times[second].keys())
+            forward = compare(first, second, times[first], times[second],
+                              looked_level(confidence, len(configs), looks, rounds))
             comparisons[(first, second)] = forward
             comparisons[(second, first)] = forward.reversed()
+    most = max((c.n for c in comparisons.values()), default=0)
+    share = looks.share(most) if looks is not None else 1.0
+    level = pair_level(confidence, len(configs), share)
 
     def others(config: str) -> list[str]:
         return [c for c in configs if c != config]

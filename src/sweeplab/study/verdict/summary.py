@@ -108,6 +108,11 @@ def summarize(
     candidates = _candidates(configs, undetermined, stopped_behind)
     selection = mcb.select({c.config: times[c.config] for c in candidates}, confidence=confidence, looks=looks,
                            indifference=indifference) if len(candidates) >= 2 else None
+    if adjust_for_multiple_comparisons:
+        configs = tuple(_as_decided(c, times, baseline, selection, confidence, looks, len(candidates), at_target,
+                                    pair_by) for c in configs)
+        speed_level = min((c.speedup_to_target.interval.level for c in configs if c.config != baseline),
+                          default=speed_level)
     verdict = decide(configs, baseline, target_text, target_source, tolerance_text=tolerance_text,
                      smoke_budget=smoke_budget, names=names, selection=selection, undetermined=undetermined)
     return SweepSummary(
@@ -286,6 +291,30 @@ def _speedup(
                           [(a.job, a.time_bound if a.time_bound is not None else a.time_to_target) for a in at_target],
                           pair_by)
     return dataclasses.replace(ratio_from_log_ratios(_log_ratios(pairs), level), bounded=bounded)
+
+
+def _as_decided(config: ConfigSummary, times: Mapping[str, Mapping[tuple, mcb.TimeAtTarget]], baseline: str,
+                selection: mcb.Selection | None, confidence: float, looks: mcb.Looks | None, compared: int,
+                at_target: Mapping[str, list[JobAtTarget]], pair_by: PairBy) -> ConfigSummary:
+    """The configuration's speed comparisons with the baseline at the level its decision used at this look: the
+    speedup to target is the selection's interval of its pair with the baseline (the same pair's look, the same
+    share of α, the same censored rounds); a configuration the selection did not compare gets the interval it would
+    have had there. The samples/s speedup is read at that same level. A reader never sees a fixed-size interval
+    that excludes 1 beside a tie decided at a stricter look (issue 59)."""
+    if config.config == baseline:
+        return config
+    if selection is not None and config.config in selection.configs and baseline in selection.configs:
+        pair = selection.comparison(config.config, baseline)
+    else:
+        rounds = len(times[config.config].keys() & times[baseline].keys())
+        level = mcb.looked_level(confidence, max(compared, 2), looks, rounds)
+        pair = mcb.compare(config.config, baseline, times[config.config], times[baseline], level)
+    two_sided = 2 * pair.level - 1
+    to_target = Estimate(math.exp(pair.center) if math.isfinite(pair.center) else math.nan,
+                         Interval(math.exp(pair.low), math.exp(pair.high), two_sided), pair.n,
+                         bounded=config.speedup_to_target.bounded)
+    speedup = _speedup(at_target[config.config], at_target[baseline], False, two_sided, pair_by, "samples_per_sec")
+    return dataclasses.replace(config, speedup_to_target=to_target, speedup=speedup)
 
 
 def _validation_resolution(at_target: list[JobAtTarget]) -> float:
