@@ -176,3 +176,50 @@ def test_an_unsteady_host_reads_as_english():
                        100.0)
     line = caveats.study_caveats([record], None)[0].line
     assert line.startswith("caveat: every job ran on an unsteady host: their speeds moved"), line
+
+
+def test_a_replicate_count_is_printed_only_where_a_difference_is_measured():
+    """Equal configurations (A/A) printed "about 18 replicates" from the noise; a count is now printed only where the
+    pair's own 95 % interval is clear of 0 on at least 5 pairs, for a fixed-size study of that many replicates."""
+    wobble = [1.0, 1.06, 0.95, 1.03, 0.97, 1.02]
+    jobs = []
+    for r, w in enumerate(wobble):
+        jobs += [job("A", r, 10.0), job("B", r, 10.0 * w), job("C", r, 10.0 / w)]
+    equal = summarize(jobs, baseline="A", target=0.5, metric_name="m", quality_tolerance=0.01)
+    assert equal.verdict.kind == "tie" and equal.verdict.to_decide
+    assert all(n is None for n in equal.verdict.to_decide.values())
+    assert any("no difference measured to plan replicates from" in line for line in equal.verdict.lines)
+    # B measurably ahead of A (its own 95 % interval clear of 0) but not decided at the simultaneous level
+    ahead = [1.02, 1.30, 1.0, 1.25, 1.05, 1.30]
+    jobs = []
+    for r, w in enumerate(ahead):
+        jobs += [job("A", r, 10.0), job("B", r, 10.0 / w), job("C", r, 10.0 * (1 + 0.01 * (-1) ** r))]
+    summary = summarize(jobs, baseline="A", target=0.5, metric_name="m", quality_tolerance=0.01)
+    pair = summary.selection.comparison("B", "A")
+    assert summary.verdict.kind == "tie" and selection.difference_measured(pair) and not pair.low > 0
+    count = summary.verdict.to_decide["B vs A"]
+    assert count is not None and count > pair.n
+    line = next(line for line in summary.verdict.lines if line.startswith("to decide B against A"))
+    assert f"about {count} replicates" in line and "were the measured difference and noise the truth" in line
+    # three pairs are too few to plan from, whatever they show
+    few = summarize([j for j in jobs if j.round < 3], baseline="A", target=0.5, metric_name="m",
+                    quality_tolerance=0.01)
+    assert all(n is None for n in few.verdict.to_decide.values())
+
+
+def test_a_pair_on_the_sign_test_plans_its_rounds_by_the_sign_test():
+    """The baseline never reached an explicit target; B reached it in every round. The pair is on the sign test, which
+    at K = 2 over looks 3-12 first claims at 9 rounds of one sign: the plan says so (a t formula on the clumped
+    bounds said a few rounds, or "about 57", and replicates=auto stopped for futility before the sign test could)."""
+    from sweeplab.study.verdict import plan_replicates
+
+    jobs = []
+    for r in range(6):
+        jobs += [job("A", r, 10.0, never=True), job("B", r, 5.0 * (1 + 0.01 * r))]
+    summary = summarize(jobs, baseline="A", target=0.5, metric_name="m", quality_tolerance=0.01, looks=LOOKS)
+    pair = summary.selection.comparison("B", "A")
+    assert pair.sign_test and pair.wins == 6 and summary.verdict.kind == "tie"
+    assert plan_replicates(summary).rounds_needed == 9
+    nine = [j for r in range(9) for j in (job("A", r, 10.0, never=True), job("B", r, 5.0 * (1 + 0.01 * r)))]
+    decided = summarize(nine, baseline="A", target=0.5, metric_name="m", quality_tolerance=0.01, looks=LOOKS)
+    assert decided.verdict.kind == "fastest" and decided.verdict.fastest == ("B",)

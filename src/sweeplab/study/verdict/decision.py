@@ -89,7 +89,7 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     if unclear:
         lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
                      + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
-    to_decide = mcb.replicates_to_decide_open(selection)
+    to_decide = mcb.replicates_to_decide_open(selection, printed=True)
     lines += [_to_decide_line(pair, n, show) for pair, n in to_decide.items()]
     lines += _exclusion_lines(left_out, undetermined, show)
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
@@ -101,10 +101,12 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
 def _to_decide_line(pair: tuple[str, str], replicates: int | None, show) -> str:
     first, second = (show(c) for c in pair)
     if replicates is None:
-        return (f"to decide {first} against {second}: no difference measured that more replicates would likely "
-                f"separate (over {mcb.MOST_REPLICATES_SUGGESTED} at this noise)")
-    return (f"to decide {first} against {second}: about {replicates} replicates would (80 % power at the measured "
-            f"difference and noise; replicates={replicates})")
+        return (f"to decide {first} against {second}: no difference measured to plan replicates from (its own 95 % "
+                f"interval includes none, on fewer than {mcb.FEWEST_PAIRS_TO_PLAN} pairs, or needs over "
+                f"{mcb.MOST_REPLICATES_SUGGESTED})")
+    return (f"to decide {first} against {second}: about {replicates} replicates would, were the measured difference "
+            f"and noise the truth (80 % power then; a measured difference is itself noisy: what such counts "
+            f"delivered when re-run is in docs/verdict.md; replicates={replicates})")
 
 
 FEWEST_REPLICATES = 3
