@@ -44,7 +44,7 @@ def test_aa_studies_order_nothing_on_the_cheap_paths():
     under the rough noise model (heavy tails, round drift, learning noise per job: issue 59). An ordering claim (a fastest, a slower, a tie short of all) in at most 5 % of studies on each path."""
     simulation = _verdict_simulation()
     for cell in [(8, 0.1, 3, "default", False, "base"), (4, 0.1, 5, "explicit", True, "base"),
-                 (3, 0.1, None, "explicit", False, "base"), (2, 0.3, 3, "default", False, "rough")]:
+                 (3, 0.1, None, "explicit", False, "base"), (2, 0.1, 3, "default", False, "rough")]:
         *head, model = cell
         row = simulation.aa_cell((*head, 200, 48, model))
         print(row)
