@@ -6,6 +6,7 @@
 #   bash scripts/study_cost_gpu.sh pagating     # the paGating study of issue 36 (the LM data cache built first)
 #   bash scripts/study_cost_gpu.sh pagating_twice  # the same study twice with compile_cache=shared (the second loads)
 #   bash scripts/study_cost_gpu.sh verdict_auto # the default study, replicates=auto and an explicit target, twice
+#   bash scripts/study_cost_gpu.sh verdict_default  # the same with the default target, twice
 #   bash scripts/study_cost_gpu.sh pagating_long  # the paGating study at 1,000 steps a job (its val/ppl overfits)
 #   bash scripts/study_cost_gpu.sh bytecode     # compile sys.path's Python bytecode once, as pip install does
 #                                               # (an image with PYTHONDONTWRITEBYTECODE=1 and no .pyc compiles torch's
@@ -17,7 +18,7 @@
 # wall time goes to $WORK/walls.txt, and scripts/study_cost.py prints the wall breakdown, the steps' share, the
 # verdict and each configuration's GPUs. Logs go to $OUT when set (the device tool's output folder), else $WORK.
 set -u
-PART=${1:?textbridge | stopping | verdict_auto | pagating | pagating_twice | pagating_long | bytecode}
+PART=${1:?textbridge | stopping | verdict_auto | verdict_default | pagating | pagating_twice | pagating_long | bytecode}
 WORK=${WORK:-/tmp/study-cost}
 LOGS=${OUT:-$WORK}
 mkdir -p "$WORK" "$LOGS"
@@ -73,6 +74,13 @@ verdict_auto)  # the same study twice: its two verdicts must not contradict each
   report --target 0.53 auto_1
   report --target 0.53 auto_2
   ;;
+verdict_default)  # the same with the default target (the worst best less the tolerance)
+  export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+  run auto_default_1 290 sweep=default backend=cuda replicates=auto
+  run auto_default_2 290 sweep=default backend=cuda replicates=auto
+  report auto_default_1
+  report auto_default_2
+  ;;
 pagating | pagating_twice | pagating_long)
   PG=(model=pagating_lm model.size=small sweep=pagating_batch data.batch_size=8,16 backend=cuda
       trainer.precision=bf16-mixed compile=default optim.implementation=fused replicates=3
@@ -106,7 +114,7 @@ bytecode)  # every folder on sys.path that holds packages (site-packages, a --ta
   python -c "from sweeplab.core import bytecode as b; print(b.uncached_warning(b.uncached_packages()) or 'bytecode cached')"
   ;;
 *)
-  echo "unknown part $PART: textbridge | stopping | verdict_auto | pagating | pagating_twice | pagating_long | bytecode" >&2
+  echo "unknown part $PART: textbridge | stopping | verdict_auto | verdict_default | pagating | pagating_twice | pagating_long | bytecode" >&2
   exit 2
   ;;
 esac

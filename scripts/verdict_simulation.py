@@ -2,16 +2,29 @@
 `plan_replicates` (sweeplab.study.verdict), the stop rule (sweeplab.policies.stopping.StopRule) and the rounds a
 configuration stopped behind loses (sweeplab.study.rounds.ROUNDS_BEHIND_FOR_GOOD). docs/verdict.md's tables.
 
-    python scripts/verdict_simulation.py aa [--studies 2000] [--workers N]
-    python scripts/verdict_simulation.py power [--studies 2000]
+    python scripts/verdict_simulation.py aa [--studies 2000] [--workers N] [--model base|rough|drift+learning]
+                                            [--ks 2,4,8] [--ns 2,3,5,10,auto]
+    python scripts/verdict_simulation.py power [--studies 2000] [--model ...] [--quick: the 1.3x auto cell only]
+    python scripts/verdict_simulation.py missed [--studies 2000] [--model ...]
+    python scripts/verdict_simulation.py plan [--studies 2000] [--model ...]
     python scripts/verdict_simulation.py stopping [--studies 2000]
 
-Noise model (as tests/test_verdict.py): each job's samples/s is lognormal around its configuration's (σ), times a
-drift shared by the round's jobs (20 %), and with `--outliers` one job in ten is slowed 1.5-3x; a replicate's seed
-moves the samples a configuration needs by 10 %, alike in every configuration of the round (common random numbers).
-The metric rises as plateau·(1 − exp(−samples/scale)) with noise 0.002 on each validation, every 2,000 samples to
-100,000; each job's plateau varies by `plateau_sd` around its configuration's. With an explicit target at the mean plateau, about half
-the jobs reach it.
+Noise model "base" (as tests/test_verdict.py): each job's samples/s is lognormal around its configuration's (σ),
+times a drift shared by the round's jobs (20 %), and with `--outliers` one job in ten is slowed 1.5-3x; a
+replicate's seed moves the samples a configuration needs by 10 %, alike in every configuration of the round (common
+random numbers), and each job's by 2 % of its own. The metric rises as plateau·(1 − exp(−samples/scale)) with noise
+0.002 on each validation, every 2,000 samples to 100,000; each job's plateau varies by `plateau_sd` around its
+configuration's. With an explicit target at the mean plateau, about half the jobs reach it.
+
+Added by issue 59 (MODELS): learning noise per job (the samples its curve needs, log sd 5 %, not shared by the
+round), heavy tails (the speed noise a Student t with 3 degrees of freedom scaled to sd σ) and round drift (the
+host's speed drifts through each round: the job at fraction p of the round's order runs at exp(d·p), d ~ N(0, 0.2)
+per round; the order alternates, so it cancels over two rounds but not within one; beside the drift shared by the
+round, 20 %, which pairs cancel). "learning" has the first, "rough" all three, "drift+learning" the first and the
+last.
+
+missed: K = 3, B 1.5x faster to the target by needing 1/1.5 the samples, an explicit target that about 30 % of the
+baseline's jobs miss within their budget, replicates=auto. plan: "about N replicates" re-run on the same truth.
 
 aa: K identical configurations; a study errs when any verdict it prints (every look, for replicates=auto) makes an
 ordering claim: a fastest, a configuration left out as slower, or a tie that leaves out a compared configuration.
@@ -57,6 +70,19 @@ class Noise:
     seed_effect: float = 0.10
     plateau_sd: float = 0.0  # per job, around its configuration's plateau (an explicit target: half reach it)
     validation_noise: float = 0.002  # each validation's noise around the curve
+    learning: float = 0.02  # per job (not shared by the round): log-normal noise on the samples its curve needs
+    tails: float = 0.0  # degrees of freedom of a Student-t speed noise (scaled to sd sigma); 0: normal
+    round_drift: float = 0.0  # the host's speed drifts through each round: the job at fraction p of it runs exp(d p)
+
+
+# the noise models added by issue 59 (an independent check found them missing): learning noise per job, heavy tails,
+# round drift; "rough" has all three
+MODELS = {
+    "base": {},
+    "learning": {"learning": 0.05},  # issue 59's power cell: σ 0.1, the round's shared drift 0.2, learning noise 5 %
+    "rough": {"learning": 0.05, "tails": 3.0, "round_drift": 0.20},
+    "drift+learning": {"learning": 0.05, "round_drift": 0.20},
+}
 
 
 class MemoryBoard:
@@ -95,14 +121,19 @@ class Study:
 def run_round(study: Study, rng: np.random.Generator, r: int, names: list[str]) -> None:
     noise = study.noise
     drift, seed_effect = rng.normal(0.0, noise.drift), rng.normal(0.0, noise.seed_effect)
+    through_round = rng.normal(0.0, noise.round_drift) if noise.round_drift else 0.0
     board = MemoryBoard()
     order = [c for c in study.configs if c.name in names]
     for index, config in enumerate(order if r % 2 == 0 else order[::-1]):
-        job_noise = rng.normal(0.0, noise.sigma)
+        if noise.tails:
+            job_noise = noise.sigma * rng.standard_t(noise.tails) * math.sqrt((noise.tails - 2) / noise.tails)
+        else:
+            job_noise = rng.normal(0.0, noise.sigma)
         if noise.outliers and rng.random() < 0.10:
             job_noise -= math.log(rng.uniform(1.5, 3.0))
-        speed = SPEED * config.speed * math.exp(drift + job_noise)
-        scale = SCALE * config.scale * math.exp(seed_effect + rng.normal(0.0, 0.02))
+        position = index / (len(order) - 1) if len(order) > 1 else 0.0
+        speed = SPEED * config.speed * math.exp(drift + job_noise + through_round * position)
+        scale = SCALE * config.scale * math.exp(seed_effect + rng.normal(0.0, noise.learning))
         plateau = config.plateau + rng.normal(0.0, noise.plateau_sd)
         values = plateau * (1.0 - np.exp(-SAMPLES / scale)) + rng.normal(0.0, noise.validation_noise, SAMPLES.size)
         points = list(zip(SAMPLES.tolist(), values.tolist()))
@@ -179,11 +210,12 @@ def auto_study(configs, noise, rng, first=3, most=12, target=None, stop=None, in
 # --- the experiments ------------------------------------------------------------------------------------------------
 
 def aa_cell(args) -> dict:
-    k, sigma, n, target_kind, stopping, studies, seed = args
-    rng = np.random.default_rng([seed, k, int(sigma * 100), n or 0, {'default': 0, 'explicit': 1}[target_kind], stopping])
+    k, sigma, n, target_kind, stopping, studies, seed, model = args
+    rng = np.random.default_rng([seed, k, int(sigma * 100), n or 0, {'default': 0, 'explicit': 1}[target_kind], stopping,
+                                 list(MODELS).index(model)])
     configs = [Config(f"c{i}") for i in range(k)]
     explicit = target_kind == "explicit"
-    noise = Noise(sigma=sigma, outliers=True, plateau_sd=0.005 if explicit else 0.0)
+    noise = Noise(sigma=sigma, outliers=True, plateau_sd=0.005 if explicit else 0.0, **MODELS[model])
     target = PLATEAU if explicit else None
     stop = StopConfig(at_target=True, behind=2.0) if stopping else None
     claims = fastest = quality_loss = 0
@@ -203,17 +235,18 @@ def aa_cell(args) -> dict:
         fastest += summary.verdict.kind == "fastest"
         quality_loss += any(c.quality == "loses" for c in summary.configs)
         reached += sum(a.samples_to_target < math.inf for a in summary.jobs_at_target) / len(summary.jobs_at_target)
-    return {"K": k, "sigma": sigma, "n": "auto" if n is None else n, "target": target_kind,
+    return {"model": model, "K": k, "sigma": sigma, "n": "auto" if n is None else n, "target": target_kind,
             "stop": "at_target+behind=2" if stopping else "off", "claims": claims / studies,
             "fastest": fastest / studies, "quality loses": quality_loss / studies,
             "rounds": rounds_run / studies, "reached": reached / studies}
 
 
 def power_cell(args) -> dict:
-    effect, sigma, n, outliers, indifference, studies, seed = args
-    rng = np.random.default_rng([seed, int(effect * 10), int(sigma * 100), n or 0, outliers, int(indifference * 100)])
+    effect, sigma, n, outliers, indifference, studies, seed, model = args
+    rng = np.random.default_rng([seed, int(effect * 10), int(sigma * 100), n or 0, outliers, int(indifference * 100),
+                                 list(MODELS).index(model)])
     configs = [Config("A"), Config("B", speed=effect), Config("C")]
-    noise = Noise(sigma=sigma, outliers=outliers)
+    noise = Noise(sigma=sigma, outliers=outliers, **MODELS[model])
     truth = {("B", "A"): math.log(effect), ("B", "C"): math.log(effect), ("A", "C"): 0.0}
     named = wrong = covered = rounds_run = 0
     for _ in range(studies):
@@ -230,9 +263,61 @@ def power_cell(args) -> dict:
         covered += selection is not None and all(
             selection.comparison(a, b).low <= value <= selection.comparison(a, b).high
             for (a, b), value in truth.items() if (a, b) in selection.comparisons)
-    return {"effect": effect, "sigma": sigma, "n": "auto" if n is None else n, "outliers": outliers,
+    return {"model": model, "effect": effect, "sigma": sigma, "n": "auto" if n is None else n, "outliers": outliers,
             "indifference": indifference, "B named": named / studies, "wrong named": wrong / studies,
             "all cover": covered / studies, "rounds": rounds_run / studies}
+
+
+# An explicit target the baseline's jobs miss within their budget (100,000 samples) in about 30 % of them: the curve
+# reaches 0.9 of a 0.95 plateau after 2.944 x its scale, so a scale of 6.4 x SCALE puts the baseline's median at
+# 94 % of the budget (log sd of its samples sqrt(0.10² + 0.05²)). B is 1.5x faster to it by needing 1/1.5 the samples.
+MISSED_TARGET, MISSED_SCALE = 0.90, 6.4
+
+
+def missed_cell(args) -> dict:
+    effect, sigma, studies, seed, model = args
+    rng = np.random.default_rng([seed, int(effect * 10), int(sigma * 100), list(MODELS).index(model), 7])
+    configs = [Config("A", scale=MISSED_SCALE), Config("B", scale=MISSED_SCALE / effect),
+               Config("C", scale=MISSED_SCALE)]
+    noise = Noise(sigma=sigma, outliers=False, **MODELS[model])
+    named = wrong = rounds_run = 0
+    missed = []
+    for _ in range(studies):
+        study, summary, r = auto_study(configs, noise, rng, target=MISSED_TARGET)
+        rounds_run += r
+        said = summary.verdict.fastest if summary.verdict.kind == "fastest" else ()
+        named += said == ("B",)
+        wrong += bool(said) and said != ("B",)
+        baseline = [a for a in summary.jobs_at_target if a.job.config == "A"]
+        missed.append(sum(not math.isfinite(a.samples_to_target) for a in baseline) / len(baseline))
+    return {"model": model, "effect": effect, "sigma": sigma, "n": "auto", "baseline's jobs missed": float(np.mean(missed)),
+            "B named": named / studies, "wrong named": wrong / studies, "rounds": rounds_run / studies}
+
+
+def plan_cell(args) -> dict:
+    """"about N replicates" re-run: a study of `first` rounds on a truth (K = 3, B `effect`x faster, C = A); where its
+    verdict prints a count for B against the leader's rival, a fresh study of that many rounds on the same truth; it
+    decides when B's pair with that rival is clear of 0 (the fixed-size study's own level)."""
+    effect, sigma, first, studies, seed, model = args
+    rng = np.random.default_rng([seed, int(effect * 100), int(sigma * 100), first, list(MODELS).index(model), 11])
+    configs = [Config("A"), Config("B", speed=effect), Config("C")]
+    noise = Noise(sigma=sigma, outliers=False, **MODELS[model])
+    printed = decided = counts = 0
+    for _ in range(studies):
+        summary = summary_of(fixed_study(configs, noise, first, rng))
+        plans = {pair: n for pair, n in summary.verdict.to_decide.items() if n is not None and "B" in pair.split(" vs ")}
+        if not plans:
+            continue
+        pair, replicates = next(iter(plans.items()))
+        printed += 1
+        counts += replicates
+        again = summary_of(fixed_study(configs, noise, max(replicates, 2), rng))
+        a, b = pair.split(" vs ")
+        if again.selection is not None and (a, b) in again.selection.comparisons:
+            comparison = again.selection.comparison(a, b)
+            decided += comparison.low > 0 or comparison.high < 0
+    return {"model": model, "effect": effect, "sigma": sigma, "first": first, "count printed": printed / studies,
+            "mean count": counts / max(printed, 1), "re-run decided": decided / max(printed, 1), "printed": printed}
 
 
 def stopping_cell(args) -> dict:
@@ -257,7 +342,7 @@ def run(cells, function, workers: int) -> list[dict]:
             row = done.result()
             rows.append(row)
             print("| " + " | ".join(f"{v:.1%}" if isinstance(v, float) and k not in ("sigma", "rounds", "effect",
-                                                                                      "indifference") else
+                                                                                      "indifference", "mean count") else
                                     (f"{v:.2f}" if isinstance(v, float) else str(v)) for k, v in row.items()) + " |",
                   flush=True)
     return rows
@@ -265,28 +350,46 @@ def run(cells, function, workers: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=["aa", "power", "stopping"])
+    parser.add_argument("experiment", choices=["aa", "power", "stopping", "missed", "plan"])
+    parser.add_argument("--model", choices=list(MODELS), default="base",
+                        help="the noise model: base (docs' earlier tables), learning (learning noise per job), "
+                             "rough (heavy tails, drift through the round, learning noise per job), drift+learning")
+    parser.add_argument("--ks", default="2,4,8", help="aa: the numbers of configurations")
+    parser.add_argument("--ns", default="2,3,5,10,auto", help="aa, power: the replicates (auto: replicates=auto)")
     parser.add_argument("--studies", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=48)
     parser.add_argument("--quick", action="store_true", help="fewer cells (n = 3 and 5, K = 2 and 4)")
     args = parser.parse_args()
     started = time.perf_counter()
+    ks = tuple(int(k) for k in args.ks.split(","))
+    ns = tuple(None if n == "auto" else int(n) for n in args.ns.split(","))
     if args.experiment == "aa":
-        ks, ns = ((2, 4), (3, 5)) if args.quick else ((2, 4, 8), (2, 3, 5, 10, None))
-        cells = [(k, sigma, n, target, stopping, args.studies, args.seed)
+        ks, ns = ((2, 4), (3, 5)) if args.quick else (ks, ns)
+        cells = [(k, sigma, n, target, stopping, args.studies, args.seed, args.model)
                  for k in ks for sigma in (0.1, 0.3) for n in ns for target in ("default", "explicit")
                  for stopping in ((False, True) if target == "explicit" else (False,))]
-        print("| K | σ | n | target | stop | any ordering claim | named fastest | a quality 'loses' | rounds | "
-              "jobs reached the target |\n|---|---|---|---|---|---|---|---|---|---|")
+        print("| model | K | σ | n | target | stop | any ordering claim | named fastest | a quality 'loses' | rounds | "
+              "jobs reached the target |\n|---|---|---|---|---|---|---|---|---|---|---|")
         run(cells, aa_cell, args.workers)
     elif args.experiment == "power":
-        cells = [(effect, 0.1, n, outliers, indifference, args.studies, args.seed)
+        cells = [(effect, 0.1, n, outliers, indifference, args.studies, args.seed, args.model)
                  for effect in (1.3, 2.0) for outliers in (False, True) for indifference in (1.0, 1.1)
-                 for n in (5, 10, None)]
-        print("| true effect | σ | n | outliers | indifference | B named | a wrong one named | all pairs covered | "
-              "rounds |\n|---|---|---|---|---|---|---|---|---|")
+                 for n in ns]
+        if args.quick:
+            cells = [(1.3, 0.1, None, False, 1.0, args.studies, args.seed, args.model)]
+        print("| model | true effect | σ | n | outliers | indifference | B named | a wrong one named | all pairs covered | "
+              "rounds |\n|---|---|---|---|---|---|---|---|---|---|")
         run(cells, power_cell, args.workers)
+    elif args.experiment == "missed":
+        print("| model | true effect | σ | n | baseline's jobs that missed the target | B named | a wrong one named | "
+              "rounds |\n|---|---|---|---|---|---|---|---|")
+        run([(1.5, 0.1, args.studies, args.seed, args.model)], missed_cell, args.workers)
+    elif args.experiment == "plan":
+        cells = [(effect, 0.1, first, args.studies, args.seed, args.model) for effect in (1.1, 1.3) for first in (3, 5)]
+        print("| model | true effect | σ | first rounds | a count printed | mean count | the re-run decided | studies "
+              "printed |\n|---|---|---|---|---|---|---|---|")
+        run(cells, plan_cell, args.workers)
     else:
         cells = [(at_target, 0.3, args.studies, args.seed) for at_target in (False, True)]
         print("| stop.at_target | σ | equal configuration dropped for good | slower-but-better on the front |\n"

@@ -62,7 +62,7 @@ BAD_IMPORTS = [
     ("study/verdict/records.py", "import mlflow", "sweeplab.study.verdict.records -> mlflow", PURE),
     ("study/verdict/text.py", "from sweeplab.study.verdict import summary",
      "sweeplab.study.verdict.text -> sweeplab.study.verdict.summary", "study/verdict: the statistics by concern"),
-    ("study/tdist.py", "import torch", "sweeplab.study.tdist -> torch", PURE),
+    ("study/selection.py", "import torch", "sweeplab.study.selection -> torch", PURE),
     ("study/replicates.py", "from sweeplab.engine import plan", "sweeplab.study.replicates -> sweeplab.engine.plan",
      PURE),
     ("report/tables.py", "from sweeplab.engine import job", "sweeplab.report.tables -> sweeplab.engine.job", NO_ENGINE),

@@ -91,7 +91,7 @@ def test_the_view_sorts_by_verdict_group_then_label_never_by_a_figure():
     from sweeplab.study.verdict import Verdict
 
     tie = Verdict("tie", ("a", "b"), {}, ("d",), "", ("tie",))
-    assert config_runs.verdict_standing("a", tie) == (1, "tied for fastest")
+    assert config_runs.verdict_standing("a", tie) == (1, "tied for fastest (of those compared; 1 undetermined)")
     assert config_runs.verdict_standing("c", tie) == (2, "left out")
     assert config_runs.verdict_standing("d", tie) == (3, "undetermined")
     one = Verdict("fastest", ("a",), {}, (), "", ("fastest",))

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from sweeplab.study.selection import sign_test_rank, t_quantile
 from sweeplab.study.verdict import (
     Estimate,
     Interval,
@@ -24,7 +25,6 @@ from sweeplab.study.verdict import (
     plan_replicates,
     ratio_from_log_ratios,
     render_table,
-    student_t_quantile,
     summarize,
 )
 
@@ -88,15 +88,14 @@ def test_t_quantiles_match_the_tables():
     # Reference values from the standard tables (two-sided 95 %, 99 %) and the normal limit.
     for p, df, expected in [(0.975, 1, 12.706205), (0.975, 2, 4.302653), (0.975, 4, 2.776445), (0.975, 9, 2.262157),
                             (0.995, 2, 9.924843), (0.995, 29, 2.756386), (0.975, 1e7, 1.959964)]:
-        assert student_t_quantile(p, df) == pytest.approx(expected, abs=2e-6)
-    assert student_t_quantile(0.025, 4) == pytest.approx(-student_t_quantile(0.975, 4))
+        assert t_quantile(p, df) == pytest.approx(expected, abs=2e-6)
 
 
-def test_t_quantiles_match_scipy_far_in_the_tail():
-    stats = pytest.importorskip("scipy.stats")
-    for df in (1, 2, 3, 4, 9, 30):
-        for p in (0.975, 0.99, 0.999, 0.9999):
-            assert student_t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8)
+def test_the_sign_test_rank_is_the_binomial_tail():
+    # the k-th smallest of n is a lower bound of the median at 1 - alpha when P(Bin(n, 1/2) <= k - 1) <= alpha
+    assert sign_test_rank(3, 0.025) == 0  # 1/8 > 2.5 %: three values of one sign say nothing at this level
+    assert sign_test_rank(6, 0.025) == 1 and sign_test_rank(6, 1 / 64) == 1 and sign_test_rank(6, 0.01) == 0
+    assert sign_test_rank(10, 0.05) == 2  # P(B <= 1) = 11/1024 <= 5 % < P(B <= 2) = 56/1024
 
 
 # ---------------------------------------------------------------------------------------------------------------------

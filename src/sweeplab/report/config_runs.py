@@ -216,7 +216,9 @@ def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary
         description=(f"Configuration `{name}` ({config.config}): {config.jobs} jobs, {config.reached_target} reached "
                      f"{summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g}. Medians "
                      "with 95 % intervals over its replicates; speedups and quality_delta paired with the baseline's "
-                     f"jobs, simultaneous intervals ({summary.speed_level:.2%} and {summary.quality_level:.2%})."),
+                     f"jobs: the speedups at the level the verdict decided them "
+                     f"({config.speedup_to_target.interval.level:.2%}), quality_delta at "
+                     f"{summary.quality_level:.2%}."),
         verdict=standing,
         target_text=_target_text(summary.metric_name, summary.mode, summary.target),
         # the view's sort (MLflow sorts text): verdict group, then the label's place in natural order, then the label
@@ -249,17 +251,19 @@ def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary
 
 def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:
     """(group, words) of a configuration in the sweep's verdict, for its run's `verdict` tag and the view's sort:
-    1 the fastest (or within the indifference zone of it) or tied for fastest (not ranked); 2 left out (the sweep
-    run's description says why); 3 undetermined or no verdict."""
+    1 the fastest (or within the indifference zone of it) or tied for fastest (not ranked), with the verdict's
+    qualifier ("not an answer", "of those compared"); 2 left out, with why in a few words ("slower than bs=32":
+    against the one named, not the baseline whose interval the row shows); 3 undetermined or no verdict."""
     if config in verdict.fastest:
         if verdict.kind != "fastest":
-            return 1, "tied for fastest"
-        return 1, "fastest" if verdict.within == 1.0 else f"fastest (or within {verdict.within:g}x)"
+            return 1, verdict.qualified("tied for fastest")
+        return 1, verdict.qualified("fastest" if verdict.within == 1.0 else f"fastest (or within {verdict.within:g}x)")
     if verdict.kind == "no verdict":
         return 3, "no verdict"
     if config in verdict.undetermined:
         return 3, "undetermined"
-    return 2, "left out"
+    why = verdict.left_out.get(config)
+    return 2, f"left out: {why}" if why else "left out"
 
 
 def _target_text(metric: str, mode: str, target: float) -> str:

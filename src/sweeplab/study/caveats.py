@@ -91,11 +91,12 @@ def _host_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
     loads = [max(j.metrics.get(k, 0.0) for k in (JOB.load_avg_start, JOB.load_avg_end)) for j in hit]
     cpus = {j.metrics.get(JOB.host_cpus) for j in hit} - {None}
     kinds = sorted({p.split(" (")[0] for j in hit for p in troubled[j.run_id]})
-    where = (f"load {min(loads):.1f}-{max(loads):.1f} on {'/'.join(f'{c:g}' for c in sorted(cpus))} CPUs"
-             if "loaded host" in kinds and cpus else " and ".join(kinds))
+    where = (f" (load {min(loads):.1f}-{max(loads):.1f} on {'/'.join(f'{c:g}' for c in sorted(cpus))} CPUs)"
+             if "loaded host" in kinds and cpus else "")
     who = "every job" if len(hit) == len(measured) else f"{len(hit)} of {len(measured)} jobs"
     host = " or ".join(k.removesuffix(" host") for k in kinds) + " host"
-    return Caveat(f"{PREFIX}{who} ran on a {host} ({where}): their speeds moved with the host's other "
+    article = "an" if host[0] in "aeiou" else "a"
+    return Caveat(f"{PREFIX}{who} ran on {article} {host}{where}: their speeds moved with the host's other "
                   "work, and so may every speedup here; run the study on a quiet host to trust them",
                   f"{kinds[0] if len(kinds) == 1 else 'loaded host'} ({len(hit)}/{len(measured)})")
 

@@ -22,15 +22,17 @@ the claims need the strict family: every pair (measured in docs/verdict.md).
 
 Pairs are rounds (or hosts): in each, `advantage` = log(their time to target) − log(ours), so the round's drift and
 the seed's effect on learning (shared by a round's configurations) cancel. A time that is only bounded (a job that
-never reached the target is censored at its training time; one stopped behind its round's leader at its stop) gives
-the bound where it fixes the sign of the round (the censored one is slower by at least that much) and 0 where it
-does not: a censored round never speaks for the censored configuration.
+never reached the target is censored at its training time; one stopped behind its round's leader at its stop)
+bounds the round's advantage on one side only (`advantage_bounds`); each side of the interval is read from the
+rounds' bounds on that side (`interval`): a t bound where every round bounds it, the sign test's where one leaves
+it open, so a censored round never speaks for the censored configuration.
 
 replicates=auto looks again after every round; a fixed-size interval read at every look does not keep its error
 rate (optional stopping). Its looks are planned (rounds `first` to `most`, L of them), so the error α is spent
 over them (Bonferroni over the looks, `Looks.share`): look k of L (k = 1 at round `first`) gets α·2k/(L(L + 1)),
-less at the early looks, where a few replicates could decide little anyway, more at the late ones. The shares add
-up to α, so the guarantee holds at every look, whenever the study stops.
+less at the early looks, where a few replicates could decide little anyway, more at the late ones. A pair's look is
+that of its own rounds (`looked_level`): a pair frozen at n rounds keeps its look's interval at every later look.
+A pair's shares add up to at most α, so the guarantee holds at every look, whenever the study stops.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
-
-from sweeplab.study.tdist import normal_quantile, student_t_quantile
+from scipy import stats
 
 # Power for "would likely decide it": the replicates at which an effect of the measured size clears the interval
 # in 80 % of studies.
@@ -91,10 +93,10 @@ class Looks:
 @dataclass(frozen=True)
 class Comparison:
     """`first` against `second` over their common pair keys: the mean log advantage of `first` (positive:
-    faster), its standard deviation over the pairs, and the bounds [low, high] of its interval, each side at the
-    selection's one-sided level (unbounded with fewer than two pairs). `censored`: pairs where a side's time was only
-    bounded; with any that never reached the target, the interval is the sign test's, for the median advantage
-    (`interval`)."""
+    faster), its standard deviation over the pairs, and the bounds [low, high] of its interval, each side at
+    `level` (one-sided; unbounded with fewer than two pairs). `censored`: pairs where a side's time was only
+    bounded; a side of the interval that such a pair leaves open is the sign test's (`interval`), and `center`, the
+    figure printed between the bounds, is then the median advantage instead of the mean."""
 
     first: str
     second: str
@@ -104,16 +106,26 @@ class Comparison:
     low: float
     high: float
     censored: int
+    level: float = math.nan
+    center: float = math.nan
+    # the rounds that are surely for `first` (their lower bound above 0) and surely for `second`, and whether a side
+    # took the sign test (then these counts, not the mean and sd, say how many rounds would decide it)
+    wins: int = 0
+    losses: int = 0
+    sign_test: bool = False
 
     def reversed(self) -> Comparison:
-        return Comparison(self.second, self.first, self.n, -self.mean, self.sd, -self.high, -self.low, self.censored)
+        return Comparison(self.second, self.first, self.n, -self.mean, self.sd, -self.high, -self.low, self.censored,
+                          self.level, -self.center, self.losses, self.wins, self.sign_test)
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The answer over `configs` (docstring of the module). `level`: each side of each pair's interval; `looks`: how
-    many looks it is valid over (None: a fixed-size study); `share`: the part of α this look spends; `indifference`: δ (1: none). `lower`: the lowest bound of a configuration's log
-    advantage over any other (its worst case against the rest)."""
+    """The answer over `configs` (docstring of the module). `level`: each side of the interval of the pair with the
+    most rounds (each pair's own is `Comparison.level`: its share of α comes from its own rounds); `looks`: how
+    many looks it is valid over (None: a fixed-size study); `share`: the part of α that pair's look spends;
+    `indifference`: δ (1: none). `lower`: the lowest bound of a configuration's log advantage over any other (its
+    worst case against the rest)."""
 
     configs: tuple[str, ...]
     confidence: float
@@ -132,6 +144,15 @@ class Selection:
         looks = f" over its {self.looks.count} looks" if self.looks is not None else ""
         return f"{self.confidence:.0%} simultaneous{looks}"
 
+    def level_text(self) -> str:
+        """"each pair's interval at 99.76%", or the range when the pairs' rounds (and so their levels) differ."""
+        levels = sorted({round(2 * c.level - 1, 6) for c in self.comparisons.values() if math.isfinite(c.level)})
+        if not levels:
+            return "no pair compared"
+        if len(levels) == 1:
+            return f"each pair's interval at {levels[0]:.2%}"
+        return f"each pair's interval at {levels[0]:.2%}-{levels[-1]:.2%} (by its own rounds)"
+
     @property
     def named(self) -> str | None:
         """The configuration the verdict names: the fastest, else the one within the indifference zone."""
@@ -148,6 +169,12 @@ class Selection:
         return math.exp(self.lower[config])
 
 
+@lru_cache(maxsize=1 << 16)
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (scipy.stats; cached: a sweep asks for few distinct ones, a simulation for many)."""
+    return float(stats.t.ppf(p, df))
+
+
 def pair_level(confidence: float, configs: int, share: float = 1.0) -> float:
     """Each side of each pair's interval: K(K − 1) one-sided bounds (both sides of K(K − 1)/2 pairs) sharing this
     look's part of the error (Bonferroni)."""
@@ -158,66 +185,93 @@ def half_width(sd: float, n: int, level: float) -> float:
     """One-sided t half-width of a mean of n paired values at `level` (inf below two)."""
     if n < 2:
         return math.inf
-    return student_t_quantile(level, n - 1) * sd / math.sqrt(n)
+    return t_quantile(level, n - 1) * sd / math.sqrt(n)
+
+
+def looked_level(confidence: float, configs: int, looks: Looks | None, rounds: int) -> float:
+    """Each side of the interval of a pair with `rounds` rounds in common: its look is that of its own rounds, not
+    the study's, so a pair frozen at n rounds (a configuration dropped as slower) keeps the interval of its look and
+    is never re-tested at a later look's larger share (the shares of one pair's looks add up to at most 1)."""
+    return pair_level(confidence, configs, looks.share(rounds) if looks is not None else 1.0)
 
 
 def compare(first: str, second: str, ours: Mapping[Hashable, TimeAtTarget],
             theirs: Mapping[Hashable, TimeAtTarget], level: float) -> Comparison:
     keys = sorted(ours.keys() & theirs.keys(), key=repr)
+    if not keys:
+        return Comparison(first, second, 0, math.nan, math.nan, -math.inf, math.inf, 0, level, math.nan)
     values = np.array([advantage(ours[k], theirs[k]) for k in keys], dtype=float)
+    bounds = np.array([advantage_bounds(ours[k], theirs[k]) for k in keys], dtype=float)
     censored = sum(bool(ours[k].censored or theirs[k].censored) for k in keys)
     never = any("never" in (ours[k].censored, theirs[k].censored) for k in keys)
-    if values.size == 0:
-        return Comparison(first, second, 0, math.nan, math.nan, -math.inf, math.inf, 0)
     sd = float(values.std(ddof=1)) if values.size > 1 else math.nan
-    low, high = interval(values, level, sign_test=never)
-    return Comparison(first, second, int(values.size), float(values.mean()), sd, low, high, censored)
+    low, high = interval(bounds[:, 0], bounds[:, 1], level, sign_test=never)
+    center = float(np.median(values)) if censored else float(values.mean())
+    sign_test = never or not (np.all(np.isfinite(bounds[:, 0])) and np.all(np.isfinite(bounds[:, 1])))
+    return Comparison(first, second, int(values.size), float(values.mean()), sd, low, high, censored, level,
+                      min(max(center, low), high), int(np.sum(bounds[:, 0] > 0)), int(np.sum(bounds[:, 1] < 0)),
+                      bool(sign_test))
 
 
-def interval(values: np.ndarray, level: float, sign_test: bool) -> tuple[float, float]:
-    """Each side at one-sided `level`: the t interval of the mean advantage; with `sign_test` (a pair where a side
-    never reached the target), the sign test's interval of the median (order statistics). Such rounds' values are
-    bounds (one side reached the target early, the other never did) or 0, clumps of one size that a t interval
-    took for a difference when three fell on one side: 5.6-7.3 % of A/A studies ordered two configurations at
-    K = 4-8, n = 3, with an explicit target half the jobs reached. The sign test is exact whatever the values'
-    shape: under equal configurations each pair's sign is a coin flip, and its zeros count against a claim. A bound
-    from a job stopped behind (at least k times its leader's time) keeps the t interval: it understates how much
-    slower the stopped one was, so it only weakens a claim against it, and no claim for it comes from that round."""
-    if not sign_test:
-        width = half_width(float(values.std(ddof=1)) if values.size > 1 else math.nan, values.size, level)
-        return float(values.mean()) - width, float(values.mean()) + width
-    k = sign_test_rank(values.size, 1.0 - level)
-    if k == 0:
-        return -math.inf, math.inf
-    ordered = np.sort(values)
-    return float(ordered[k - 1]), float(ordered[-k])  # a claim (low > 0) needs k values strictly on its side
+def advantage_bounds(ours: TimeAtTarget, theirs: TimeAtTarget) -> tuple[float, float]:
+    """What one round says of our advantage (their log time − ours) when a time is only bounded: [low, high]. A
+    censored time is at least its bound and may be far longer (never: infinite), so our advantage is at most
+    theirs − our bound when ours is censored (no lower limit), at least their bound − ours when theirs is."""
+    low = theirs.log_seconds - ours.log_seconds if not ours.censored else -math.inf
+    high = theirs.log_seconds - ours.log_seconds if not theirs.censored else math.inf
+    return low, high
+
+
+def interval(lows: np.ndarray, highs: np.ndarray, level: float, sign_test: bool) -> tuple[float, float]:
+    """Each side at one-sided `level`, from each round's bounds of the advantage (equal where both times were
+    measured). A side every round bounds (low: no censored time of ours) is the t bound of the mean of those
+    bounds: their mean is at most (at least) the true one, so the bound keeps its level. A side some round leaves
+    open (a time of that side only bounded: a job stopped behind may be far slower than its stop), or any side of a
+    pair where a job never reached the target (`sign_test`), is the sign test's bound of the median (order
+    statistics of the rounds' bounds), exact whatever the values' shape: a stopped round counts against a claim for
+    the stopped configuration, never for it (its bound, as a value, would pull its mean up: issue 59).
+
+    Why never-reached pairs take the sign test on both sides: their rounds' values are bounds (one side reached the
+    target early, the other never did) or open, clumps of one size that a t interval took for a difference when
+    three fell on one side: 5.6-7.3 % of A/A studies ordered two configurations at K = 4-8, n = 3, with an explicit
+    target half the jobs reached; a time that may be infinite has no mean."""
+    n = lows.size
+    k = sign_test_rank(n, 1.0 - level)
+    if sign_test or not np.all(np.isfinite(lows)):
+        low = float(np.sort(lows)[k - 1]) if k > 0 else -math.inf
+    else:
+        low = float(lows.mean()) - half_width(float(lows.std(ddof=1)) if n > 1 else math.nan, n, level)
+    if sign_test or not np.all(np.isfinite(highs)):
+        high = float(np.sort(highs)[-k]) if k > 0 else math.inf
+    else:
+        high = float(highs.mean()) + half_width(float(highs.std(ddof=1)) if n > 1 else math.nan, n, level)
+    return low, high
 
 
 def sign_test_rank(n: int, alpha: float) -> int:
     """The largest k with P(Binomial(n, 1/2) ≤ k − 1) ≤ alpha: the k-th smallest of n values is then a lower
     confidence bound of their median at 1 − alpha (0: none is)."""
-    k, tail = 0, 0.0
-    while k < n:
-        tail += math.comb(n, k) / 2.0**n
-        if tail > alpha:
-            break
-        k += 1
-    return k
+    if n < 1:
+        return 0
+    q = int(stats.binom.ppf(alpha, n, 0.5))  # the smallest q with P(B <= q) >= alpha
+    return q + 1 if stats.binom.cdf(q, n, 0.5) <= alpha else q
 
 
 def select(times: Mapping[str, Mapping[Hashable, TimeAtTarget]], *, confidence: float = 0.95,
            looks: Looks | None = None, indifference: float = 1.0) -> Selection:
     """MCB over the configurations of `times` (configuration -> pair key -> its time to target there)."""
     configs = tuple(times)
-    rounds = max((len(by_key) for by_key in times.values()), default=0)
-    share = looks.share(rounds) if looks is not None else 1.0
-    level = pair_level(confidence, len(configs), share)
     comparisons: dict[tuple[str, str], Comparison] = {}
     for i, first in enumerate(configs):
         for second in configs[i + 1:]:
-            forward = compare(first, second, times[first], times[second], level)
+            rounds = len(times[first].keys() & times[second].keys())
+            forward = compare(first, second, times[first], times[second],
+                              looked_level(confidence, len(configs), looks, rounds))
             comparisons[(first, second)] = forward
             comparisons[(second, first)] = forward.reversed()
+    most = max((c.n for c in comparisons.values()), default=0)
+    share = looks.share(most) if looks is not None else 1.0
+    level = pair_level(confidence, len(configs), share)
 
     def others(config: str) -> list[str]:
         return [c for c in configs if c != config]
@@ -239,16 +293,25 @@ def _nan_low(comparison: Comparison) -> float:
     return -math.inf if math.isnan(comparison.low) else comparison.low
 
 
+# The printed "about N replicates" is counted only from this many pairs, and only where a difference is measured (the
+# pair's own 95 % interval, unadjusted, clear of 0): on 3 pairs a measured difference is mostly noise, and one
+# selected for being large (an undecided pair that still "shows" a difference) overstates the truth: re-run with
+# the count planned from 3 pairs, a true 1.3x decided in 36-49 % of studies, not 80 % (docs/verdict.md).
+FEWEST_PAIRS_TO_PLAN = 5
+
+
 def replicates_to_decide(comparison: Comparison, confidence: float, configs: int, indifference: float = 1.0,
-                         looks: Looks | None = None) -> int | None:
+                         looks: Looks | None = None, optimistic: bool = True) -> int | None:
     """About how many pairs would decide this comparison (its interval clear of 0, or within the indifference zone
-    for the leader) in 80 % of studies, were the measured spread the truth and the difference one standard error
-    larger than measured; None when that is more than MOST_REPLICATES_SUGGESTED or nothing was measured."""
+    for the leader) in 80 % of studies, were the measured spread the truth and the difference as measured
+    (`optimistic`: one standard error larger, for replicates=auto's futility rule, which should not give up on a
+    real effect its first rounds drew small); None when that is more than MOST_REPLICATES_SUGGESTED or nothing was
+    measured."""
+    if comparison.sign_test and comparison.n >= 1:
+        return _rounds_for_the_sign_test(comparison, confidence, configs, looks, optimistic)
     if not (comparison.n >= 2 and math.isfinite(comparison.sd)):
         return None
-    # optimistic by one standard error: a difference measured on 3-4 pairs is itself noisy, and a plan that gives up
-    # on a real effect because its first rounds drew it small costs the study its answer
-    effect = (abs(comparison.mean) + comparison.sd / math.sqrt(comparison.n)
+    effect = (abs(comparison.mean) + (comparison.sd / math.sqrt(comparison.n) if optimistic else 0.0)
               + (math.log(indifference) if indifference > 1.0 else 0.0))
     if not effect > 0:
         return None
@@ -257,10 +320,10 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
     def level(n: int) -> float:
         return pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
 
-    power = normal_quantile(POWER)
+    power = float(stats.norm.ppf(POWER))
 
     def decides(n: int) -> bool:
-        return effect * math.sqrt(n) / comparison.sd >= student_t_quantile(level(n), n - 1) + power
+        return effect * math.sqrt(n) / comparison.sd >= t_quantile(level(n), n - 1) + power
 
     low, high = max(2, comparison.n), MOST_REPLICATES_SUGGESTED
     if not decides(high):
@@ -271,9 +334,45 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
     return low
 
 
-def replicates_to_decide_open(selection: Selection, looks: Looks | None = None) -> dict[tuple[str, str], int | None]:
+def _rounds_for_the_sign_test(comparison: Comparison, confidence: float, configs: int, looks: Looks | None,
+                              optimistic: bool) -> int | None:
+    """A pair on the sign test: the first number of rounds at which its k-th smallest bound clears 0 in 80 % of
+    studies, were each round surely for the side ahead with the measured share of such rounds (one standard error
+    more, `optimistic`, as for the t). A t formula on such a pair's clumped values said "about 57 rounds" of a
+    pair the sign test decides at 10 when every round falls one way (issue 59)."""
+    ahead = max(comparison.wins, comparison.losses)
+    share = ahead / comparison.n
+    if optimistic:
+        share = min(1.0, share + math.sqrt(share * (1 - share) / comparison.n))
+    if share <= 0.5:
+        return None
+    for n in range(max(2, comparison.n), MOST_REPLICATES_SUGGESTED + 1):
+        level = pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
+        k = sign_test_rank(n, 1.0 - level)
+        if k > 0 and stats.binom.sf(n - k, n, share) >= POWER:
+            return n
+    return None
+
+
+def difference_measured(comparison: Comparison, confidence: float = 0.95) -> bool:
+    """The pair's own interval (at `confidence`, not adjusted for the other pairs or the looks) is clear of 0, on
+    at least FEWEST_PAIRS_TO_PLAN pairs with no censored time: a difference to plan more replicates from."""
+    if comparison.n < FEWEST_PAIRS_TO_PLAN or comparison.censored or not comparison.sd > 0:
+        return False
+    return abs(comparison.mean) > t_quantile(0.5 + confidence / 2, comparison.n - 1) * comparison.sd / math.sqrt(
+        comparison.n)
+
+
+def replicates_to_decide_open(selection: Selection, looks: Looks | None = None,
+                              printed: bool = False) -> dict[tuple[str, str], int | None]:
     """(leader, other) -> about how many pairs would decide each comparison that keeps the verdict open (open_pairs),
-    in a fixed-size study (looks None) or over a study's planned looks."""
+    over a study's planned looks (replicates=auto's futility rule, optimistic by a standard error), or, `printed`,
+    in a fixed-size study of that many replicates at the measured difference (None unless a difference is measured:
+    difference_measured)."""
+    if printed:
+        return {(c.first, c.second): replicates_to_decide(c, selection.confidence, len(selection.configs),
+                                                          selection.indifference, None, optimistic=False)
+                if difference_measured(c) else None for c in open_pairs(selection)}
     return {(c.first, c.second): replicates_to_decide(c, selection.confidence, len(selection.configs),
                                                       selection.indifference, looks)
             for c in open_pairs(selection)}

@@ -104,12 +104,16 @@ def _record_verdict_best(uri: str, parent_run_id: str, summary: SweepSummary, la
     by " | ", or empty): a tie stays a tie, never a pick by the last digit."""
     verdict = summary.verdict
     names = naming.configuration_run_names([c.config for c in summary.configs], labels)  # the tables' short labels
-    mlflow_store.write(uri, parent_run_id, SweepRun(best_verdict=verdict.kind, best_config=" | ".join(verdict.fastest),
+    # a winner named by a study too small to carry a verdict, or beside an undetermined configuration, says so
+    # in the tag too ("fastest (not an answer)"): export offers only an unqualified "fastest"
+    mlflow_store.write(uri, parent_run_id, SweepRun(best_verdict=verdict.qualified(verdict.kind),
+                                                    best_config=" | ".join(verdict.fastest),
                                                     objective_metric=summary.metric_name, objective_mode=summary.mode))
     if verdict.kind == "fastest":
-        return verdict.headline
+        return verdict.best_line
     if verdict.kind == "tie":
-        return f"tie between {', '.join(names.get(c, c) for c in verdict.fastest)} (intervals overlap: not ranked)"
+        tie = f"tie between {', '.join(names.get(c, c) for c in verdict.fastest)} (intervals overlap: not ranked)"
+        return verdict.qualified(tie)
     return f"none ({verdict.headline})"
 
 

@@ -17,7 +17,6 @@ something. By concern, bottom to top (docs/verdict.md has the reasoning and the 
 
 from __future__ import annotations
 
-from sweeplab.study.tdist import student_t_cdf, student_t_quantile
 from sweeplab.study.verdict.decision import (
     FEWEST_REPLICATES,
     ONE_REPLICATE,
@@ -113,8 +112,6 @@ __all__ = [
     "shown_in_the_view",
     "simultaneous_level",
     "speed_quality_front",
-    "student_t_cdf",
-    "student_t_quantile",
     "summarize",
     "table_cells",
     "table_header",

@@ -49,24 +49,28 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
             left_out[config.config] = reason
     if selection is None:
         keeper = [c for c in configs if c.config not in left_out and c.config not in undetermined]
-        if len(keeper) == 1 and not undetermined and any(c.quality == "loses" for c in configs):
+        if len(keeper) == 1 and all(c.quality == "loses" for c in configs if c is not keeper[0]):
             # the answer without a speed comparison: every other configuration lost quality beyond its interval
             line = f"fastest to {target_text}: {show(keeper[0].config)}, the only configuration that keeps quality"
             return Verdict("fastest", (keeper[0].config,), {keeper[0].config: keeper[0].speedup_to_target}, (), "",
-                           (*head, line, *context, *_exclusion_lines(left_out, undetermined, show)), caveat)
+                           (*head, line, *context, *_exclusion_lines(left_out, undetermined, show)), caveat,
+                           left_out=_left_out_words(left_out))
         reason = (f"no verdict: fewer than two configurations could keep quality and be compared on their time to "
                   f"{target_text} (two rounds in common with the baseline at least)")
         return Verdict("no verdict", (), {}, undetermined, reason,
-                       (*head, reason, *context, *_exclusion_lines(left_out, undetermined, show)), caveat)
+                       (*head, reason, *context, *_exclusion_lines(left_out, undetermined, show)), caveat,
+                       left_out=_left_out_words(left_out))
+    slower_than = {config: f"slower than {', '.join(show(c) for c in faster)}"
+                   for config, faster in selection.beaten_by.items()}
     for config, faster in selection.beaten_by.items():
         left_out[config] = (f"slower to the target than {', '.join(show(c) for c in faster)} (beyond the noise)", "")
     could_be = [by_name[c] for c in mcb.sorted_by_speed(selection, selection.could_be_fastest)]
     named = selection.named
-    level = f"{selection.confidence_text()}, each pair's interval at {2 * selection.level - 1:.2%}"
+    level = f"{selection.confidence_text()}, {selection.level_text()}"
     if named is not None:
         kind: VerdictKind = "fastest"
         tied = [by_name[named]]
-        lines = [*head, _named_headline(by_name[named], baseline, target_text, selection, show)]
+        lines = [*head, _named_headline(by_name[named], baseline, target_text, selection, show, undetermined)]
         if selection.fastest is not None and selection.margin(named) > 1:
             lines.append(f"  at least {format_ratio(selection.margin(named))} as fast as every other configuration "
                          f"compared (every pair compared, {level})")
@@ -77,7 +81,7 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     else:
         kind = "tie"
         tied = could_be
-        lines = [*head, _headline(kind, tied, selection.configs, target_text, show)]
+        lines = [*head, _headline(kind, tied, selection.configs, target_text, show, undetermined)]
         lines += [f"  {show(c.config)}: {_speedup_text(c, baseline)}" for c in tied]
         lines.append(f"  (every pair compared, {level})")
     lines += context
@@ -85,21 +89,24 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
     if unclear:
         lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
                      + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
-    to_decide = mcb.replicates_to_decide_open(selection)
+    to_decide = mcb.replicates_to_decide_open(selection, printed=True)
     lines += [_to_decide_line(pair, n, show) for pair, n in to_decide.items()]
     lines += _exclusion_lines(left_out, undetermined, show)
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
                    "", tuple(lines), caveat, within=selection.indifference if selection.within else 1.0,
-                   to_decide={f"{a} vs {b}": n for (a, b), n in to_decide.items()})
+                   to_decide={f"{a} vs {b}": n for (a, b), n in to_decide.items()},
+                   left_out={**_left_out_words(left_out), **slower_than})
 
 
 def _to_decide_line(pair: tuple[str, str], replicates: int | None, show) -> str:
     first, second = (show(c) for c in pair)
     if replicates is None:
-        return (f"to decide {first} against {second}: no difference measured that more replicates would likely "
-                f"separate (over {mcb.MOST_REPLICATES_SUGGESTED} at this noise)")
-    return (f"to decide {first} against {second}: about {replicates} replicates would (80 % power at the measured "
-            f"difference and noise; replicates={replicates})")
+        return (f"to decide {first} against {second}: no difference measured to plan replicates from (its own 95 % "
+                f"interval includes none, on fewer than {mcb.FEWEST_PAIRS_TO_PLAN} pairs, or needs over "
+                f"{mcb.MOST_REPLICATES_SUGGESTED})")
+    return (f"to decide {first} against {second}: about {replicates} replicates would, were the measured difference "
+            f"and noise the truth (80 % power then; a measured difference is itself noisy: what such counts "
+            f"delivered when re-run is in docs/verdict.md; replicates={replicates})")
 
 
 FEWEST_REPLICATES = 3
@@ -130,17 +137,31 @@ def _left_out_reason(config: ConfigSummary) -> tuple[str, str] | None:
     return None
 
 
-def _named_headline(config: ConfigSummary, baseline: str, target_text: str, selection: mcb.Selection, show) -> str:
+def _named_headline(config: ConfigSummary, baseline: str, target_text: str, selection: mcb.Selection, show,
+                    undetermined: Sequence[str] = ()) -> str:
     zone = "" if selection.fastest else f", or within {format_ratio(selection.indifference)} of the fastest"
-    return f"fastest to {target_text}{zone}: {show(config.config)}, {_speedup_text(config, baseline)}"
+    # an undetermined configuration was never compared: it could be faster, so the answer is among the compared
+    compared = (f" of those compared ({', '.join(show(c) for c in undetermined)} undetermined: could be faster)"
+                if undetermined else "")
+    return f"fastest to {target_text}{compared}{zone}: {show(config.config)}, {_speedup_text(config, baseline)}"
+
+
+def _left_out_words(left_out: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """Why each configuration is left out, in a few words for a tag (`Verdict.left_out`)."""
+    words = {"best metric worse than the baseline's beyond the tolerance": "quality lost beyond the tolerance",
+             "no best metric paired with the baseline's (quality unknown)": "quality unknown"}
+    return {config: words.get(reason, reason) for config, (reason, _) in left_out.items()}
 
 
 def _headline(kind: VerdictKind, tied: Sequence[ConfigSummary], compared: Sequence[str], target_text: str,
-              show) -> str:
+              show, undetermined: Sequence[str] = ()) -> str:
     names = ", ".join(show(c.config) for c in tied)
+    among = (f" of those compared ({', '.join(show(c) for c in undetermined)} undetermined: could be faster)"
+             if undetermined else "")
     if len(tied) == len(compared):
-        return f"tie for fastest to {target_text}: all of {names} (the noise cannot order them: not ranked)"
-    return f"tie for fastest to {target_text}: {names} (the noise cannot order them: not ranked; the rest are slower)"
+        return f"tie for fastest to {target_text}{among}: all of {names} (the noise cannot order them: not ranked)"
+    return (f"tie for fastest to {target_text}{among}: {names} (the noise cannot order them: not ranked; the rest "
+            "are slower)")
 
 
 def _exclusion_lines(left_out: Mapping[str, tuple[str, str]], undetermined: Sequence[str], show) -> list[str]:

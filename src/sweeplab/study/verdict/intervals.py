@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sweeplab.study.tdist import student_t_quantile
+from sweeplab.study.selection import t_quantile
 from sweeplab.study.verdict.records import CONFIDENCE, Estimate, Interval
 
 
@@ -22,7 +22,7 @@ def mean_interval(values: np.ndarray, level: float = CONFIDENCE) -> tuple[np.nda
     mean = values.mean(axis=-1)
     # Squared deviations summed directly: np.std's generality costs more than the rest of a sweep's summary.
     standard_error = np.sqrt(((values - mean[..., None]) ** 2).sum(axis=-1) / (n - 1) / n)
-    half_width = student_t_quantile(0.5 + level / 2.0, n - 1) * standard_error
+    half_width = t_quantile(0.5 + level / 2.0, n - 1) * standard_error
     return mean - half_width, mean + half_width
 
 

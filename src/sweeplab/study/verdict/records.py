@@ -246,9 +246,36 @@ class Verdict:
     caveat: str = ""
     within: float = 1.0
     to_decide: Mapping[str, int | None] = field(default_factory=dict)
+    # configuration -> why it is left out, in a few words ("slower than bs=32 α=1", "quality lost beyond tolerance")
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    @property
+    def qualifier(self) -> str:
+        """What every place that names a winner says beside it (the `best:` line, the sweep run's `best_verdict`
+        tag, the configuration runs' `verdict` tag): "not an answer" when the study cannot carry a verdict, "of
+        those compared" while a configuration is undetermined (it was never compared: it could be faster)."""
+        if self.kind not in ("fastest", "tie"):
+            return ""
+        words = ["not an answer"] if self.caveat else []
+        if self.undetermined:
+            words.append(f"of those compared; {len(self.undetermined)} undetermined")
+        return ", ".join(words)
+
+    def qualified(self, words: str) -> str:
+        """`words` naming the winner, with the qualifier in parentheses when there is one."""
+        return f"{words} ({self.qualifier})" if self.qualifier else words
+
+    @property
+    def best_line(self) -> str:
+        """The answer in one line, as the sweep's closing `best:` line says it: the headline, after the reason the
+        study cannot carry a verdict when it cannot."""
+        if not self.caveat:
+            return self.headline
+        why = self.caveat.split(": ", 1)[-1].split(";", 1)[0]
+        return f"not an answer ({why}): {self.headline}"
 
     @property
     def headline(self) -> str:

@@ -83,22 +83,16 @@ def summarize(
     # Both speed columns can say "faster": one family. Quality claims are of another kind: a family of their own.
     speed_level = simultaneous_level(confidence, 2 * comparisons) if adjust_for_multiple_comparisons else confidence
     quality_level = simultaneous_level(confidence, comparisons) if adjust_for_multiple_comparisons else confidence
-    quality = {
-        name: _quality(name_jobs, by_config[baseline], name == baseline, mode, quality_tolerance, quality_level,
-                       pair_by)
-        for name, name_jobs in by_config.items()
-    }
+    quality = {name: _quality(name_jobs, by_config[baseline], name == baseline, mode, quality_tolerance,
+                              quality_level, pair_by) for name, name_jobs in by_config.items()}
     stopped_at_target = any(j.stopped_at_target for js in by_config.values() for j in js)
     if stopped_at_target:  # each job's metric is the target's give or take the validation grid: not compared
         quality = {name: (q if name == baseline else (q[0], "at target", True)) for name, q in quality.items()}
     target, target_source = _choose_target(by_config, quality, target, mode, metric_name, _namer(names),
                                            quality_tolerance)
     at_target = {name: [job_at_target(j, target, mode) for j in name_jobs] for name, name_jobs in by_config.items()}
-    configs = tuple(
-        _config_summary(name, at_target[name], at_target[baseline], quality[name], name == baseline,
-                        confidence, speed_level, pair_by)
-        for name in by_config
-    )
+    configs = tuple(_config_summary(name, at_target[name], at_target[baseline], quality[name], name == baseline,
+                                    confidence, speed_level, pair_by) for name in by_config)
     target_text = f"{metric_name} {'≥' if mode == 'max' else '≤'} {target:.4g}"
     tolerance_text = _tolerance_text(quality_tolerance, tolerance_source, metric_name, stopped_at_target)
     stopped_behind = {name for name, js in by_config.items() if all(j.censored_samples is not None for j in js)}
@@ -108,13 +102,16 @@ def summarize(
     candidates = _candidates(configs, undetermined, stopped_behind)
     selection = mcb.select({c.config: times[c.config] for c in candidates}, confidence=confidence, looks=looks,
                            indifference=indifference) if len(candidates) >= 2 else None
+    if adjust_for_multiple_comparisons:  # the speed columns at the level the decision used (_as_decided)
+        configs = tuple(_as_decided(c, times, baseline, selection, confidence, looks, len(candidates), at_target,
+                                    pair_by) for c in configs)
+        speed_level = min([c.speedup.interval.level for c in configs if c.config != baseline] or [speed_level])
     verdict = decide(configs, baseline, target_text, target_source, tolerance_text=tolerance_text,
                      smoke_budget=smoke_budget, names=names, selection=selection, undetermined=undetermined)
     return SweepSummary(
         baseline=baseline, metric_name=metric_name, mode=mode, target=target, target_source=target_source,
         quality_tolerance=quality_tolerance, confidence=confidence, comparisons=comparisons, speed_level=speed_level,
-        quality_level=quality_level,
-        pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
+        quality_level=quality_level, pair_by=pair_by, configs=configs, jobs_at_target=tuple(a for name in by_config for a in at_target[name]),
         verdict=verdict,
         notes=_notes(configs, [j for js in by_config.values() for j in js], pair_by, names, mode, metric_name,
                      quality_tolerance, target),
@@ -286,6 +283,30 @@ def _speedup(
                           [(a.job, a.time_bound if a.time_bound is not None else a.time_to_target) for a in at_target],
                           pair_by)
     return dataclasses.replace(ratio_from_log_ratios(_log_ratios(pairs), level), bounded=bounded)
+
+
+def _as_decided(config: ConfigSummary, times: Mapping[str, Mapping[tuple, mcb.TimeAtTarget]], baseline: str,
+                selection: mcb.Selection | None, confidence: float, looks: mcb.Looks | None, compared: int,
+                at_target: Mapping[str, list[JobAtTarget]], pair_by: PairBy) -> ConfigSummary:
+    """The configuration's speed comparisons with the baseline at the level its decision used at this look: the
+    speedup to target is the selection's interval of its pair with the baseline (the same pair's look, the same
+    share of α, the same censored rounds); a configuration the selection did not compare gets the interval it would
+    have had there. The samples/s speedup is read at that same level. A reader never sees a fixed-size interval
+    that excludes 1 beside a tie decided at a stricter look (issue 59)."""
+    if config.config == baseline:
+        return config
+    if selection is not None and config.config in selection.configs and baseline in selection.configs:
+        pair = selection.comparison(config.config, baseline)
+    else:
+        rounds = len(times[config.config].keys() & times[baseline].keys())
+        level = mcb.looked_level(confidence, max(compared, 2), looks, rounds)
+        pair = mcb.compare(config.config, baseline, times[config.config], times[baseline], level)
+    two_sided = 2 * pair.level - 1
+    to_target = Estimate(math.exp(pair.center) if math.isfinite(pair.center) else math.nan,
+                         Interval(math.exp(pair.low), math.exp(pair.high), two_sided), pair.n,
+                         bounded=config.speedup_to_target.bounded)
+    speedup = _speedup(at_target[config.config], at_target[baseline], False, two_sided, pair_by, "samples_per_sec")
+    return dataclasses.replace(config, speedup_to_target=to_target, speedup=speedup)
 
 
 def _validation_resolution(at_target: list[JobAtTarget]) -> float:

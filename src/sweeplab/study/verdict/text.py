@@ -14,7 +14,18 @@ def table_header(summary: SweepSummary, with_target: bool = True, names: Mapping
     target = (f"target: {summary.metric_name} {'≥' if summary.mode == 'max' else '≤'} {summary.target:.4g} "
               f"({summary.target_source}); ") if with_target else ""
     return (f"{target}comparisons with {_namer(names)(summary.baseline)} (the baseline): {summary.comparisons}, "
-            f"speed intervals each at {summary.speed_level:.2%}, quality intervals at {summary.quality_level:.2%}")
+            f"speed intervals {speed_levels_text(summary)}, quality intervals at {summary.quality_level:.2%}")
+
+
+def speed_levels_text(summary: SweepSummary) -> str:
+    """The levels of the speed columns' intervals: each is the level the verdict's decision used for that
+    configuration's pair with the baseline at this look (several when the pairs' rounds differ)."""
+    levels = sorted({round(c.speedup_to_target.interval.level, 6) for c in summary.configs
+                     if c.config != summary.baseline})
+    decided = " (the verdict's own)" if summary.selection is not None else ""
+    if len(levels) > 1:
+        return f"at {levels[0]:.2%}-{levels[-1]:.2%}{decided}"
+    return f"each at {(levels[0] if levels else summary.speed_level):.2%}{decided}"
 
 
 def render_table(summary: SweepSummary) -> str:
@@ -46,12 +57,14 @@ SANE_SPAN = 1e4
 
 
 def not_measured(estimate: Estimate) -> bool:
-    """The interval of a positive figure spans more than SANE_SPAN on either side of its point (a 2-replicate t
-    interval at a simultaneous level). An open side (∞: a job that never reached the target) is a bound, not this."""
+    """The interval of a positive figure spans more than SANE_SPAN from its low to its high bound, or its low bound
+    lies that far below its point (a 2-replicate t interval, at a simultaneous level or not: every such column of a
+    row reads alike, not a speedup "not measured" beside a time of 0.019–2.4e+05). An open high side (∞: a job that
+    never reached the target) is a bound, not this."""
     point, low, high = estimate.point, estimate.interval.low, estimate.interval.high
     if not (math.isfinite(point) and point > 0 and low >= 0):
         return False
-    return (math.isfinite(high) and high > point * SANE_SPAN) or low < point / SANE_SPAN
+    return (math.isfinite(high) and high > low * SANE_SPAN) or low < point / SANE_SPAN
 
 
 def interval_text(estimate: Estimate, show) -> str:
