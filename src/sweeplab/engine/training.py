@@ -157,7 +157,8 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
         monitored = finish(job, _fit(job)) if not tracked else _train_tracked(job, target, cfg, uri, sweep_dir)
         if distributed.is_global_zero():  # the run is FINISHED: its folder keeps what is read again
             drop_training_state(job)
-        return monitored
+    interrupts.check()  # a stop recorded while the run was closed (mlflow_store.JobRun): the job exits with it
+    return monitored
 
 
 def drop_training_state(job: Job) -> None:
@@ -240,8 +241,11 @@ def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig,
             interrupts.check()
             monitored = finish(job, _fit(job))
         finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
-            job.logger.send_held()
-        _record_wall_breakdown(job)
+            with interrupts.deferred():  # every write after the fit: a signal is acted on between writes, not in one
+                job.logger.send_held()
+        with interrupts.deferred():
+            _record_wall_breakdown(job)
+        interrupts.check()  # a stop that came after the job's last line: the run ends KILLED, the study says how to go on
         return monitored
 
 
