@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from conftest import compose_train
 from sweeplab.core.errors import UserError
 from test_bad_inputs_round4 import _one_line
-from test_reliability_round5 import FAST_CPU_S, _train
+from test_reliability_round5 import _train
 
 PY = sys.executable
 
