@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from conftest import compose_train
 from sweeplab.core.errors import UserError
 from test_bad_inputs_round4 import _one_line
-from test_reliability_round5 import _train
+from test_reliability_round5 import FAST_CPU_S, _train
 
 PY = sys.executable
 
@@ -247,3 +247,256 @@ def test_resuming_a_search_with_the_other_direction_is_refused(tmp_path):
                                         r"minimize: give hydra.sweeper.direction=maximize"):
         _searcher(tmp_path, "resume=true", "hydra.sweeper.direction=minimize")._plan([])
     assert _searcher(tmp_path, "resume=true", "hydra.sweeper.direction=maximize")._plan([]).continued
+
+
+# --- 9, 12, 13, 14: every value, in a single job or anywhere in a grid, answers before anything opens -------------
+
+
+EARLY = [
+    # a bound that was a __post_init__/__init__ check (met after torch and Lightning, 8-10 CPU-s), now an annotation
+    (["trainer.precision=fp8"], "trainer.precision: expected '32-true' | 'bf16-mixed' | '16-mixed' | 'bf16-true'"),
+    (["data.val_fraction=1.5"], "data.val_fraction: must be in [0, 1), got 1.5"),
+    (["data.too_long=maybe"], "data.too_long: expected 'truncate' | 'error', got 'maybe'"),
+    (["checkpoint.best=maybe"], "checkpoint.best: expected 'weights' | 'full', got 'maybe'"),
+    (["loss.beta=-1"], "loss.beta: must be >= 0, got -1"),
+    ([f"model.size={'x' * 5000}"], "model.size: unknown size 'xxxx"),
+    (["export=coreml", "export.precision=fp8"], "export.precision: expected 'fp16' | 'fp32', got 'fp8'"),
+    (["replicates_auto.budget_s=nan"], "replicates_auto.budget_s: expected a finite number"),
+    (["data.path="], "data.path: empty"),
+    # anywhere in a -m grid: the sweep run opened, good jobs trained, bad ones failed at set-up (exit 1)
+    (["-m", "loss.alpha=0.5,nan"], "loss.alpha: expected a finite number, got nan"),
+    (["-m", "data.batch_size=8,-16"], "data.batch_size: must be >= 1, got -16"),
+    (["-m", "hydra/sweeper=sweeplab", "replicates=2", "checkpoint.every_n_steps=2,0"],
+     "checkpoint.every_n_steps: must be >= 1, got 0"),
+    (["-m", "hydra/sweeper=sweeplab", "hydra.sweeper.leave=true", "data.batch_size=8,16"],
+     "hydra.sweeper.leave=true submits the study and exits: it needs hydra/launcher=slurm"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), EARLY, ids=[" ".join(o)[:60] for o, _ in EARLY])
+def test_a_wrong_value_anywhere_is_one_line_in_under_3_cpu_seconds_before_any_run(overrides, message, demo_dir,
+                                                                                  mlflow_uri, tmp_path):
+    data = [] if any(o.startswith("data.path=") for o in overrides) else [f"data.path={demo_dir}"]
+    result, cpu_s = _train([*overrides, *data, "model.out_dim=64", "debug=smoke",
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = _one_line(result.stderr, message)
+    assert len(line) < 400, line
+    assert cpu_s < FAST_CPU_S, f"{cpu_s:.1f} CPU-s"
+    experiment = MlflowClient(mlflow_uri).get_experiment_by_name("sweeplab")
+    assert experiment is None or not MlflowClient(mlflow_uri).search_runs([experiment.experiment_id])
+    assert not (tmp_path / "sweep" / "mlflow_parent_run_id").exists()
+
+
+# --- 7: a run of 10^12 planned steps starts at once ---------------------------------------------------------------
+
+
+def test_the_shape_warm_up_of_a_run_longer_than_an_epoch_does_not_walk_every_step(demo_dir):
+    """trainer.max_steps=1e12 sat in shape_warmup_batches, one batch per planned step, with no safe point."""
+    from sweeplab.families.textbridge.data import TextBridgeDataModule
+
+    data = TextBridgeDataModule(path=str(demo_dir), batch_size=16, pad_to="bucket")
+    started = time.process_time()
+    shapes = {tuple(b["input_ids"].shape) for b in data.shape_warmup_batches(10**12)}
+    assert time.process_time() - started < 30
+    assert shapes == {tuple(b["input_ids"].shape) for b in data.shape_warmup_batches(None)}
+    assert shapes >= {tuple(b["input_ids"].shape) for b in data.shape_warmup_batches(3)}  # a short run: its own
+
+
+# --- 6: the store's own disk fills during a job (a real tmpfs) ----------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 MB tmpfs (root only: skipped where `mount -t tmpfs` is refused)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"no tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path) -> None:
+    with open(disk / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 2**20)
+                filler.flush()
+        except OSError:
+            pass
+
+
+def _running_run_exists(db: Path) -> bool:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as store:
+            return bool(store.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
+@pytest.mark.slow  # a job until its disk fills: ~1 min on the busy machine (fast sibling: the next test)
+def test_the_stores_disk_full_during_a_job_is_one_line_naming_the_store_and_exit_2(demo_dir, small_disk, tmp_path):
+    """`database or disk is full` tracebacks, exit 1, run RUNNING; docs/reliability.md promises one line with the
+    path and the reason, exit 2."""
+    db = small_disk / "mlflow.db"
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *_smoke(demo_dir, "trainer.max_steps=100000",
+                                                                  "trainer.log_every_n_steps=1",
+                                                                  "trainer.val_check_interval=5"),
+                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    try:
+        deadline = time.monotonic() + 300
+        while not _running_run_exists(db):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
+            time.sleep(0.2)
+        _fill(small_disk)
+        _, err = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 2, err[-3000:]
+    _one_line(err, f"error: {db}: No space left on device (the MLflow store's sqlite database)")
+
+
+def test_sqlites_full_disk_is_the_environments_answer_naming_the_store(tmp_path):
+    """A real sqlite file on a disk that refuses to grow it (a real tmpfs where the machine allows it)."""
+    import sqlite3 as sqlite
+
+    from sweeplab.core import errors
+
+    errors.note_sqlite_store(tmp_path / "mlflow.db")
+    try:
+        raise RuntimeError("closing the run") from sqlite.OperationalError("database or disk is full")
+    except RuntimeError as exc:
+        assert errors.is_user_error(exc)
+        assert errors.user_message(exc) == f"{tmp_path / 'mlflow.db'}: No space left on device (the MLflow store's sqlite database)"
+
+
+# --- 5 and 17: the sweep folder's disk fills as the report is written, then space is freed and the study continued --
+
+
+@pytest.mark.slow  # a study, its report on a full disk, its continue: 2-5 min on the busy machine
+def test_a_report_a_full_disk_refused_leaves_the_study_unfinished_and_its_continue_finishes_it(demo_dir, mlflow_uri,
+                                                                                                small_disk, tmp_path):
+    """report.md could not be written, yet the sweep run was closed FINISHED with no continue command (and three
+    0-byte PNGs were left). The study ends FAILED naming the path, prints its continue command, leaves no partial
+    file; once space is freed the continue writes the report and ends the study FINISHED."""
+    sweep_dir = small_disk / "sweep"
+    paused = tmp_path / "paused"
+    study = ["-m", "hydra/sweeper=sweeplab", *_smoke(demo_dir, "trainer.max_steps=2"), f"hydra.sweep.dir={sweep_dir}"]
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": "report", "SWEEPLAB_FAULT_PAUSE_S": "600",
+                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 500
+        while not paused.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
+            time.sleep(0.2)
+        _fill(small_disk)
+        paused.unlink()
+        _, err = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode not in (0, None), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "its report could not be written" in err and str(sweep_dir) in err and "No space left on device" in err
+    assert "finish the study with: python -m sweeplab.train -m" in err, err[-3000:]
+    assert not [p for p in sweep_dir.glob("*.png") if p.stat().st_size == 0]
+    assert not list(sweep_dir.glob(".*.tmp"))
+    client = MlflowClient(mlflow_uri)
+    (sweep_run,) = client.search_runs(["1"], "tags.`sweeplab.role` = 'sweep'")
+    assert sweep_run.info.status == "FAILED"
+
+    (small_disk / "filler").unlink()
+    continued, _ = _train([*study, "resume=true"], tmp_path, timeout=500)
+    assert continued.returncode == 0, continued.stderr[-3000:]
+    assert (sweep_dir / "report.md").is_file()
+    assert client.get_run(sweep_run.info.run_id).info.status == "FINISHED"
+
+
+# --- 8, 11, 20: the UI and the report ------------------------------------------------------------------------------
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+@pytest.mark.slow  # the MLflow server's start: ~20-60 s on the busy machine
+def test_a_kill_9_of_the_ui_stops_its_mlflow_server(tmp_path):
+    """kill -9 of `python -m sweeplab.ui` left `mlflow server` and its uvicorn worker serving the store."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ui = subprocess.Popen([PY, "-m", "sweeplab.ui", "--port", str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+    server = None
+    try:
+        deadline = time.monotonic() + 300
+        while server is None:
+            assert ui.poll() is None and time.monotonic() < deadline
+            server = next((pid for pid in _children(ui.pid) if "mlflow" in Path(f"/proc/{pid}/cmdline").read_text()), None)
+            time.sleep(0.2)
+        while not _children(server) and time.monotonic() < deadline:  # its uvicorn worker
+            time.sleep(0.2)
+        ui.kill()
+        ui.wait()
+        deadline = time.monotonic() + 60
+        while _group_alive(server) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(server), "the MLflow server outlived the UI's kill -9"
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+        if server is not None and _group_alive(server):
+            os.killpg(server, signal.SIGKILL)
+
+
+def test_a_fifo_as_the_uis_store_is_one_line(tmp_path):
+    """A FIFO as the sqlite store: no line for 150 s (the header read blocked)."""
+    fifo = tmp_path / "mlflow.db"
+    os.mkfifo(fifo)
+    result = subprocess.run([PY, "-m", "sweeplab.ui", "--port", "1"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{fifo}"})
+    assert result.returncode == 2, result.stderr[-3000:]
+    _one_line(result.stderr, f"{fifo}: not a regular file, so not an MLflow store")
+
+
+def test_a_report_of_a_folder_whose_sweep_marker_is_empty_is_one_line(mlflow_uri, tmp_path):
+    """`--multirun-dir A` with an empty mlflow_parent_run_id reported the store's latest sweep (another study's)
+    into A's folder, exit 0."""
+    from sweeplab.tracking import mlflow_store
+
+    experiment = mlflow_store.init_store(mlflow_uri, "sweeplab")
+    MlflowClient(mlflow_uri).create_run(experiment, tags={"sweeplab.role": "sweep"})  # another study's sweep
+    folder = tmp_path / "A"
+    folder.mkdir()
+    (folder / "mlflow_parent_run_id").write_text("")
+    result = subprocess.run([PY, "-m", "sweeplab.report", "--multirun-dir", str(folder)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    _one_line(result.stderr, f"{folder / 'mlflow_parent_run_id'} is empty")
+    assert not list(folder.glob("report.*"))

@@ -391,7 +391,10 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
         _, sweep_dir = _hydra_runtime()
         family = str(OmegaConf.select(cfg, "model." + JOB.family, default="?"))
         record = JobRun(name=naming.failed_job_name(family), family=family, sweep_id=naming.sweep_id(sweep_dir),
-                        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir))
+                        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+                        # which job it was: a continued study that runs that job again supersedes this run
+                        replicate=os.environ.get(channels.REPLICATE_ENV) or None,
+                        config_index=os.environ.get(channels.CONFIG_INDEX_ENV) or None)
         mlflow_store.JobRun(uri, logger.get("experiment_name", "sweeplab"), record).fail(exc)
     except Exception as again:
         log.warning("could not record the failed job in MLflow: %s", again)

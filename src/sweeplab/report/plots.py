@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweeplab.core.files import atomic_write
+
 MAX_CURVES = 24  # beyond this a legend stops being readable
+
+
+def save_figure(fig, out: Path) -> None:
+    """A figure written whole or not at all (core.files.atomic_write): a full disk left 0-byte PNGs behind."""
+    with atomic_write(out) as f:
+        fig.savefig(f, format=Path(out).suffix.lstrip(".") or "png")
 
 
 def _figure(width: float = 7.0, height: float = 4.0):
@@ -31,7 +39,7 @@ def objective_plot(jobs: list[tuple[int, float]], metric: str, mode: str, out: P
     ax.set_title(f"sweep objective: {metric or 'return value'} per job")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(out)
+    save_figure(fig, out)
     return out
 
 
@@ -53,5 +61,5 @@ def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric:
         ax.grid(alpha=0.3)
     if shown:
         by_samples.legend(fontsize=7, loc="best")
-    fig.savefig(out)
+    save_figure(fig, out)
     return out

@@ -215,6 +215,14 @@ class Study:
         except BaseException as exc:
             if is_interrupt(exc):  # Ctrl-C while the report is written: the study itself is over
                 status = "KILLED"
+            else:  # the report could not be written (a full disk): not a FINISHED study; continuing it writes it
+                status = "FAILED"
+                reason = user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(Exception):
+                    self._write(SweepRun(error=f"its report could not be written: {reason}"[:5000]))
+                if self.continue_command:
+                    print(f"sweep: its report could not be written ({reason}); its jobs are kept. Write the report "
+                          f"and finish the study with: {self.continue_command}", file=sys.stderr, flush=True)
             raise
         finally:
             self.close(status, sweep)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import channels, interrupts, records, wall
+from sweeplab.core import channels, errors, interrupts, records, wall
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV, UI_URL_ENV
-from sweeplab.core.errors import UserError, exception_chain
+from sweeplab.core.errors import UserError, environment_error, exception_chain
 from sweeplab.core.interrupts import is_interrupt
 from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP, SWEEP_ROLE
 
@@ -133,7 +133,8 @@ def client(uri: str):
     store use `open_existing_store` first.
     """
     MlflowClient = _uncut_client()
-
+    if (db := sqlite_path(uri)) is not None:
+        errors.note_sqlite_store(db)  # a full disk under it is named with its path (errors.environment_error)
     try:
         if uri in _opened_stores or sqlite_path(uri) is None:
             return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
@@ -205,6 +206,9 @@ def check_sqlite_file(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None or not path.exists():
         return
+    if not path.is_file():  # a FIFO would block the read below for ever; a folder, a device: no store either
+        raise UserError(f"{path}: not a regular file, so not an MLflow store; point MLFLOW_TRACKING_URI (or "
+                        "--tracking-uri) at an SQLite file, or move it away")
     try:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
@@ -667,7 +671,14 @@ class JobRun:
         with contextlib.suppress(Exception):
             self.write(records.JobRun(error=_one_line(exc)))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
-        self.client.set_terminated(self.run_id, status)
+        try:
+            self.client.set_terminated(self.run_id, status)
+        except Exception as again:
+            if environment_error(again) is None:
+                raise
+            # the store's own disk is full (or read-only): the run cannot be closed now; the reason that ended the
+            # job is what the user reads, and resume=true closes the run once the store can be written again
+            log.warning("run %s could not be closed %s: %s", self.run_id, status, errors.user_message(again))
 
 
 DIGEST_SAMPLE_BYTES = 4 * 2**20
