@@ -166,7 +166,8 @@ def test_no_lock_or_record_sweeplab_creates_is_written_through_a_link(tmp_path, 
         with hold_run_lock(folder, "sweep"):
             pass
     with pytest.raises(UserError, match="is a symbolic link, not the record"):
-        append_no_follow(folder / "submitted_jobs.jsonl", "the record")
+        with append_no_follow(folder / "submitted_jobs.jsonl", "the record"):
+            pass
     assert run_lock_is_free(folder) is None  # cannot tell through a link; never reads its target
     assert (victim.read_text() == "keep me\n") if planted == "file" else not victim.exists()
 
@@ -319,11 +320,10 @@ def small_disk(tmp_path):
 
 
 def _fill(disk: Path) -> None:
-    with open(disk / "filler", "wb") as filler:
+    with open(disk / "filler", "wb", buffering=0) as filler:
         try:
             while True:
                 filler.write(b"\0" * 2**20)
-                filler.flush()
         except OSError:
             pass
 
@@ -500,3 +500,17 @@ def test_a_report_of_a_folder_whose_sweep_marker_is_empty_is_one_line(mlflow_uri
     assert result.returncode == 2, result.stderr[-3000:]
     _one_line(result.stderr, f"{folder / 'mlflow_parent_run_id'} is empty")
     assert not list(folder.glob("report.*"))
+
+
+# --- 18: a pickled Python-2 name of code is refused as code ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [b"commands\nPopen", b"__builtin__\neval", b"os\nsystem"])
+def test_a_checkpoint_holding_code_under_its_python_2_name_is_refused_as_code(name, tmp_path):
+    """`subprocess.Popen` pickled as `commands.Popen` (protocol 2) was refused as "truncated or corrupt"."""
+    from sweeplab.tasks.checkpoint import read_checkpoint
+
+    path = tmp_path / "evil.ckpt"
+    path.write_bytes(b"\x80\x02c" + name + b"\nq\x00X\x04\x00\x00\x00echo\x85R.")
+    with pytest.raises(UserError, match=r"refused: it holds Python code \((subprocess\.Popen|builtins\.eval|os\.system)\)"):
+        read_checkpoint(path)

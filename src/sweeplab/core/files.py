@@ -119,9 +119,17 @@ def open_no_follow(path: str | os.PathLike, flags: int, what: str, mode: int = 0
         raise
 
 
-def append_no_follow(path: str | os.PathLike, what: str):
-    """A text file opened for appending, never through a link (`open_no_follow`)."""
-    return os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what), "a", encoding="utf-8")
+@contextmanager
+def append_no_follow(path: str | os.PathLike, what: str) -> Iterator:
+    """A text file opened for appending, never through a link (`open_no_follow`); a failed write (a full disk) is
+    raised naming the file, as `atomic_write` does."""
+    try:
+        with os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what), "a", encoding="utf-8") as f:
+            yield f
+    except OSError as exc:
+        if exc.filename is None:
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        raise
 
 
 BEST_CHECKPOINT_GLOB = "best-step*.ckpt"  # callbacks/checkpoints.BestCheckpoint's names
@@ -152,8 +160,9 @@ def hold_run_lock(directory: Path, what: str, doing: str = "trained") -> Iterato
     directory.mkdir(parents=True, exist_ok=True)
     fd = _lock_the_file_in_place(path, what, doing)
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # who holds it, for another process's message: a full disk may refuse it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         with contextlib.suppress(OSError):
