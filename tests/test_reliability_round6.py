@@ -514,3 +514,40 @@ def test_a_checkpoint_holding_code_under_its_python_2_name_is_refused_as_code(na
     path.write_bytes(b"\x80\x02c" + name + b"\nq\x00X\x04\x00\x00\x00echo\x85R.")
     with pytest.raises(UserError, match=r"refused: it holds Python code \((subprocess\.Popen|builtins\.eval|os\.system)\)"):
         read_checkpoint(path)
+
+
+# --- 16: a resume of a run stopped after its fit logs every metric step once --------------------------------------
+
+
+@pytest.mark.slow  # a job, a SIGTERM after its last line, its resume: 2-4 min on the busy machine
+def test_a_resume_of_a_run_stopped_after_its_fit_logs_each_metric_step_once(demo_dir, mlflow_uri, tmp_path):
+    """`summary/num_parameters`, `summary/trainable_parameters` and `summary/world_size` were logged twice at the
+    last step by the resume of a run stopped after its fit."""
+    job = [*_smoke(demo_dir, "trainer.max_steps=4", "checkpoint.every_n_steps=2", "checkpoint.keep_last=true"),
+           f"hydra.run.dir={tmp_path / 'run'}"]
+    first = subprocess.Popen([PY, "-m", "sweeplab.train", *job], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for line in first.stdout:
+            if "done: " in line:
+                first.send_signal(signal.SIGTERM)
+                break
+        first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 128 + signal.SIGTERM
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "KILLED"
+    resumed, _ = _train([*job, "resume=true"], tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED"
+    # the fit's summary (each session's wall breakdown is its own, at step 0; Lightning's `epoch`: still twice)
+    assert {"summary/num_parameters", "summary/trainable_parameters", "summary/world_size"} <= set(run.data.metrics)
+    for key in [k for k in run.data.metrics if k.startswith("summary/") and "wall_breakdown" not in k
+                and "setup_split" not in k]:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
