@@ -244,16 +244,18 @@ def full_disk(tmp_path_factory):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip("no tmpfs here")
-    (disk / "kept.txt").write_text(KEEP)
-    (disk / "optuna_journal.log").write_bytes(b'{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [2]}\n{"op')
-    with open(disk / "filler", "wb", buffering=0) as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 4096)
-        except OSError:
-            pass
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    try:  # unmounted however the set-up or the cases end
+        (disk / "kept.txt").write_text(KEEP)
+        (disk / "optuna_journal.log").write_bytes(b'{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [2]}\n{"op')
+        with open(disk / "filler", "wb", buffering=0) as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 4096)
+            except OSError:
+                pass
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _atomic(disk):
