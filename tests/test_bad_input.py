@@ -86,11 +86,11 @@ def test_bad_data_files(case, tmp_path, mlflow_uri, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["data.batch_size=0"], "data.batch_size must be > 0"),
+        (["data.batch_size=0"], "data.batch_size: must be >= 1, got 0"),
         (["data.batch_size=eight"], "data.batch_size: expected int, got 'eight'"),
         (["trainer.max_steps=-5"], "trainer.max_steps: must be >= 1, got -5"),
         (["optim.lr=0"], "lr must be > 0"),
-        (["loss.alpha=-0.5"], "alpha and beta must be >= 0"),
+        (["loss.alpha=-0.5"], "loss.alpha: must be >= 0, got -0.5"),
         (["loss.alpha=0", "loss.beta=0"], "alpha and beta are both 0"),
         (["model=pagating_lm", "model.alpha=1.5"], "alpha=1.5"),
         (["backend=mps"], "backend=mps: MPS is not available"),

@@ -374,10 +374,14 @@ def test_workers_read_the_source_in_their_own_process(tiny_demo):
 
 
 def test_invalid_datamodule_arguments():
-    with pytest.raises(ValueError, match="too_long"):
-        TextBridgeDataModule(too_long="drop")
-    with pytest.raises(ValueError, match="val_fraction"):
-        TextBridgeDataModule(val_fraction=1.0)
+    """The bounds are the annotations (one place), which the plan's bind and the early check both read."""
+    from sweeplab.core.config import bind
+    from sweeplab.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.too_long: expected 'truncate' | 'error', got 'drop'"):
+        bind(TextBridgeDataModule, {"too_long": "drop"}, "data")
+    with pytest.raises(ConfigError, match=r"data.val_fraction: must be in \[0, 1\), got 1.0"):
+        bind(TextBridgeDataModule, {"val_fraction": 1.0}, "data")
 
 
 def test_manifest_is_json_with_counts(tiny_demo):

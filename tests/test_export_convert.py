@@ -119,11 +119,11 @@ def test_option_files_are_valid():
 @pytest.mark.parametrize(
     "values, message",
     [
-        ({"precision": "fp8"}, "precision='fp8' is not one of fp16, fp32"),
-        ({"layout": "nchw"}, "layout='nchw' is not one of standard, ane"),
-        ({"compression": "int4"}, "compression='int4' is not one of none, int8, palettize"),
-        ({"deployment_target": "iOS15"}, "deployment_target='iOS15'"),
-        ({"nbits": 3}, "nbits=3 is not one of"),
+        ({"precision": "fp8"}, "precision: expected 'fp16' | 'fp32', got 'fp8'"),
+        ({"layout": "nchw"}, "layout: expected 'standard' | 'ane', got 'nchw'"),
+        ({"compression": "int4"}, "compression: expected 'none' | 'int8' | 'palettize', got 'int4'"),
+        ({"deployment_target": "iOS15"}, "deployment_target: expected .*got 'iOS15'"),
+        ({"nbits": 3}, "nbits: expected 1 | 2 | 4 | 6 | 8, got 3"),
         ({"seq_lens": [32, 64]}, "needs deployment_target iOS18 or macOS15; got iOS17"),
         ({"seq_lens": [32, 64], "seq_len": 48, "deployment_target": "iOS18"}, "seq_len=48 is not one of seq_lens"),
         ({"precison": "fp32"}, "unknown key"),

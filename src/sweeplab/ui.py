@@ -52,7 +52,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sweeplab.core import channels, cli
+from sweeplab.core import channels, cli, orphans
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.report.ui_links import sweep_url
 from sweeplab.tracking import mlflow_store
@@ -274,7 +274,9 @@ def start_server(uri: str, host: str, port: int, output: int | None = None, toke
                "--workers", str(server_workers())]
     if app_installed():
         command += ["--app-name", APP_NAME]
-    return subprocess.Popen(command, env=env, stdout=output, stderr=output, start_new_session=True)
+    server = subprocess.Popen(command, env=env, stdout=output, stderr=output, start_new_session=True)
+    orphans.reap_group_with_this_process(server.pid)  # a kill -9 of this process stops the server's group too
+    return server
 
 
 def app_installed() -> bool:

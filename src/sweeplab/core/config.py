@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import math
@@ -115,6 +116,7 @@ def check_values(accepted: Mapping[str, Any], values: Mapping[str, Any], where: 
     return kwargs
 
 
+@functools.cache
 def source_accepted(target: str) -> dict[str, Any]:
     """Parameter name -> annotation of the class a "package.module:Name" target names, read from its module's source
     without importing the module (which may import torch: seconds), so a wrong value fails in milliseconds. Only
@@ -135,6 +137,30 @@ def source_accepted(target: str) -> dict[str, Any]:
         return {a.arg: _annotation(a.annotation) for a in arguments}
     return {n.target.id: _annotation(n.annotation) for n in node.body
             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and "ClassVar" not in ast.unparse(n.annotation)}
+
+
+@functools.cache
+def source_keys(target: str) -> tuple[str, ...] | None:
+    """The string keys of the dict literal a "package.module:NAME" target names (a family's model SIZES), read from
+    the module's source without importing it; None where it is no such literal (the plan checks it then)."""
+    module_name, _, name = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module_name)
+        tree = ast.parse(Path(spec.origin).read_text()) if spec is not None and spec.origin else None
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+    for node in getattr(tree, "body", ()):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(node.value, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in node.value.keys]
+            return tuple(keys) if all(isinstance(k, str) for k in keys) else None
+    return None
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as an error line shows it: its repr, cut to `limit` characters (a 5,000-character size is no line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
 _ANNOTATION_NAMES = {
@@ -174,7 +200,7 @@ def build_sized(cls: type, sizes: Mapping[str, Mapping[str, Any]], values: Mappi
     if size not in sizes:
         # debug=smoke asks every family for `tiny`: a family without one hears why it is asked
         smoke = " (debug=smoke sets model.size=tiny: give the family a `tiny` size for quick checks)" if size == "tiny" else ""
-        raise ConfigError(f"{where}.size", f"unknown size {size!r}; accepted: {', '.join(sizes)}{smoke}")
+        raise ConfigError(f"{where}.size", f"unknown size {shown(size)}; accepted: {', '.join(sizes)}{smoke}")
     explicit = {k: v for k, v in values.items() if v is not None}
     kwargs = {**sizes[size], **bind(cls, explicit, where, ignore=frozenset({"family", "size"}))}
     try:
@@ -222,6 +248,10 @@ def _breaks(value: Any, constraint: Any) -> str | None:
     if isinstance(constraint, (annotated_types.Len, annotated_types.MinLen, annotated_types.MaxLen)):
         low = getattr(constraint, "min_length", 0)
         high = getattr(constraint, "max_length", None)
+        if isinstance(value, str):  # a name, a path: its length in characters
+            if len(value) < low:
+                return "empty" if not value else f"needs at least {low} characters, got {value!r}"
+            return f"longer than {high} characters ({len(value)})" if high is not None and len(value) > high else None
         if len(value) < low or (high is not None and len(value) > high):
             wanted = f"{low}" if low == high else f"{low} to {high}" if high is not None else f"at least {low}"
             return f"needs {wanted} values, got {value!r}"

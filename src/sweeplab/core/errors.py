@@ -46,9 +46,29 @@ def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
+# sqlite's answers that are the disk's (SQLITE_FULL, SQLITE_READONLY), not a bug: raised as its own OperationalError
+# (through SQLAlchemy and MLflow), which names neither the file nor an errno
+SQLITE_ENVIRONMENT = {"database or disk is full": errno.ENOSPC, "attempt to write a readonly database": errno.EROFS}
+_sqlite_store: list[str] = []  # the sqlite file this process's runs are written to (tracking.mlflow_store notes it)
+
+
+def note_sqlite_store(path: str | os.PathLike) -> None:
+    """The sqlite file of the MLflow store in use: a full or read-only disk under it is named with this path."""
+    _sqlite_store[:] = [str(path)]
+
+
 def environment_error(exc: BaseException) -> OSError | None:
-    """The OSError with one of ENVIRONMENT_ERRNOS that `exc` is or was raised from (its cause/context chain)."""
-    return next((e for e in exception_chain(exc) if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS), None)
+    """The OSError with one of ENVIRONMENT_ERRNOS that `exc` is or was raised from (its cause/context chain); sqlite's
+    full or read-only database as that OSError, naming the store's file."""
+    for e in exception_chain(exc):
+        if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS:
+            return e
+        if type(e).__name__ == "OperationalError" and type(e).__module__.startswith("sqlite3"):
+            code = next((n for text, n in SQLITE_ENVIRONMENT.items() if text in str(e)), None)
+            if code is not None:
+                return OSError(code, f"{os.strerror(code)} (the MLflow store's sqlite database)",
+                               _sqlite_store[0] if _sqlite_store else "the MLflow store")
+    return None
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -103,6 +103,35 @@ def check_writable_dir(directory: str | os.PathLike) -> Path:
     return directory
 
 
+NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)  # every file sweeplab opens for writing in a folder others may write
+
+
+def open_no_follow(path: str | os.PathLike, flags: int, what: str, mode: int = 0o644) -> int:
+    """`os.open(path, flags | O_NOFOLLOW | O_CLOEXEC)`: a file sweeplab creates or writes in a shared folder (a lock,
+    a record appended to) is never written through a symbolic link planted there (its target would be truncated or
+    overwritten). A link in its place: a one-line UserError naming it (`what`: the file's role, for the line)."""
+    try:
+        return os.open(path, flags | NO_FOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and Path(path).is_symlink()):  # EMLINK: FreeBSD
+            raise UserError(f"{path}: is a symbolic link, not {what}; sweeplab never writes through a link in a "
+                            "shared folder: remove the link and run again") from None
+        raise
+
+
+@contextmanager
+def append_no_follow(path: str | os.PathLike, what: str) -> Iterator:
+    """A text file opened for appending, never through a link (`open_no_follow`); a failed write (a full disk) is
+    raised naming the file, as `atomic_write` does."""
+    try:
+        with os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what), "a", encoding="utf-8") as f:
+            yield f
+    except OSError as exc:
+        if exc.filename is None:
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
 BEST_CHECKPOINT_GLOB = "best-step*.ckpt"  # callbacks/checkpoints.BestCheckpoint's names
 
 
@@ -131,8 +160,9 @@ def hold_run_lock(directory: Path, what: str, doing: str = "trained") -> Iterato
     directory.mkdir(parents=True, exist_ok=True)
     fd = _lock_the_file_in_place(path, what, doing)
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # who holds it, for another process's message: a full disk may refuse it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         with contextlib.suppress(OSError):
@@ -145,7 +175,7 @@ def _lock_the_file_in_place(path: Path, what: str, doing: str) -> int:
     its file as it ends: a lock on the removed one would guard nothing)."""
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, "a lock file")
         except OSError as exc:  # a directory, a file without permission, a read-only disk in its place
             raise UserError(f"{path}: cannot open the run lock of {what} ({exc.strerror}); remove or fix it, or set "
                             "another hydra.run.dir") from None
@@ -176,7 +206,7 @@ def run_lock_is_free(directory: Path) -> bool | None:
     if not directory.is_dir():
         return None
     try:
-        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | NO_FOLLOW)
     except FileNotFoundError:
         return True  # the lock is taken before a run is opened: a run without one never trained here
     except OSError:

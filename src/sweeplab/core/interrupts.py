@@ -103,14 +103,35 @@ def check() -> None:
 @contextlib.contextmanager
 def at_safe_points() -> Iterator[None]:
     """Code that calls `check()` often enough: inside, a signal is only recorded; checked again on the way in and out."""
-    global _deferred
     check()
+    with deferred():
+        yield
+    check()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Code that must not be cut in the middle (a write to the run's store: a signal landing inside sqlite's write
+    leaves its connection holding the write lock, and closing the run then waits on it for ever): inside, a signal is
+    only recorded; the caller's next `check()` acts on it. Unlike `at_safe_points`, nothing is checked on the way in
+    (it also serves `finally` blocks that run while `Interrupted` is on its way) nor out."""
+    global _deferred
     _deferred += 1
     try:
         yield
     finally:
         _deferred -= 1
-    check()
+
+
+@contextlib.contextmanager
+def uncut() -> Iterator[None]:
+    """One write to a store that must not be cut in the middle (every MLflow client write: tracking.mlflow_store): a
+    signal inside is recorded, then acted on right after the write (inside `deferred` or `at_safe_points`: at their
+    next check, as there). Once the run is being closed (`Interrupted` raised), nothing more is raised."""
+    with deferred():
+        yield
+    if not _deferred and _requested is not None and not _stopping:
+        check()
 
 
 def install() -> None:

@@ -79,3 +79,37 @@ def watch_launcher(launcher_pid_env: str) -> None:
         if not getattr(watch_launcher, "started", False):
             watch_launcher.started = True
             watch_parent(int(launcher))
+
+
+# The reaper of a process group that is no sweeplab process (the UI's `mlflow server` and its uvicorn workers, in a
+# group of their own): a tiny Python process that waits for its parent to end, however it ends (kill -9 included:
+# the server's group is not the parent's, so the parent-death signal of one process would leave its workers
+# serving), then stops the group, SIGTERM and SIGKILL 10 s later. It imports nothing but the standard library.
+_REAPER = """
+import os, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+while os.getppid() == parent:
+    time.sleep(0.3)
+for signum, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+    try:
+        os.killpg(group, signum)
+    except OSError:
+        break
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except OSError:
+            sys.exit(0)
+        time.sleep(0.2)
+"""
+
+
+def reap_group_with_this_process(group: int) -> None:
+    """Stop process group `group` once this process ends, however it ends (`_REAPER`, a child of this process in
+    its own session: Ctrl-C at the terminal does not reach it; the group it stops is stopped by this process
+    itself on an orderly end, and then the reaper finds it gone and exits)."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-S", "-c", _REAPER, str(os.getpid()), str(group)], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)

@@ -115,7 +115,9 @@ def _finish(job: Job, result: FitResult) -> float | None:
         log.warning("the run diverged (guard.mode=off let it train on): %s", result.diverged)
     if run is not None:
         run.write(dataclasses.replace(result.timing, diverged=result.diverged or None))
-        run.log_metrics(result.summary, step=result.step)
+        logged = getattr(job.logger, "already_logged", None) or {}  # a resumed run: what it logged before its stop
+        run.log_metrics({k: v for k, v in result.summary.items() if result.step not in logged.get(k, ())},
+                        step=result.step)  # every metric's step once, also when a resume finds the fit over
         if job.logger is not None:
             job.logger.wait_for_writes()
         if result.best_path:

@@ -39,7 +39,7 @@ class TrainerConfig:
     val_check_interval: Annotated[int, Ge(1)] = 50  # optimizer steps between validations
     limit_val_batches: Annotated[int, Ge(0)] | Annotated[float, Interval(ge=0, le=1)] = 1.0  # batches | share
     log_every_n_steps: Annotated[int, Ge(1)] = 10
-    precision: str = "32-true"
+    precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"] = "32-true"  # backends.PRECISIONS
     accumulate_grad_batches: Annotated[int, Ge(1)] = 1
     devices: Annotated[int, Ge(1)] = 1
     num_sanity_val_steps: Annotated[int, Ge(-1)] = 0  # -1: the whole validation set
@@ -69,21 +69,13 @@ class LoggerConfig:
 class CheckpointConfig:
     """What a job writes, when and on which thread (docs/study-cost.md says why these defaults)."""
 
-    every_n_steps: int | None = None  # last.ckpt (what `resume=true` continues from) every N optimizer steps
-    every_n_seconds: float | None = 60.0  # ... and/or when this long has passed since the last one; both null: at the end
+    every_n_steps: Annotated[int, Ge(1)] | None = None  # last.ckpt (what `resume=true` continues from) every N optimizer steps
+    every_n_seconds: Annotated[float, Ge(0)] | None = 60.0  # ... and/or when this long has passed since the last one; both null: at the end
     background: bool = True  # write, hash and rename on a writer thread; the training thread only copies the state
-    best: str = "weights"  # best-step{N}.ckpt: weights (no optimizer state) | full (what last.ckpt holds)
+    best: Literal["weights", "full"] = "weights"  # best-step{N}.ckpt: weights (no optimizer state) | full (what last.ckpt holds)
     # a FINISHED job's last.ckpt (weights + optimizer state, ~3x its best checkpoint) is what only extending it reads:
     # dropped when the run ends FINISHED unless kept (the report reads MLflow, the export the best checkpoint)
     keep_last: bool = False
-
-    def __post_init__(self) -> None:
-        if self.every_n_steps is not None and self.every_n_steps <= 0:
-            raise ValueError(f"every_n_steps must be > 0 or null, got {self.every_n_steps}")
-        if self.every_n_seconds is not None and self.every_n_seconds < 0:
-            raise ValueError(f"every_n_seconds must be >= 0 or null, got {self.every_n_seconds}")
-        if self.best not in ("weights", "full"):
-            raise ValueError(f"best must be weights or full, got {self.best!r}")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeplab.core.config import check_values as check_against
-from sweeplab.core.config import source_accepted
+from sweeplab.core.config import shown, source_accepted, source_keys
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import SWEEP
 
@@ -52,6 +52,7 @@ def check_values(container: Mapping[str, Any]) -> None:
     for group, target in GROUP_TARGETS.items():
         _check_group(container.get(group), target, group)
     family = _family(container)
+    _check_size(container.get("model"), family)
     for group, (field_name, ignore) in FAMILY_GROUPS.items():
         target = getattr(family, field_name, None) if family is not None else None
         if isinstance(target, str):
@@ -83,6 +84,19 @@ def _check_group(values: Any, target: str, where: str, ignore: frozenset[str] = 
         values = {k: v for k, v in values.items() if v is not None}  # null: the class's default (a size's, the data's)
         # keys the source does not show (a base class's, **kwargs) pass here: plan() refuses the unknown ones
         check_against(source_accepted(target), values, where, ignore, unknown_keys=False)
+
+
+def _check_size(model: Any, family: Any) -> None:
+    """model.size against the family's named sizes (its `sizes` target, else SIZES beside its model config), read
+    from the source; a family whose sizes are no literal there is checked when the job is planned."""
+    size = model.get("size") if isinstance(model, Mapping) else None
+    if size is None or family is None:
+        return
+    target = family.sizes if isinstance(family.sizes, str) else (
+        f"{family.model_config.partition(':')[0]}:SIZES" if isinstance(family.model_config, str) else None)
+    sizes = source_keys(target) if target else None
+    if sizes is not None and size not in sizes:
+        raise ConfigError("model.size", f"unknown size {shown(size)}; accepted: {', '.join(sizes)}")
 
 
 def _family(container: Mapping[str, Any]):

@@ -158,7 +158,8 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
         monitored = finish(job, _fit(job)) if not tracked else _train_tracked(job, target, cfg, uri, sweep_dir)
         if distributed.is_global_zero():  # the run is FINISHED: its folder keeps what is read again
             drop_training_state(job)
-        return monitored
+    interrupts.check()  # a stop recorded while the run was closed (mlflow_store.JobRun): the job exits with it
+    return monitored
 
 
 def measure(cfg: DictConfig, output_dir: Path) -> dict[str, float]:
@@ -250,8 +251,11 @@ def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig,
             interrupts.check()
             monitored = finish(job, _fit(job))
         finally:  # points still held (the logger holds them out of the timed steps) go before the run ends
-            job.logger.send_held()
-        _record_wall_breakdown(job)
+            with interrupts.deferred():  # every write after the fit: a signal is acted on between writes, not in one
+                job.logger.send_held()
+        with interrupts.deferred():
+            _record_wall_breakdown(job)
+        interrupts.check()  # a stop that came after the job's last line: the run ends KILLED, the study says how to go on
         return monitored
 
 
@@ -397,7 +401,10 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
         _, sweep_dir = _hydra_runtime()
         family = str(OmegaConf.select(cfg, "model." + JOB.family, default="?"))
         record = JobRun(name=naming.failed_job_name(family), family=family, sweep_id=naming.sweep_id(sweep_dir),
-                        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir))
+                        parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+                        # which job it was: a continued study that runs that job again supersedes this run
+                        replicate=os.environ.get(channels.REPLICATE_ENV) or None,
+                        config_index=os.environ.get(channels.CONFIG_INDEX_ENV) or None)
         mlflow_store.JobRun(uri, logger.get("experiment_name", "sweeplab"), record).fail(exc)
     except Exception as again:
         log.warning("could not record the failed job in MLflow: %s", again)

@@ -6,19 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from annotated_types import Interval
+from annotated_types import Ge, Gt, Interval
 
 from sweeplab.core.config import build
 
-FORMATS = ("coreml", "coreai", "none")
 SUFFIXES = {"coreml": ".mlpackage", "coreai": ".aimodel"}
-PRECISIONS = ("fp16", "fp32")
-LAYOUTS = ("standard", "ane")
-COMPRESSIONS = ("none", "int8", "palettize")
-PALETTIZE_MODES = ("kmeans", "uniform")
-TRACERS = ("auto", "export", "jit")
-DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
-PALETTE_BITS = (1, 2, 4, 6, 8)  # lookup tables of 2, 4, 16, 64, 256 entries (iOS16+)
 # coremltools 9 allows EnumeratedShapes on more than one input only from these targets on
 ENUMERATED_SHAPES_TARGETS = ("iOS18", "macOS15")
 
@@ -38,29 +30,30 @@ PALETTIZE_WEIGHT_TOLERANCE = {8: 0.03, 6: 0.08, 4: 0.25, 2: 0.6, 1: 0.9}
 
 @dataclass
 class ExportOptions:
-    format: str = "coreml"  # coreml (.mlpackage) | coreai (.aimodel, export/coreai.py) | none (`export=none`)
-    precision: str = "fp16"  # compute precision: fp16 (the Neural Engine's) | fp32 (never runs on the Neural Engine)
-    deployment_target: str = "iOS17"  # minimum deployment target: iOS16..iOS18, macOS13..macOS15
-    layout: str = "standard"  # standard | ane: (B, C, 1, S), 1x1 convs, channel LayerNorm, per-head attention
-    compression: str = "none"  # none | int8 (linear, per channel) | palettize (n-bit lookup table)
-    nbits: int = 6  # palettize: bits per weight
-    palettize_mode: str = "kmeans"  # kmeans | uniform
-    weight_threshold: int = 2048  # compress only weights with more elements than this
+    # every value's bounds are declared on its annotation (core.config reads them, before any import: one place)
+    format: Literal["coreml", "coreai", "none"] = "coreml"  # .mlpackage | .aimodel (export/coreai.py) | `export=none`
+    precision: Literal["fp16", "fp32"] = "fp16"  # compute precision: fp16 (the Neural Engine's) | fp32 (never on it)
+    deployment_target: Literal["iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15"] = "iOS17"  # the minimum
+    layout: Literal["standard", "ane"] = "standard"  # ane: (B, C, 1, S), 1x1 convs, channel LayerNorm, per-head attention
+    compression: Literal["none", "int8", "palettize"] = "none"  # int8 (linear, per channel) | palettize (n-bit table)
+    nbits: Literal[1, 2, 4, 6, 8] = 6  # palettize: bits per weight (lookup tables of 2 to 256 entries, iOS16+)
+    palettize_mode: Literal["kmeans", "uniform"] = "kmeans"
+    weight_threshold: Annotated[int, Ge(0)] = 2048  # compress only weights with more elements than this
     # the package's fixed batch; bounded: the checks allocate batch x context inputs and outputs (1e8 asked 95 GiB)
     batch_size: Annotated[int, Interval(ge=1, le=4096)] = 1
-    seq_len: int | None = None  # static sequence length; null: the model's context (max_len / block_size)
+    seq_len: Annotated[int, Ge(1)] | None = None  # static sequence length; null: the model's context (max_len / block_size)
     seq_lens: list[int] | None = None  # EnumeratedShapes over these lengths (seq_len is the default shape)
-    tracer: str = "auto"  # auto (torch.export, then torch.jit.trace) | export | jit
+    tracer: Literal["auto", "export", "jit"] = "auto"  # auto (torch.export, then torch.jit.trace) | export | jit
     name: str | None = None  # package name; null: <family>-<layout>-<precision>[-<compression>]
     author: str = "sweeplab"
     description: str | None = None
     version: str | None = None  # null: the checkpoint's global step
     overwrite: bool = False
     verify: bool = True  # run the package with the reference evaluator and compare with PyTorch
-    n_random: int = 4  # random input batches per verification
+    n_random: Annotated[int, Ge(1)] = 4  # random input batches per verification
     real_data: str | None = None  # TextBridge: a dataset (JSONL/EFB1/dir); LM: a token .bin file
-    n_real: int = 4  # real input batches
-    tolerance: float | None = None  # null: by variant (fp32 1e-4, fp16 1e-2, int8 5e-2, PALETTIZE_TOLERANCE)
+    n_real: Annotated[int, Ge(0)] = 4  # real input batches
+    tolerance: Annotated[float, Gt(0)] | None = None  # null: by variant (fp32 1e-4, fp16 1e-2, int8 5e-2, PALETTIZE_TOLERANCE)
     seed: int = 0
     readiness: bool = True  # the ANE readiness report (readiness.py): op census, fp16 range, fp16 against fp32
     # layers (op names from the readiness report) kept in fp32 in an fp16 export; auto: the layers the readiness report
@@ -68,28 +61,9 @@ class ExportOptions:
     fp32_layers: list[str] | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
-        for key, accepted in (
-            ("format", FORMATS),
-            ("precision", PRECISIONS),
-            ("layout", LAYOUTS),
-            ("compression", COMPRESSIONS),
-            ("palettize_mode", PALETTIZE_MODES),
-            ("tracer", TRACERS),
-            ("deployment_target", DEPLOYMENT_TARGETS),
-        ):
-            if getattr(self, key) not in accepted:
-                raise ValueError(f"{key}={getattr(self, key)!r} is not one of {', '.join(accepted)}")
+        """What one value's bounds cannot say (how values combine); the bounds are on the annotations."""
         if self.format == "coreai":
             self._check_coreai()
-        if self.nbits not in PALETTE_BITS:
-            raise ValueError(f"nbits={self.nbits} is not one of {PALETTE_BITS}")
-        for key in ("batch_size", "n_random"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
-        if self.n_real < 0 or self.weight_threshold < 0:
-            raise ValueError("n_real and weight_threshold must be >= 0")
-        if self.seq_len is not None and self.seq_len <= 0:
-            raise ValueError(f"seq_len must be > 0, got {self.seq_len}")
         if self.seq_lens is not None:
             self.seq_lens = sorted({int(n) for n in self.seq_lens})
             if not self.seq_lens or self.seq_lens[0] < 2:
@@ -112,8 +86,6 @@ class ExportOptions:
                 raise ValueError("fp32_layers needs precision=fp16 (an fp32 program keeps every layer in fp32)")
             if any(not name.strip() for name in self.fp32_layers):
                 raise ValueError(f"fp32_layers must be layer names, got {self.fp32_layers}")
-        if self.tolerance is not None and self.tolerance <= 0:
-            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
 
     def _check_coreai(self) -> None:
         """What the Core AI path does not take (export/coreai.py): the rest of the options mean the same for both."""

@@ -104,7 +104,11 @@ def _report(args: argparse.Namespace) -> int:
             if not marker.exists():
                 print(f"error: {marker} not found: is {args.multirun_dir} a sweeplab multirun dir?", file=sys.stderr)
                 return 2
-            parent = marker.read_text().strip()
+            parent = marker.read_text(errors="replace").strip()
+            if not parent:  # never the store's latest sweep (another study's) reported into this folder
+                print(f"error: {marker} is empty: it should hold the sweep run's id (the study was stopped as it "
+                      "opened); pass --sweep <run id>", file=sys.stderr)
+                return 2
             out = out or Path(args.multirun_dir)
         parent = parent or mlflow_store.latest_sweep(uri, args.experiment_name)
         if parent is None:

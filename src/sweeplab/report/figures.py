@@ -33,7 +33,7 @@ import numpy as np
 from sweeplab.core.errors import UserError
 from sweeplab.families import get_family
 from sweeplab.report import plots
-from sweeplab.report.plots import _figure
+from sweeplab.report.plots import _figure, save_figure
 from sweeplab.study.sweep import Sweep
 from sweeplab.study.verdict import ConfigSummary, Estimate, Job, SweepSummary, pareto_front
 from sweeplab.tracking import naming
@@ -174,7 +174,7 @@ def speed_quality_plot(summary: SweepSummary, names: Mapping[str, str], out: Pat
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.supxlabel("\n".join(textwrap.wrap(PLANE_CAPTION, 150)), fontsize=7)
-    fig.savefig(out)
+    save_figure(fig, out)
     return out
 
 
@@ -307,5 +307,5 @@ def curves_plot(summary: SweepSummary, names: Mapping[str, str], out: Path) -> P
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.supxlabel("Each replicate linear between its validations (dots), over its own span. The median and the band: "
                   "over the replicates present at each time, where at least half of them are.", fontsize=7)
-    fig.savefig(out)
+    save_figure(fig, out)
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweeplab.core.files import atomic_write
+
 MAX_CURVES = 24  # beyond this a legend stops being readable
 # one colour per configuration, told apart with every common colour-vision deficiency: Okabe and Ito's palette
 # (black left out: the target's line is dark), yellow last (faint on white); beyond it tab20's
@@ -21,6 +23,12 @@ def colors(count: int) -> list[str]:
 
     cmap = colormaps["tab20"]
     return [to_hex(cmap(i % cmap.N)) for i in range(count)]
+
+
+def save_figure(fig, out: Path) -> None:
+    """A figure written whole or not at all (core.files.atomic_write): a full disk left 0-byte PNGs behind."""
+    with atomic_write(out) as f:
+        fig.savefig(f, format=Path(out).suffix.lstrip(".") or "png")
 
 
 def _figure(width: float = 7.0, height: float = 4.0):
@@ -46,13 +54,13 @@ def objective_plot(jobs: list[tuple[int, float]], metric: str, mode: str, out: P
     ax.set_title(f"sweep objective: {metric or 'return value'} per job")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(out)
+    save_figure(fig, out)
     return out
 
 
 def curves_plot(curves: dict[str, dict[str, list[tuple[float, float]]]], metric: str, out: Path,
                 groups: dict[str, str] | None = None) -> Path:
-    curves_figure(curves, metric, groups).savefig(out)
+    save_figure(curves_figure(curves, metric, groups), out)
     return out
 
 
@@ -107,5 +115,5 @@ def lanes_plot(lanes: dict[str, list[tuple[float, float, str]]], idle_share: flo
     if configs:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, axis="x")
-    fig.savefig(out)
+    save_figure(fig, out)
     return out

@@ -36,7 +36,7 @@ from sweeplab.report import config_runs
 from sweeplab.report import cost as report_cost
 from sweeplab.report import figures as report_figures
 from sweeplab.report import html as report_html
-from sweeplab.report.plots import _figure, curves_plot, lanes_plot
+from sweeplab.report.plots import _figure, curves_plot, lanes_plot, save_figure
 from sweeplab.study import caveats
 from sweeplab.study.record import (
     VerdictOptions,
@@ -166,11 +166,16 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     base_rate = base_metrics.get(JOB.samples_per_sec)
     metric = sweep.metric  # the one metric the report judges, plots and tabulates: the jobs' own monitored metric
     rows, failed = [], 0
+    # a job that failed before training (a full disk at its start) and that a continued study then ran to its end
+    # is superseded, as a KILLED one is: not a failed job of the study
+    run_again = {(j.config_index, j.replicate) for j in sweep.jobs if j.finished and j.config_index is not None}
     for i, job in enumerate(sweep.jobs):
         m, tags = job.metrics, job.tags
         status = job.status
         reason = tags.get(JOB.slurm_end) or tags.get(JOB.error, "")  # the scheduler's word first
-        if status == "FAILED":
+        if status == "FAILED" and not job.params and (job.config_index, job.replicate) in run_again:
+            status = f"FAILED, then run again: {reason[:50]}"
+        elif status == "FAILED":
             failed += 1
             status = f"FAILED: {reason[:60]}"
         elif status == "KILLED" and reason:  # stopped: by whom (a scheduler's cancel, a signal)
@@ -335,7 +340,7 @@ def throughput_plot(series: dict[str, list[tuple[int, float]]], out: Path) -> Pa
     ax.grid(alpha=0.3)
     if series:
         ax.legend(fontsize=8, loc="best")
-    fig.savefig(out)
+    save_figure(fig, out)
     return out
 
 

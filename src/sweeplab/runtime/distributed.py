@@ -32,6 +32,7 @@ from pathlib import Path
 
 from sweeplab.core.channels import CUDA_VISIBLE_DEVICES_ENV, GPU_LOCK_DIR_ENV
 from sweeplab.core.errors import UserError
+from sweeplab.core.files import open_no_follow
 from sweeplab.core.records import JOB
 
 log = logging.getLogger(__name__)
@@ -272,8 +273,8 @@ def _try_lock(gpus: list[str], count: int, lock_dir: Path, first: int | None = N
     for block, lane in [(b, k) for k in range(max(1, lanes_per_gpu)) for b in [*range(start, blocks), *range(start)]]:
         held: list[tuple[str, int]] = []
         for gpu in gpus[block * count:(block + 1) * count]:
-            fd = os.open(lock_dir / (f"gpu{gpu}.lock" if lane == 0 else f"gpu{gpu}.lane{lane}.lock"),
-                         os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(lock_dir / (f"gpu{gpu}.lock" if lane == 0 else f"gpu{gpu}.lane{lane}.lock"),
+                                os.O_RDWR | os.O_CREAT, "a GPU lock file")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

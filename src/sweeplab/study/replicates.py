@@ -12,6 +12,7 @@ configuration index through the environment variables named in sweeplab.core.cha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +51,9 @@ def replicates_setting(config: Mapping[str, Any]) -> int:
     """The `replicates` key as the most rounds the sweep may run (replicates=auto: `replicates_auto.most`); one line
     naming the key when it is neither a count nor `auto`."""
     value = config.get("replicates", 1)
+    auto = auto_setting(config)  # checked whether or not it is used: a wrong value is wrong everywhere
     if value == AUTO:
-        return auto_setting(config).most
+        return auto.most
     if type(value) is not int or not 1 <= value <= MAX_REPLICATES:
         raise ConfigError("replicates", f"expected an integer in [1, {MAX_REPLICATES}] or auto, got {value!r}")
     return value
@@ -64,8 +66,9 @@ def auto_setting(config: Mapping[str, Any]) -> AutoReplicates:
     if type(first) is not int or type(most) is not int or not 2 <= first <= most <= MAX_REPLICATES:
         raise ConfigError("replicates_auto", f"expected integers 2 <= first <= most <= {MAX_REPLICATES}, got "
                                              f"first={first!r} most={most!r}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
-        raise ConfigError("replicates_auto.budget_s", f"expected seconds > 0 or null, got {budget!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                               or not math.isfinite(budget) or budget <= 0):
+        raise ConfigError("replicates_auto.budget_s", f"expected a finite number of seconds > 0 or null, got {budget!r}")
     return AutoReplicates(first, most, None if budget is None else float(budget))
 
 

@@ -6,6 +6,8 @@ the sweep); the swept values are each job's own plan's to check.
 
 from __future__ import annotations
 
+import math
+
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import cli
@@ -13,7 +15,7 @@ from sweeplab.core.errors import UserError
 from sweeplab.engine import settings
 from sweeplab.families import missing_config_hint
 from sweeplab.study import replicates
-from sweeplab.study.rounds import runs_replicates, verdict_options
+from sweeplab.study.rounds import runs_replicates, sweeper_class, verdict_options
 from sweeplab.tracking import mlflow_store, naming
 
 
@@ -35,10 +37,60 @@ def check_study(config: DictConfig) -> None:
         settings.check_values(values)
     check_replicates(config)
     verdict_options(config)
+    check_every_configuration(config)
     if "data.path" not in swept:  # one missing path for every job: no sweep run at all
         from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
 
         check_data_path(OmegaConf.select(config, "data.path", default=None))
+
+
+MAX_CONFIGURATIONS_CHECKED = 512  # a larger grid: each swept value checked once, with the others at their first
+
+
+def check_every_configuration(config: DictConfig) -> None:
+    """Every configuration of a grid (Hydra's basic sweeper and the sweeplab sweeper: each combination of the swept
+    values) checked as its job's early check would, before the sweep run exists: `loss.alpha=0.5,nan` is one line
+    now, not a study whose good jobs train and whose bad ones fail at set-up. A swept config group (`model=a,b`)
+    recomposes its node: the keys under it are each job's plan's to check. A search's space is its sampler's."""
+    import itertools
+
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cls = sweeper_class(config)
+    if cls is None or not issubclass(cls, BasicSweeper):
+        return
+    parser = OverridesParser.create()
+    params = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
+    try:
+        overrides = parser.parse_overrides([*params, *(OmegaConf.select(config, "hydra.overrides.task") or [])])
+    except Exception:  # Hydra's own message, when the sweeper parses them
+        return
+    groups = set((OmegaConf.select(config, "hydra.runtime.choices") or {}).keys())
+    swept = [o for o in overrides if o.is_sweep_override()]
+    regrouped = [o.key_or_group for o in swept if o.key_or_group in groups]
+    values = {}
+    for override in swept:
+        key = override.key_or_group
+        if key in groups or any(key.startswith(f"{group}.") for group in regrouped):
+            continue
+        values[key] = [parser.parse_override(f"{key}={v}").value() for v in override.sweep_string_iterator()]
+    if not values:
+        return
+    base = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+    OmegaConf.set_struct(base, False)
+    keys = list(values)
+    if math.prod(len(v) for v in values.values()) <= MAX_CONFIGURATIONS_CHECKED:
+        combinations = itertools.product(*values.values())
+    else:
+        first = [v[0] for v in values.values()]
+        combinations = ([*first[:i], value, *first[i + 1:]] for i, key in enumerate(keys) for value in values[key])
+    for combination in combinations:
+        job = base.copy()
+        for key, value in zip(keys, combination):
+            OmegaConf.update(job, key, value, force_add=True)
+        if (plain := settings.plain_values(job)) is not None:
+            settings.check_values(plain)
 
 
 def check_required(config: DictConfig) -> None:

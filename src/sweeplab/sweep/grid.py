@@ -60,6 +60,9 @@ class SweeplabSweeper(BasicSweeper):
         """Open the study (or reopen it: resume=true), run its rounds, finish it: its report, best and counts; however
         the rounds end (an interrupt, a failure outside the jobs), its sweep run is closed with the reason."""
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        if self.leave and not submitit_jobs.outlives_this_process(self.launcher):  # before the sweep run exists
+            raise UserError("hydra.sweeper.leave=true submits the study and exits: it needs hydra/launcher=slurm, "
+                            "whose jobs run on without this process")
         self.study = Study.open(self.config)
         try:
             returns = self._rounds(arguments)
@@ -87,9 +90,6 @@ class SweeplabSweeper(BasicSweeper):
         elif count > 1:
             log.info("sweep: %d configurations x %d replicates, %d rounds", len(grid), count, len(planned))
 
-        if self.leave and not submitit_jobs.outlives_this_process(self.launcher):
-            raise UserError("hydra.sweeper.leave=true submits the study and exits: it needs hydra/launcher=slurm, "
-                            "whose jobs run on without this process")
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
             submitit_jobs.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))

@@ -53,7 +53,7 @@ from sweeplab.policies.stopping import StopConfig
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
-from sweeplab.sweep import launchers
+from sweeplab.sweep import journal, launchers
 from sweeplab.sweep import slurm as submitit_jobs
 from sweeplab.sweep.best import SearchBest
 from sweeplab.sweep.study import Study, next_job_number
@@ -311,6 +311,10 @@ class OptunaSearch(Sweeper):
         if continued and held and name not in held:
             raise UserError(f"resume: {sweep_dir / JOURNAL_FILE} holds the study {', '.join(map(repr, held))}, not "
                             f"{name!r}: give hydra.sweeper.study_name={next(iter(held))} as the search ran")
+        if continued and name in held and (was := journal.held_studies(sweep_dir / JOURNAL_FILE)[name].direction) != direction:
+            raise UserError(f"resume: the study {name!r} in {sweep_dir / JOURNAL_FILE} searches to {was} {metric}, this "
+                            f"command to {direction}: give hydra.sweeper.direction={was} as the search ran (a search's "
+                            "direction cannot change), or give a new hydra.sweep.dir")
         return SearchPlan(space, fixed, replicated.replicates_setting(config), direction, metric,
                           self._sampler(held.get(name, 0)), name, continued)
 
@@ -378,12 +382,7 @@ class OptunaSearch(Sweeper):
     @staticmethod
     def _studies_held(sweep_dir: Path) -> dict[str, int]:
         """{study name: trials} of the journal in the sweep dir, read without writing ({} when there is none)."""
-        import optuna
-
-        journal = sweep_dir / JOURNAL_FILE
-        if not journal.is_file():
-            return {}
-        return {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(_journal(journal))}
+        return {name: held.trials for name, held in journal.held_studies(sweep_dir / JOURNAL_FILE).items()}
 
     def _open_study(self, sweep_dir: Path, plan: SearchPlan) -> Any:
         """The sweep's Optuna study in its journal: created, or (resume=true) loaded."""

@@ -30,6 +30,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 
 from sweeplab.core import channels
+from sweeplab.core.files import append_no_follow
 from sweeplab.sweep import launchers
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ def submit(launcher: Any, batch: Sequence[Sequence[str]], initial_job_idx: int) 
     arguments = [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", state) for n, o in zip(numbers, batch)]
     jobs = executor(launcher).map_array(ResumingJob(launcher), *zip(*arguments))
     submitted = [SubmittedJob(n, tuple(o), j) for n, o, j in zip(numbers, batch, jobs)]
-    with (sweep_dir / channels.SUBMITTED_JOBS_FILE).open("a") as record:  # what is out and where, for a later command
+    with append_no_follow(sweep_dir / channels.SUBMITTED_JOBS_FILE, "the submitted-jobs record") as record:  # what is out and where, for a later command
         for job in submitted:
             record.write(json.dumps({"number": job.number, "scheduler_id": job.scheduler_id,
                                      "cluster": launcher._EXECUTOR, "folder": launcher.params["submitit_folder"],

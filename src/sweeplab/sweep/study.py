@@ -87,6 +87,7 @@ class Study:
         except BaseException as exc:
             if study.parent_run_id is not None and not is_interrupt(exc):
                 study.close("FAILED")
+            study._held.close()  # refused before its run existed: the folder's lock goes with the refusal
             raise
         return study
 
@@ -98,6 +99,8 @@ class Study:
         # one process runs or continues a study: a second continue command refused in one line naming the first's
         # pid (two trained the same jobs under different folders); held until the study ends
         self._held.enter_context(hold_run_lock(self.sweep_dir, f"sweep {self.sweep_dir}", "run or continued"))
+        if config.get("resume") is not True:  # a new study never takes a folder where another one's jobs are
+            check_folder_is_free(self.sweep_dir, self.uri if self.tracked else None)
         if not self.tracked:
             return
         overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
@@ -212,6 +215,14 @@ class Study:
         except BaseException as exc:
             if is_interrupt(exc):  # Ctrl-C while the report is written: the study itself is over
                 status = "KILLED"
+            else:  # the report could not be written (a full disk): not a FINISHED study; continuing it writes it
+                status = "FAILED"
+                reason = user_message(exc) if is_user_error(exc) else f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(Exception):
+                    self._write(SweepRun(error=f"its report could not be written: {reason}"[:5000]))
+                if self.continue_command:
+                    print(f"sweep: its report could not be written ({reason}); its jobs are kept. Write the report "
+                          f"and finish the study with: {self.continue_command}", file=sys.stderr, flush=True)
             raise
         finally:
             self.close(status, sweep)
@@ -291,6 +302,31 @@ def next_job_number(sweep_dir: Path) -> int:
     """The number a continued sweep's first job gets: after every job folder the sweep has, so no two share one."""
     numbered = [int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()] if sweep_dir.is_dir() else []
     return max(numbered, default=-1) + 1
+
+
+def check_folder_is_free(sweep_dir: Path, uri: str | None) -> None:
+    """A sweep folder belongs to one study: a new study (no resume=true) into a folder that holds another study's
+    jobs is refused in one line, before anything is written (it would replace their checkpoints, its report and its
+    `mlflow_parent_run_id`, and the old runs' `checkpoint` tags would point at the new study's weights). The study
+    it holds is named with its sweep run and status (`uri`: the store to look it up in; None, not tracked). A folder
+    whose study ran no job (one refused at its first batch) holds nothing to lose: the new study takes it."""
+    jobs = sorted((p.name for p in sweep_dir.iterdir() if p.name.isdigit() and p.is_dir()), key=int) \
+        if sweep_dir.is_dir() else []
+    if not jobs:
+        return
+    shown = f"{jobs[0]}-{jobs[-1]}" if len(jobs) > 1 else jobs[0]
+    marker = sweep_dir / channels.PARENT_RUN_FILE
+    run_id = marker.read_text(errors="replace").strip() if marker.is_file() and not marker.is_symlink() else ""
+    if run_id and uri is not None:
+        try:
+            status = runs.fetch(uri, run_id).status
+        except Exception:  # another store's, or deleted: the folder is still that study's
+            status = f"not in the store {uri}"
+        held = f"sweep run {run_id} ({status}) with job folders {shown}"
+    else:
+        held = f"an earlier study's job folders {shown}"
+    raise UserError(f"hydra.sweep.dir={sweep_dir} holds {held}: continue it with resume=true, or give a new folder "
+                    "(a new study there would overwrite its checkpoints)")
 
 
 def reopen_sweep(uri: str, sweep_dir: Path, overrides: list[str]) -> str:

@@ -13,6 +13,7 @@ says (a run that diverged with `guard.mode=off` saves them honestly).
 
 from __future__ import annotations
 
+import _compat_pickle
 import hashlib
 import importlib.util
 import io
@@ -235,7 +236,6 @@ def _load(path: Path) -> Any:
 
 PLAIN_GLOBALS = frozenset({"collections.OrderedDict", "builtins.set", "builtins.frozenset", "builtins.bytearray",
                            "builtins.complex", "builtins.slice", "builtins.range", "_codecs.encode"})
-PYTHON2_NAMES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
 
 
 def _pickled_code(path: Path) -> list[str]:
@@ -245,7 +245,9 @@ def _pickled_code(path: Path) -> list[str]:
     found = []
     for name in _pickled_globals(path):
         module, _, attribute = name.rpartition(".")
-        module = PYTHON2_NAMES.get(module, module)  # pickle protocols < 3 write Python 2's module names
+        # pickle protocols < 3 write Python 2's names (commands.Popen is subprocess.Popen): pickle's own table
+        module, attribute = _compat_pickle.NAME_MAPPING.get((module, attribute), (module, attribute))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         name = f"{module}.{attribute}"
         if name in PLAIN_GLOBALS or module.split(".")[0] == "torch" or name in found:
             continue

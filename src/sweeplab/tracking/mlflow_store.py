@@ -11,6 +11,7 @@ ever left RUNNING.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeplab.core import channels, records, wall
+from sweeplab.core import channels, errors, interrupts, records, wall
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV, UI_URL_ENV
-from sweeplab.core.errors import UserError, exception_chain
+from sweeplab.core.errors import UserError, environment_error, exception_chain
 from sweeplab.core.interrupts import is_interrupt
 from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP, SWEEP_ROLE
 
@@ -131,8 +132,9 @@ def client(uri: str):
     be opened (locked, unreadable) is one UserError line naming it. Read-only entry points that must not create a
     store use `open_existing_store` first.
     """
-    from mlflow.tracking import MlflowClient
-
+    MlflowClient = _uncut_client()
+    if (db := sqlite_path(uri)) is not None:
+        errors.note_sqlite_store(db)  # a full disk under it is named with its path (errors.environment_error)
     try:
         if uri in _opened_stores or sqlite_path(uri) is None:
             return MlflowClient(tracking_uri=uri)  # opens a sqlite store: a locked or unreadable file fails here
@@ -150,6 +152,29 @@ def client(uri: str):
         raise UserError(f"MLflow tracking store {uri} is not usable: {store_problem(exc)}") from exc
     _opened_stores.add(uri)
     return client
+
+
+CLIENT_WRITES = ("create_run", "log_batch", "log_metric", "log_param", "set_tag", "delete_tag", "set_terminated",
+                 "update_run", "delete_run", "restore_run", "log_text", "log_dict", "log_artifact", "log_artifacts",
+                 "log_inputs", "set_experiment_tag")
+
+
+@functools.cache
+def _uncut_client() -> type:
+    """MlflowClient whose writes a signal never cuts in the middle (interrupts.uncut): SIGTERM raised inside sqlite's
+    write left the connection holding the store's write lock, and closing the run then failed with `database is
+    locked` every 20 s; the signal is acted on right after the write instead."""
+    from mlflow.tracking import MlflowClient
+
+    def uncut(method):
+        @functools.wraps(method)
+        def write(self, *args, **kwargs):
+            with interrupts.uncut():
+                return method(self, *args, **kwargs)
+        return write
+
+    return type("MlflowClient", (MlflowClient,), {name: uncut(getattr(MlflowClient, name)) for name in CLIENT_WRITES
+                                                   if hasattr(MlflowClient, name)})
 
 
 def create_store(uri: str) -> None:
@@ -223,6 +248,9 @@ def check_sqlite_file(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None or not path.exists():
         return
+    if not path.is_file():  # a FIFO would block the read below for ever; a folder, a device: no store either
+        raise UserError(f"{path}: not a regular file, so not an MLflow store; point MLFLOW_TRACKING_URI (or "
+                        "--tracking-uri) at an SQLite file, or move it away")
     try:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
@@ -690,12 +718,15 @@ class JobRun:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         # set_terminated first drains MLflow's asynchronous queue (the Lightning logger's metrics, logger.async_logging):
-        # the run ends only once everything it logged is stored
-        self._stop_monitor()
-        if exc is None:
-            self.client.set_terminated(self.run_id, "FINISHED")
-        else:
-            self.fail(exc)
+        # the run ends only once everything it logged is stored. A signal is recorded, not raised, while the run is
+        # closed (interrupts.deferred: one raised inside sqlite's write leaves its lock held); the job's entry point
+        # acts on it once the run is closed.
+        with interrupts.deferred():
+            self._stop_monitor()
+            if exc is None:
+                self.client.set_terminated(self.run_id, "FINISHED")
+            else:
+                self.fail(exc)
         return False
 
     def fail(self, exc: BaseException) -> None:
@@ -708,7 +739,14 @@ class JobRun:
         with contextlib.suppress(Exception):
             self.write(records.JobRun(error=_one_line(exc)))
             self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
-        self.client.set_terminated(self.run_id, status)
+        try:
+            self.client.set_terminated(self.run_id, status)
+        except Exception as again:
+            if environment_error(again) is None:
+                raise
+            # the store's own disk is full (or read-only): the run cannot be closed now; the reason that ended the
+            # job is what the user reads, and resume=true closes the run once the store can be written again
+            log.warning("run %s could not be closed %s: %s", self.run_id, status, errors.user_message(again))
 
 
 DIGEST_SAMPLE_BYTES = 4 * 2**20

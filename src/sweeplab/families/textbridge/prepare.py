@@ -34,7 +34,7 @@ from pathlib import Path
 from sweeplab.core import cli
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import is_user_error, user_message
-from sweeplab.core.files import atomic_write, current_umask
+from sweeplab.core.files import append_no_follow, atomic_write, current_umask
 from sweeplab.data.corpus import CORPORA, corpus_record, corpus_sentences
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
@@ -376,7 +376,7 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
     except ImportError:  # Windows: no advisory locks; parallel first-time builds there are not serialised
         yield
         return
-    with open(lock_path, "a") as lock_file:
+    with append_no_follow(lock_path, "the data preparation's lock file") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             yield

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 
 from sweeplab.models.textbridge import TextBridgeConfig, TextBridgeEncoder
 from sweeplab.tasks.base import SweepTask
@@ -17,12 +19,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LossConfig:
-    alpha: float = 0.7  # weight of (1 - cosine)
-    beta: float = 0.7  # weight of the MSE
+    alpha: Annotated[float, Ge(0)] = 0.7  # weight of (1 - cosine)
+    beta: Annotated[float, Ge(0)] = 0.7  # weight of the MSE
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta < 0:
-            raise ValueError(f"alpha and beta must be >= 0, got alpha={self.alpha}, beta={self.beta}")
         if self.alpha == 0 and self.beta == 0:
             raise ValueError("alpha and beta are both 0: the loss would be constant; set at least one > 0")
 
