@@ -16,14 +16,9 @@ mkdir -p "$CLUSTER_DIR" && touch "$PIDS"
 [ "$(id -u)" = 0 ] || { echo "error: scripts/cluster/start.sh needs root (it starts SLURM's daemons and PostgreSQL)" >&2; exit 2; }
 
 PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server postgresql"
-missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
-installed=""
-if [ -n "$missing" ]; then
-  echo "cluster: installing $(echo $missing)"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null
-  installed=1
-fi
+# shellcheck disable=SC2086
+"$HERE/install.sh" $PACKAGES | tee "$CLUSTER_DIR/install.log"  # waits for another apt-get or dpkg to finish
+installed=$(grep -q "^cluster: installing" "$CLUSTER_DIR/install.log" && echo 1 || true)
 
 started() { echo "$1 $2" >> "$PIDS"; }
 host=$(hostname -s)
@@ -36,7 +31,7 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/l
 # munge (the Debian package made /etc/munge/munge.key)
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge/munge.key
 # (a daemon the package installation above started, as munge's does, is one this script started)
-if [ -n "$installed" ] && pgrep -x munged >/dev/null; then started munged "$(pgrep -x munged)"; fi
+if [ -n "$installed" ]; then for pid in $(pgrep -x munged); do started munged "$pid"; done; fi
 if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -x munged)"; fi
 # MariaDB for slurmdbd, on 127.0.0.1 only
 if ! pgrep -x mariadbd >/dev/null; then
@@ -76,7 +71,7 @@ setsid "$(dirname "$PY")/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" -
   --backend-store-uri "$PG_URI" --serve-artifacts --artifacts-destination "$CLUSTER_DIR/artifacts" \
   >"$CLUSTER_DIR/mlflow-server.log" 2>&1 &
 started mlflow-server $!
-for _ in $(seq 1 90); do curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null && break; sleep 1; done
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null && break; sleep 1; done
 curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null || { echo "error: the MLflow server did not start; see $CLUSTER_DIR/mlflow-server.log" >&2; tail -20 "$CLUSTER_DIR/mlflow-server.log" >&2; exit 1; }
 echo "cluster: SLURM on $host, MLflow at http://127.0.0.1:$MLFLOW_PORT on $PG_URI"
 cat > "$CLUSTER_DIR/env" <<ENV

@@ -5,6 +5,7 @@ on the session's small demo data, one CPU per job: the node runs two at once) an
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 
 import pytest
@@ -17,7 +18,8 @@ def cluster() -> dict[str, str]:
     if not os.environ.get(TRACKING_ENV):
         pytest.skip("needs the one-host SLURM and tracking server: run `make test-cluster` (as root)")
     return {"uri": os.environ[TRACKING_ENV], "partition": os.environ.get("SWEEPLAB_CLUSTER_PARTITION", "debug"),
-            "postgres": os.environ.get("SWEEPLAB_CLUSTER_POSTGRES_URI", "")}
+            "postgres": os.environ.get("SWEEPLAB_CLUSTER_POSTGRES_URI", ""),
+            "node": socket.gethostname().split(".")[0]}  # the one node (start.sh names it `hostname -s`)
 
 
 @pytest.fixture
