@@ -55,7 +55,17 @@ for _ in $(seq 1 30); do sinfo -h -o %t | grep -q -E "^(idle|mix|alloc)" && brea
 sinfo
 timeout 60 srun -N1 -n1 hostname >/dev/null
 
-# PostgreSQL and the tracking server on it (a fresh database each start)
+# PostgreSQL and the tracking server on it (a fresh database each start); CLUSTER_REUSE_TRACKING=1: the one this
+# environment names already (SWEEPLAB_CLUSTER_TRACKING_URI, ..._POSTGRES_URI: a run nested in another's tests)
+if [ -n "${CLUSTER_REUSE_TRACKING:-}" ]; then
+  echo "cluster: SLURM on $host, MLflow at $SWEEPLAB_CLUSTER_TRACKING_URI (reused)"
+  cat > "$CLUSTER_DIR/env" <<ENV
+export SWEEPLAB_CLUSTER_TRACKING_URI=$SWEEPLAB_CLUSTER_TRACKING_URI
+export SWEEPLAB_CLUSTER_POSTGRES_URI=${SWEEPLAB_CLUSTER_POSTGRES_URI:-}
+export SWEEPLAB_CLUSTER_PARTITION=debug
+ENV
+  exit 0
+fi
 if ! pg_ctlcluster 15 main status >/dev/null 2>&1; then pg_ctlcluster 15 main start; started postgres-cluster 15/main; fi
 runuser -u postgres -- psql -q -tc "SELECT 1 FROM pg_roles WHERE rolname='mlflow'" | grep -q 1 || \
   runuser -u postgres -- psql -q -c "CREATE USER mlflow WITH PASSWORD 'mlflowpw';"
@@ -66,8 +76,11 @@ if curl -s -o /dev/null "http://127.0.0.1:$MLFLOW_PORT/"; then
   exit 1
 fi
 rm -rf "$CLUSTER_DIR/artifacts"
-# the server as users run it: `postgresql://` as written (psycopg 3, installed with sweeplab's dev extra)
+# the server as users run it: `postgresql://` as written (psycopg 3, installed with sweeplab's dev extra); uvicorn's
+# supervisor kills a worker that does not answer its health check in 5 s, which at load 16 on 2 cores restarted them
+# for minutes (the server took 4 minutes to answer): 120 s
 setsid "$(dirname "$PY")/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
+  --uvicorn-opts "--timeout-worker-healthcheck 120" \
   --backend-store-uri "$PG_URI" --serve-artifacts --artifacts-destination "$CLUSTER_DIR/artifacts" \
   >"$CLUSTER_DIR/mlflow-server.log" 2>&1 &
 started mlflow-server $!

@@ -20,9 +20,9 @@ stop_pid() {  # TERM, then KILL after 20 s
   for _ in $(seq 1 40); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.5; done
   kill -9 "$1" 2>/dev/null
 }
-stop_group() {  # the process group $1: TERM, then KILL after 10 s
+stop_group() {  # the process group $1: TERM, then KILL after ${2:-10} s
   kill -TERM -- -"$1" 2>/dev/null || return 0
-  for _ in $(seq 1 20); do kill -0 -- -"$1" 2>/dev/null || return 0; sleep 0.5; done
+  for _ in $(seq 1 $(( ${2:-10} * 2 ))); do kill -0 -- -"$1" 2>/dev/null || return 0; sleep 0.5; done
   kill -KILL -- -"$1" 2>/dev/null
 }
 parent_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
@@ -69,7 +69,7 @@ fi
 tac "$PIDS" | while read -r name pid; do
   case "$name" in
     tests) ;;
-    mlflow-server) kill -TERM -- -"$pid" 2>/dev/null; stop_pid "$pid" ;;
+    mlflow-server) stop_group "$pid" 20 ;;  # its own group (setsid): the server, its workers, their job runners
     postgres-cluster) pg_ctlcluster "${pid%/*}" "${pid#*/}" stop 2>/dev/null ;;
     *) stop_pid "$pid" ;;
   esac
