@@ -32,7 +32,7 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/l
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge/munge.key
 # (a daemon the package installation above started, as munge's does, is one this script started)
 if [ -n "$installed" ]; then for pid in $(pgrep -x munged); do started munged "$pid"; done; fi
-if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -x munged)"; fi
+if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -n -x munged)"; fi
 # MariaDB for slurmdbd, on 127.0.0.1 only
 if ! pgrep -x mariadbd >/dev/null; then
   mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld

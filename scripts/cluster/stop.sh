@@ -33,7 +33,7 @@ marked() {  # pids carrying the run's mark, but this script, its callers and its
     pid=${d#/proc/}
     case "$skip" in *" $pid "*) continue ;; esac
     [ "$(parent_of "$pid")" = "$$" ] && continue
-    tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "SWEEPLAB_CLUSTER_RUN=$RUN" && echo "$pid"
+    tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF "SWEEPLAB_CLUSTER_RUN=$RUN" && echo "$pid"
   done
 }
 run_jobs() {  # ids of the SLURM jobs working under $CLUSTER_DIR (squeue's %Z: the job's working directory)

@@ -59,10 +59,14 @@ class Sweep:
         return next((at for at, line in self.lines if text in line), None)
 
 
+started: list[subprocess.Popen] = []  # every sweep a test started (conftest ends those left at its end)
+
+
 def start_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None) -> Sweep:
     process = subprocess.Popen([sys.executable, "-m", "sweeplab.train", "-m", *args], cwd=cwd, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
+    started.append(process)
     sweep = Sweep(process)
     sweep.reader = threading.Thread(target=sweep._read, daemon=True)
     sweep.reader.start()
@@ -93,6 +97,13 @@ def wait_for(condition, timeout: float, what: str, sweep: Sweep | None = None, p
             raise AssertionError(f"the sweep ended ({sweep.process.returncode}) before {what}:\n{sweep.output[-4000:]}")
         time.sleep(period)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def jobs_under(folder: Path) -> list[str]:
+    """Ids of the queued or running jobs working under `folder` (squeue's %Z: the job's working directory)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    return [job for job, _, workdir in (line.partition(" ") for line in out.splitlines())
+            if (workdir + "/").startswith(f"{folder}/")]
 
 
 def squeue(name: str, states: str = "R") -> list[str]:
