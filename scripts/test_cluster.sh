@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CLUSTER_DIR=${CLUSTER_DIR:-/tmp/sweeplab-cluster}
-trap 'trap - EXIT; scripts/cluster/stop.sh' EXIT
+trap 'trap - EXIT; trap "" TERM INT HUP; scripts/cluster/stop.sh' EXIT  # waited for, whatever signal comes next
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP

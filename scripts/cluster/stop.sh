@@ -8,6 +8,9 @@
 #    the jobs' processes), TERM then KILL;
 # 4. the daemons start.sh started, by the pids it recorded in $CLUSTER_DIR/started-pids (never by name), newest
 #    first; anything that was running before start.sh is left running.
+# The cleanup finishes whatever signal stopped the run: a make stopped by `timeout` was seen to signal its group
+# again while this ran (killing it half-way, every daemon, job and sweep left running).
+trap '' TERM INT HUP
 CLUSTER_DIR=${CLUSTER_DIR:-/tmp/sweeplab-cluster}
 PIDS=$CLUSTER_DIR/started-pids
 RUN=${SWEEPLAB_CLUSTER_RUN:-}

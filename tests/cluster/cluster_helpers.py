@@ -139,12 +139,12 @@ def restarts(job_id: str) -> int:
 
 
 def job_processes(job_id: str) -> list[str]:
-    """The pids the node's slurmd still holds for the job (`scontrol listpids`, which takes the plain job id)."""
+    """The pids of the node's slurmstepd processes still running the job (`slurmstepd: [<plain id>.batch]`...)."""
     plain = _job_fields(job_id).get("JobId")
     if not plain:
         return []
-    out = subprocess.run(["scontrol", "listpids", plain], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+    out = subprocess.run(["pgrep", "-f", rf"^slurmstepd: \[{plain}\."], capture_output=True, text=True).stdout
+    return out.split()
 
 
 def sweep_runs(uri: str, experiment: str):

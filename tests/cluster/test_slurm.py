@@ -104,15 +104,16 @@ def test_a_node_failure_slurm_requeues_is_watched_to_the_end(cluster, experiment
     job_id = wait_for(lambda: running_with_a_checkpoint(name, tmp_path / "sweep"), 60, "a job with a checkpoint")
     wait_for(lambda: len(squeue(name)) == 2 and all(running_with_a_checkpoint(name, tmp_path / "sweep", job)
                                                     for job in squeue(name)), 120, "both jobs with a checkpoint")
+    # drained first, so that the node, back at once (ReturnToService=2: its slurmd still answers), runs nothing until
+    # the first attempts' slurmstepd are gone (sooner, slurmd refuses the same job id: "Duplicate jobid", drained)
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=sweeplab-test"], check=True)
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=sweeplab-test"], check=True)
-    try:  # SLURM ends the jobs NODE_FAIL and queues them again (JobRequeue=1); the node comes back once their first
-        # attempts' processes are gone (sooner, slurmd refuses the same job id again: "Duplicate jobid", drained)
+    try:  # SLURM ends the jobs NODE_FAIL and queues them again (JobRequeue=1)
         wait_for(lambda: restarts(job_id) >= 1, 120, "SLURM to requeue the job", sweep)
         wait_for(lambda: not any(job_processes(j) for j in squeue(name, "PD,R,CG")), 120,
                  "the first attempts' processes to end", sweep)
-    finally:  # (ReturnToService=2 may have brought it back already: then SLURM refuses a resume)
-        if "down" in subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout:
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=True)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=True)
     paused.unlink(missing_ok=True)
     while sweep.process.poll() is None:  # the requeued jobs run again: no more pauses
         for queued in squeue(name, "PD"):

@@ -45,7 +45,7 @@ def _marked(run: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("stop", ["SIGTERM to it", "SIGTERM to its process group"])
+@pytest.mark.parametrize("stop", ["SIGTERM to it", "SIGTERM to its process group"], ids=["to-it", "to-its-group"])
 def test_make_test_cluster_stopped_at_any_moment_leaves_no_job_and_no_process(cluster, tmp_path, stop):
     name, run, nested = f"held-{uuid.uuid4().hex[:8]}", f"nested-{uuid.uuid4().hex[:8]}", tmp_path / "nested"
     # the SLURM daemons and the tracking server are this run's (start.sh starts nothing running already)
