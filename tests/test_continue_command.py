@@ -82,3 +82,22 @@ def test_a_sweep_interrupted_in_its_report_says_how_to_continue_it(demo_dir, mlf
     (line,) = [li for li in err.splitlines() if "Continue it with: " in li]
     assert "'+label=a b c'" in line and "resume=true" in line
     assert not MlflowClient(mlflow_uri).search_runs(["1"], "attributes.status = 'RUNNING'")
+
+
+def test_a_continued_sweep_run_moves_what_its_last_attempt_said_to_its_history(mlflow_uri, tmp_path):
+    client = MlflowClient(mlflow_uri)
+    experiment = mlflow_store.init_store(mlflow_uri, "history")
+    said = {"error": "Interrupted: interrupted by SIGTERM", "lost_jobs": "job 2 (scheduler job 41_2): CANCELLED",
+            "left_jobs": "job 0: 41_0 (recorded in submitted_jobs.jsonl)", "failed_jobs": "1"}
+    parent = client.create_run(experiment, tags={"sweep_overrides": naming.overrides_tag(ODD), **said}).info.run_id
+    client.set_terminated(parent, "FAILED")
+    (tmp_path / channels.PARENT_RUN_FILE).write_text(parent)
+    study.reopen_sweep(mlflow_uri, tmp_path, ODD)
+    tags = client.get_run(parent).data.tags
+    assert not set(said) & set(tags)  # no longer true of the continued study
+    assert tags["earlier"] == "; ".join(f"{key}: {value}" for key, value in said.items())
+
+    client.set_tag(parent, "error", "RuntimeError: again")  # continued once more: the history grows, oldest first
+    study.reopen_sweep(mlflow_uri, tmp_path, ODD)
+    tags = client.get_run(parent).data.tags
+    assert "error" not in tags and tags["earlier"].endswith("failed_jobs: 1; error: RuntimeError: again")

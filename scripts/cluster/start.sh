@@ -16,14 +16,9 @@ mkdir -p "$CLUSTER_DIR" && touch "$PIDS"
 [ "$(id -u)" = 0 ] || { echo "error: scripts/cluster/start.sh needs root (it starts SLURM's daemons and PostgreSQL)" >&2; exit 2; }
 
 PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server postgresql"
-missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
-installed=""
-if [ -n "$missing" ]; then
-  echo "cluster: installing $(echo $missing)"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null
-  installed=1
-fi
+# shellcheck disable=SC2086
+"$HERE/install.sh" $PACKAGES | tee "$CLUSTER_DIR/install.log"  # waits for another apt-get or dpkg to finish
+installed=$(grep -q "^cluster: installing" "$CLUSTER_DIR/install.log" && echo 1 || true)
 
 started() { echo "$1 $2" >> "$PIDS"; }
 host=$(hostname -s)
@@ -36,8 +31,8 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/l
 # munge (the Debian package made /etc/munge/munge.key)
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge/munge.key
 # (a daemon the package installation above started, as munge's does, is one this script started)
-if [ -n "$installed" ] && pgrep -x munged >/dev/null; then started munged "$(pgrep -x munged)"; fi
-if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -x munged)"; fi
+if [ -n "$installed" ]; then for pid in $(pgrep -x munged); do started munged "$pid"; done; fi
+if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; sleep 1; started munged "$(pgrep -n -x munged)"; fi
 # MariaDB for slurmdbd, on 127.0.0.1 only
 if ! pgrep -x mariadbd >/dev/null; then
   mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
@@ -60,7 +55,17 @@ for _ in $(seq 1 30); do sinfo -h -o %t | grep -q -E "^(idle|mix|alloc)" && brea
 sinfo
 timeout 60 srun -N1 -n1 hostname >/dev/null
 
-# PostgreSQL and the tracking server on it (a fresh database each start)
+# PostgreSQL and the tracking server on it (a fresh database each start); CLUSTER_REUSE_TRACKING=1: the one this
+# environment names already (SWEEPLAB_CLUSTER_TRACKING_URI, ..._POSTGRES_URI: a run nested in another's tests)
+if [ -n "${CLUSTER_REUSE_TRACKING:-}" ]; then
+  echo "cluster: SLURM on $host, MLflow at $SWEEPLAB_CLUSTER_TRACKING_URI (reused)"
+  cat > "$CLUSTER_DIR/env" <<ENV
+export SWEEPLAB_CLUSTER_TRACKING_URI=$SWEEPLAB_CLUSTER_TRACKING_URI
+export SWEEPLAB_CLUSTER_POSTGRES_URI=${SWEEPLAB_CLUSTER_POSTGRES_URI:-}
+export SWEEPLAB_CLUSTER_PARTITION=debug
+ENV
+  exit 0
+fi
 if ! pg_ctlcluster 15 main status >/dev/null 2>&1; then pg_ctlcluster 15 main start; started postgres-cluster 15/main; fi
 runuser -u postgres -- psql -q -tc "SELECT 1 FROM pg_roles WHERE rolname='mlflow'" | grep -q 1 || \
   runuser -u postgres -- psql -q -c "CREATE USER mlflow WITH PASSWORD 'mlflowpw';"
@@ -71,12 +76,15 @@ if curl -s -o /dev/null "http://127.0.0.1:$MLFLOW_PORT/"; then
   exit 1
 fi
 rm -rf "$CLUSTER_DIR/artifacts"
-# the server as users run it: `postgresql://` as written (psycopg 3, installed with sweeplab's dev extra)
+# the server as users run it: `postgresql://` as written (psycopg 3, installed with sweeplab's dev extra); uvicorn's
+# supervisor kills a worker that does not answer its health check in 5 s, which at load 16 on 2 cores restarted them
+# for minutes (the server took 4 minutes to answer): 120 s
 setsid "$(dirname "$PY")/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
+  --uvicorn-opts "--timeout-worker-healthcheck 120" \
   --backend-store-uri "$PG_URI" --serve-artifacts --artifacts-destination "$CLUSTER_DIR/artifacts" \
   >"$CLUSTER_DIR/mlflow-server.log" 2>&1 &
 started mlflow-server $!
-for _ in $(seq 1 90); do curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null && break; sleep 1; done
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null && break; sleep 1; done
 curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null || { echo "error: the MLflow server did not start; see $CLUSTER_DIR/mlflow-server.log" >&2; tail -20 "$CLUSTER_DIR/mlflow-server.log" >&2; exit 1; }
 echo "cluster: SLURM on $host, MLflow at http://127.0.0.1:$MLFLOW_PORT on $PG_URI"
 cat > "$CLUSTER_DIR/env" <<ENV

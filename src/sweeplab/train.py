@@ -90,7 +90,9 @@ def run() -> None:
 
     failed = channels.failed_jobs
     if failed:
-        print(f"error: {failed} job(s) of the sweep failed; see the report above and each run's `error` tag", file=sys.stderr)
+        print(channels.failed_summary
+              or f"error: {failed} job(s) of the sweep failed; see the report above and each run's `error` tag",
+              file=sys.stderr)
         sys.exit(1)
 
 

@@ -28,6 +28,12 @@ def tiny(demo_dir: Path, experiment: str, *overrides: str) -> list[str]:
             "logger.system_metrics_after_s=null", f"logger.experiment_name={experiment}", *overrides]
 
 
+def pause(tmp_path: Path, seconds: int) -> dict[str, str]:
+    """Every job pauses at its first validation inside fit (step 10) for `seconds`, or until the file goes."""
+    return {"SWEEPLAB_FAULT_PAUSE_IN": "validation", "SWEEPLAB_FAULT_PAUSE_S": str(seconds),
+            "SWEEPLAB_FAULT_PAUSED_FILE": str(tmp_path / "paused")}
+
+
 @dataclass
 class Sweep:
     """A `python -m sweeplab.train -m ...` running in the background; its output lines with the time each came."""
@@ -53,10 +59,14 @@ class Sweep:
         return next((at for at, line in self.lines if text in line), None)
 
 
+started: list[subprocess.Popen] = []  # every sweep a test started (conftest ends those left at its end)
+
+
 def start_sweep(cwd: Path, args: list[str], uri: str, env: dict[str, str] | None = None) -> Sweep:
     process = subprocess.Popen([sys.executable, "-m", "sweeplab.train", "-m", *args], cwd=cwd, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
+    started.append(process)
     sweep = Sweep(process)
     sweep.reader = threading.Thread(target=sweep._read, daemon=True)
     sweep.reader.start()
@@ -89,6 +99,13 @@ def wait_for(condition, timeout: float, what: str, sweep: Sweep | None = None, p
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def jobs_under(folder: Path) -> list[str]:
+    """Ids of the queued or running jobs working under `folder` (squeue's %Z: the job's working directory)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    return [job for job, _, workdir in (line.partition(" ") for line in out.splitlines())
+            if (workdir + "/").startswith(f"{folder}/")]
+
+
 def squeue(name: str, states: str = "R") -> list[str]:
     """Ids of the jobs named `name` in these states (`<array id>_<index>`)."""
     out = subprocess.run(["squeue", "-h", "-r", "-n", name, "-t", states, "-o", "%i"], capture_output=True,
@@ -96,23 +113,38 @@ def squeue(name: str, states: str = "R") -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def running_with_a_checkpoint(name: str, sweep_dir: Path) -> str | None:
-    """A running job of the study's first array whose folder holds a last checkpoint (its array index is its Hydra
-    job number there), or None."""
-    for job_id in squeue(name):
+def running_with_a_checkpoint(name: str, sweep_dir: Path, job: str | None = None) -> str | None:
+    """A running job of the study's first array (`job`, or any) whose folder holds a last checkpoint (its array
+    index is its Hydra job number there), or None."""
+    for job_id in squeue(name) if job is None else [job]:
         if (sweep_dir / job_id.partition("_")[2] / "checkpoints" / "last.ckpt").is_file():
             return job_id
     return None
 
 
+def _job_fields(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    return dict(word.partition("=")[::2] for word in out.split() if "=" in word)
+
+
 def restarts(job_id: str) -> int:
     """How many times SLURM started the job again; a requeued job it holds back is released at once (SLURM makes
-    a requeued batch job eligible 2 minutes later: the tests do not wait for that)."""
-    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
-    fields = dict(word.partition("=")[::2] for word in out.split() if "=" in word)
+    a requeued batch job eligible 2 minutes later, and holds one whose launch failed: the tests do not wait)."""
+    fields = _job_fields(job_id)
     if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    if fields.get("JobState") == "PENDING" and "held" in fields.get("Reason", ""):
+        subprocess.run(["scontrol", "release", job_id], capture_output=True)
     return int(fields.get("Restarts", "0") or 0)
+
+
+def job_processes(job_id: str) -> list[str]:
+    """The pids of the node's slurmstepd processes still running the job (`slurmstepd: [<plain id>.batch]`...)."""
+    plain = _job_fields(job_id).get("JobId")
+    if not plain:
+        return []
+    out = subprocess.run(["pgrep", "-f", rf"^slurmstepd: \[{plain}\."], capture_output=True, text=True).stdout
+    return out.split()
 
 
 def sweep_runs(uri: str, experiment: str):

@@ -181,3 +181,7 @@ open_sweep: Any = None
 # read by the entry point (sweeplab.train.run), which exits non-zero when it is > 0: Hydra's multirun returns nothing
 # to the app.
 failed_jobs: int = 0
+# ... and the line that says why, when the study knows better than a count ("sweep: 2 job(s) cancelled (...);
+# ... Continue the study with: ..."): written by the study with failed_jobs; printed last by the entry point instead
+# of its count of failed jobs.
+failed_summary: str = ""

@@ -249,7 +249,7 @@ class JobRun(_Record):
 
     """Under SLURM: the job's id as sacct and scancel take it (`<array id>_<index>`), its index in the array, how
     many times SLURM ran it again into this run, and how the scheduler ended it before it could end itself
-    ("CANCELLED: ..."; kept when a continued study resumes the run)."""
+    ("CANCELLED: ..."; moved to `previous_error` when a continued study resumes the run)."""
     slurm_job_id: str | None = tag("slurm_job_id")
     slurm_array_index: str | None = tag("slurm_array_index")
     slurm_restarts: int | None = tag("slurm_restarts")
@@ -395,7 +395,9 @@ class SweepRun(_Record):
 
     """The jobs (counts): planned by the sweeper, ended FINISHED, FAILED, KILLED, never started; the failed jobs
     (tag), the jobs the scheduler ended (`job 2 (scheduler job 41_2): CANCELLED; ...`), the jobs submitted and left
-    running (hydra.sweeper.leave=true) and where they are recorded, why the sweep itself failed (one line)."""
+    running (hydra.sweeper.leave=true) and where they are recorded, why the sweep itself failed (one line); what
+    those three said before the study was continued (`earlier`: `key: value` entries, `; `-joined, oldest first;
+    a continue clears them, so a study continued to its end reads FINISHED without them)."""
     jobs_planned: int | None = metric("jobs_planned")
     jobs_done: int | None = metric("jobs_done")
     jobs_failed: int | None = metric("jobs_failed")
@@ -405,6 +407,7 @@ class SweepRun(_Record):
     lost_jobs: str | None = tag("lost_jobs")
     left_jobs: str | None = tag("left_jobs")
     error: str | None = tag("error")
+    earlier: str | None = tag("earlier")
 
     """Its process (s): from its start (interpreter and imports included) to its report, and when it started (Unix
     seconds): a continued sweep's report sets its wall against the jobs that process ran."""

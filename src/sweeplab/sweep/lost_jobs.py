@@ -23,6 +23,20 @@ log = logging.getLogger(__name__)
 STOPPED_STATES = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "INTERRUPTED")  # KILLED, as a stopped local job
 
 
+ENDED_AS = {"CANCELLED": "cancelled", "TIMEOUT": "timed out", "PREEMPTED": "preempted", "DEADLINE": "past their deadline",
+            "OUT_OF_MEMORY": "out of memory", "NODE_FAIL": "ended by a node failure"}
+
+
+def described(states) -> str:
+    """What the scheduler did to a study's lost jobs, counted by how each ended: "2 job(s) cancelled", "1 job(s)
+    cancelled, 1 job(s) timed out", "1 job(s) ended by the scheduler (FAILED)"."""
+    counts: dict[str, int] = {}
+    for state in states:
+        what = ENDED_AS.get(state, f"ended by the scheduler ({state})")
+        counts[what] = counts.get(what, 0) + 1
+    return ", ".join(f"{n} job(s) {what}" for what, n in counts.items())
+
+
 def record(uri: str | None, parent_run_id: str | None, lost, planned=None) -> str | None:
     """Record `lost` (slurm.LostJob) under the sweep run `parent_run_id` of the store `uri`; `planned`
     (replicates.PlannedJob): its place in the study. Returns the run id (None without a store or sweep run). Never
@@ -58,6 +72,7 @@ def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -
         name=f"job {lost.number} ({lost.state.lower()} before it started)",
         parent_run_id=parent,
         slurm_job_id=lost.scheduler_id,
+        slurm_array_index=lost.scheduler_id.partition("_")[2] or None,
         hydra_job=str(lost.number),
         sweep_id=parent_run.tags.get(SWEEP.sweep_id, ""),
         error=error,

@@ -14,6 +14,14 @@ submission itself is the launcher's: the same executor, parameters, array and jo
 `hydra.launcher.max_num_timeout` > 0), the job finds its own output folder's last checkpoint and continues its own
 MLflow run from there (`resume=<its folder>`: sweeplab.engine.training resumes the run the checkpoint names, and
 its logger skips the steps that run already holds), rather than training again into a second run.
+
+What `sacct` alone misreads, the watch checks against `squeue` (the controller's queue, one call a look):
+- a pending array task cancelled before it started (`scancel <array>_<i>`): SLURM 22.05 keeps no accounting record
+  of it, so submitit reads UNKNOWN ("not done") for ever. A job neither queued nor in `sacct` on two looks in a row
+  was cancelled before it started (`gone_before_starting`).
+- a job ended by a node failure that SLURM requeues (`JobRequeue=1`): `sacct` reads NODE_FAIL (an end) while the
+  same job id waits in the queue to run again. A job still queued is still out (`requeued`); its end is read again
+  from `sacct` once it has left the queue.
 """
 
 # no `from __future__ import annotations`: Hydra scans this package with a loader under which dataclasses cannot
@@ -35,7 +43,10 @@ from sweeplab.sweep import launchers
 
 log = logging.getLogger(__name__)
 
-WATCH_PERIOD_S = 5.0  # how often the round's jobs are looked at (one forced `sacct` for all of them)
+WATCH_PERIOD_S = 5.0  # how often the round's jobs are looked at (one forced `sacct` and one `squeue` for all)
+GONE_LOOKS = 2  # looks in a row a job must be missing from both the queue and accounting to count as cancelled
+REQUEUED_ENDS = ("NODE_FAIL", "BOOT_FAIL")  # ends after which SLURM (JobRequeue=1) queues the same job id again
+CANCELLED_BEFORE_STARTING = "no longer queued and no accounting record: cancelled before it started"
 RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"  # SLURM sets it in a job it runs again (requeue, preemption)
 
 
@@ -174,12 +185,13 @@ def still_out(sweep_dir: Path) -> list[SubmittedJob]:
 
     path = Path(sweep_dir) / channels.SUBMITTED_JOBS_FILE
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    out = []
+    out: list[SubmittedJob] = []
+    queued = queued_states()
     for record in records:
         if record.get("cluster") != "slurm":  # a local job does not outlive the process that started it
             continue
         job = submitit.SlurmJob(folder=record["folder"], job_id=record["scheduler_id"])
-        if not job.done(force_check=not out):
+        if not job.done(force_check=not out) or requeued(job, queued):
             out.append(SubmittedJob(int(record["number"]), tuple(record["overrides"]), job))
     return out
 
@@ -201,16 +213,89 @@ def watch(submitted: Sequence[SubmittedJob], on_lost: Callable[[LostJob], None],
     it is seen (within `period_s` of the scheduler's record of its end) and returns a FAILED JobReturn."""
     returns: dict[int, JobReturn] = {}
     waiting = list(submitted)
+    missing: dict[str, int] = {}  # scheduler id -> looks in a row it was neither queued nor in sacct
     while waiting:
+        queued = queued_states() if any(job.job.__class__.__name__ == "SlurmJob" for job in waiting) else None
         for position, job in enumerate(list(waiting)):
             # one forced sacct refreshes the watcher's states of every job of the sweep; the others read them
             if not job.job.done(force_check=position == 0):
+                if gone_before_starting(job, queued, missing):
+                    waiting.remove(job)
+                    returns[job.number] = _lost(job, "CANCELLED", CANCELLED_BEFORE_STARTING, on_lost)
+                continue
+            if requeued(job.job, queued):  # ended by a node failure, and queued again under the same id
                 continue
             waiting.remove(job)
             returns[job.number] = _outcome(job, on_lost)
         if waiting:
             time.sleep(period_s)
     return [returns[job.number] for job in submitted]
+
+
+def queued_states() -> dict[str, str] | None:
+    """`squeue`'s state of each job of this user in the controller's queue (array tasks one by one, `<array>_<i>`);
+    None when the controller could not be asked (nothing is concluded from that look)."""
+    import getpass
+    import subprocess
+
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i %T"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("squeue failed: %s", exc)
+        return None
+    return dict(line.split(maxsplit=1) for line in out.splitlines() if len(line.split()) == 2)
+
+
+def accounted_state(scheduler_id: str) -> str | None:
+    """The job's state in SLURM's accounting now (`sacct`, this job alone, its latest attempt); "" when sacct holds
+    no record of it; None when sacct could not be asked."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", scheduler_id],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("sacct failed: %s", exc)
+        return None
+    states = [line.split("|")[1] for line in out.splitlines() if line.split("|")[0] == scheduler_id]
+    return states[-1].split()[0] if states else ""
+
+
+def gone_before_starting(job: SubmittedJob, queued: dict[str, str] | None, missing: dict[str, int]) -> bool:
+    """The job, "not done" for submitit, is neither in the queue nor in accounting on GONE_LOOKS looks in a row: it
+    was cancelled before it started (SLURM 22.05 records no pending array task cancelled)."""
+    if queued is None or job.scheduler_id in queued or job.job.paths.result_pickle.exists():
+        missing.pop(job.scheduler_id, None)
+        return False
+    if accounted_state(job.scheduler_id) != "":  # recorded (submitit reads it at its next look) or sacct failed
+        missing.pop(job.scheduler_id, None)
+        return False
+    missing[job.scheduler_id] = missing.get(job.scheduler_id, 0) + 1
+    return missing[job.scheduler_id] >= GONE_LOOKS
+
+
+def requeued(job: Any, queued: dict[str, str] | None) -> bool:
+    """A job submitit reads as ended by a node failure (REQUEUED_ENDS) without a result, still in the controller's
+    queue: SLURM requeued it (`JobRequeue=1`) and the same id runs again. Once it has left the queue its end is read
+    afresh (submitit stops asking about a job it saw end)."""
+    if queued is None or job.paths.result_pickle.exists() or job.__class__.__name__ != "SlurmJob":
+        return False
+    job_id = str(job.job_id)
+    if job_id in queued and (job_id in _requeued or str(job.state).split()[0] in REQUEUED_ENDS):
+        if job_id not in _requeued:
+            log.info("sweep: scheduler job %s ended %s and SLURM queued it again (%s): still watching it", job_id,
+                     job.state, queued[job_id])
+            _requeued.add(job_id)
+        return True
+    if job_id in _requeued:
+        _requeued.discard(job_id)
+        job.watcher._finished.discard(job_id)  # submitit's cache of its first end: ask sacct about it again
+        return not job.done(force_check=True)
+    return False
+
+
+_requeued: set[str] = set()  # jobs seen queued again after submitit read their end
 
 
 def _outcome(job: SubmittedJob, on_lost: Callable[[LostJob], None]) -> JobReturn:
@@ -222,8 +307,11 @@ def _outcome(job: SubmittedJob, on_lost: Callable[[LostJob], None]) -> JobReturn
             return job.job.result()
         reason = str(failure).strip().splitlines()[0][:300]
         state = state if state not in ("COMPLETED", "FINISHED") else "FAILED"
-    lost = LostJob(job.number, job.scheduler_id, state, job.overrides, reason)
-    on_lost(lost)
+    return _lost(job, state, reason, on_lost)
+
+
+def _lost(job: SubmittedJob, state: str, reason: str, on_lost: Callable[[LostJob], None]) -> JobReturn:
+    on_lost(LostJob(job.number, job.scheduler_id, state, job.overrides, reason))
     return JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED,
                      _return_value=LostJobError(f"job {job.number} ({job.scheduler_id}) ended {state}"))
 

@@ -63,6 +63,7 @@ class Study:
         self.planned_jobs: int | None = None
         self.continue_command = ""  # how to continue the study after an interruption (printed when one stops it)
         self.lost_jobs: list[str] = []  # jobs a scheduler ended before they could (sweep.lost_jobs)
+        self.lost_states: list[str] = []  # the scheduler's end of each (CANCELLED, TIMEOUT, NODE_FAIL, ...)
         self.left_jobs: list[str] = []  # jobs submitted and left running (hydra.sweeper.leave=true)
         self.failed_jobs = 0
         self.search_best: best.SearchBest | None = None  # a search's best trial, handed over by its sweeper
@@ -80,7 +81,7 @@ class Study:
     def open(cls, config: DictConfig, print_report: bool = True) -> Study:
         """Check the config, take the sweep folder, and create (or, with resume=true, reopen) the sweep run. A
         failure after the run exists closes it FAILED (an interrupt: KILLED, by `end_open_study`)."""
-        channels.failed_jobs = 0
+        channels.failed_jobs, channels.failed_summary = 0, ""
         study = cls(config, print_report)
         try:
             study._open()
@@ -163,6 +164,7 @@ class Study:
         others go on; `counted`: the study ends FAILED naming it (not a job a continued study runs again at once)."""
         if counted:
             self.lost_jobs.append(f"job {lost.number} (scheduler job {lost.scheduler_id}): {lost.state}")
+            self.lost_states.append(lost.state)
         lost_jobs.record(self.uri if self.tracked else None, self.parent_run_id, lost, planned)
 
     def _write(self, record: SweepRun) -> None:
@@ -208,8 +210,11 @@ class Study:
                 status = "FAILED"
                 self.failed_jobs = report.failed + sum(j.status == "KILLED" for j in sweep.jobs)
                 self._write(SweepRun(lost_jobs="; ".join(self.lost_jobs)[:5000]))
-                print(f"sweep: {len(self.lost_jobs)} job(s) ended by the scheduler ({'; '.join(self.lost_jobs)})"
-                      f"; the others ran. Continue the study with: {self.continue_command}", file=sys.stderr, flush=True)
+                failed_too = f"; {report.failed} other job(s) failed" if report.failed else ""
+                # the last line says what happened (sweeplab.train prints it instead of its count of failed jobs)
+                channels.failed_summary = (
+                    f"sweep: {lost_jobs.described(self.lost_states)} ({'; '.join(self.lost_jobs)}){failed_too}; the "
+                    f"others ran. Continue the study with: {self.continue_command}")
             channels.failed_jobs = self.failed_jobs
             interrupts.check()  # a stop request swallowed where it landed in the report still ends the study KILLED
         except BaseException as exc:
@@ -329,6 +334,21 @@ def check_folder_is_free(sweep_dir: Path, uri: str | None) -> None:
                     "(a new study there would overwrite its checkpoints)")
 
 
+def _move_to_earlier(uri: str, parent_id: str, parent) -> None:
+    """What the sweep run said about its last attempt (why it failed, the jobs lost or left) no longer holds once
+    it is continued: moved to its `earlier` tag (the history), so a study continued to its end reads as finished."""
+    record = SweepRun.from_run(parent)
+    past = {SWEEP.error: record.error, SWEEP.lost_jobs: record.lost_jobs, SWEEP.left_jobs: record.left_jobs,
+            SWEEP.failed_jobs: record.failed_jobs}
+    past = {key: value for key, value in past.items() if value is not None}
+    if not past:
+        return
+    entries = [record.earlier] if record.earlier else []
+    entries += [f"{key}: {value}" for key, value in past.items()]
+    mlflow_store.write(uri, parent_id, SweepRun(earlier="; ".join(entries)[-5000:]))
+    runs.delete_tags(uri, parent_id, past)
+
+
 def reopen_sweep(uri: str, sweep_dir: Path, overrides: list[str]) -> str:
     """`-m ... resume=true`: continue the sweep recorded in `hydra.sweep.dir` under its own sweep run (RUNNING
     again); the sweeplab sweeper then skips its finished jobs, resumes the interrupted ones and starts the missing
@@ -347,6 +367,7 @@ def reopen_sweep(uri: str, sweep_dir: Path, overrides: list[str]) -> str:
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
     runs.reopen(uri, parent_id)
+    _move_to_earlier(uri, parent_id, parent)
     # the jobs a kill -9 left RUNNING are closed now (KILLED): the interrupted ones resume into their run again
     close_abandoned_runs(uri, runs.children(uri, parent_id, parent.experiment_id))
     mlflow_store.write(uri, parent_id, SweepRun(resumed=(SweepRun.from_run(parent).resumed or 0) + 1))

@@ -602,16 +602,22 @@ class JobRun:
             raise
 
     def _clear_previous_failure(self) -> None:
-        """A resumed run is no longer failed: its `error` tag and error.txt go (the reason stays readable as the
-        `previous_error` tag), so a run that then finishes does not read as failed. A new failure writes both again."""
+        """A resumed run is no longer failed: its `error` and `slurm_end` tags and error.txt go (the reason stays
+        readable as the `previous_error` tag), so a run that then finishes does not read as failed or ended by the
+        scheduler. A new failure writes them again."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
         run = self.client.get_run(self.run_id)
-        error = run.data.tags.get(JOB.error)
+        error, slurm_end = run.data.tags.get(JOB.error), run.data.tags.get(JOB.slurm_end)
+        if error is None and slurm_end is None:
+            return
+        self.write(records.JobRun(previous_error=error if error is not None and slurm_end in (None, error)
+                                  else slurm_end if error is None else f"{error} (scheduler: {slurm_end})"))
+        for key in (JOB.error, JOB.slurm_end):
+            if run.data.tags.get(key) is not None:
+                self.client.delete_tag(self.run_id, key)
         if error is None:
             return
-        self.write(records.JobRun(previous_error=error))
-        self.client.delete_tag(self.run_id, JOB.error)
         try:
             get_artifact_repository(run.info.artifact_uri).delete_artifacts("error.txt")
         except Exception as exc:  # a store that cannot delete: the file stays, the tag says it is past

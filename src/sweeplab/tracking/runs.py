@@ -110,6 +110,13 @@ def reopen(uri: str, run_id: str) -> None:
     mlflow_store.client(uri).update_run(run_id, status="RUNNING")
 
 
+def delete_tags(uri: str, run_id: str, keys: Iterable[str]) -> None:
+    """Remove these tags from the run (what no longer holds, once moved to a history tag)."""
+    store = mlflow_store.client(uri)
+    for key in keys:
+        store.delete_tag(run_id, key)
+
+
 def delete(uri: str, run_id: str) -> None:
     mlflow_store.client(uri).delete_run(run_id)
 
