@@ -64,8 +64,8 @@ def test_a_true_2x_is_named_at_five_replicates_and_nothing_wrong_ever():
 # mode run in it. A script added to scripts/ fails test_every_script_is_checked until it is listed here.
 PYTHON_SCRIPTS = ["bench_report.py", "checkpoint_write_cost.py", "loss_curves.py", "screenshots.py", "study_cost.py",
                   "sync_sites.py", "textbridge_quality.py", "ui_check.py", "verdict_simulation.py"]
-SHELL_SCRIPTS = ["study_cost_gpu.sh", "test_cluster.sh", "cluster/start.sh", "cluster/stop.sh"]
-STUDY_COST_PARTS = ["textbridge", "stopping", "verdict_auto", "pagating", "pagating_twice", "pagating_long", "bytecode"]
+SHELL_SCRIPTS = ["study_cost_gpu.sh", "lanes_gpu.sh", "test_cluster.sh", "cluster/install.sh", "cluster/start.sh", "cluster/stop.sh"]
+STUDY_COST_PARTS = ["textbridge", "stopping", "verdict_auto", "verdict_default", "pagating", "pagating_twice", "pagating_long", "bytecode"]
 
 
 def test_every_script_is_checked():
