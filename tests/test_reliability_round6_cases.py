@@ -328,7 +328,7 @@ def _grid(*task: str, sweeper: str = "basic"):
     OmegaConf.set_struct(config, False)
     config.hydra.overrides.task = list(task)
     if sweeper == "sweeplab":
-        config.hydra.sweeper = {"_target_": "hydra_plugins.sweeplab_sweeper.sweeper.SweeplabSweeper", "params": None}
+        config.hydra.sweeper = {"_target_": "hydra_plugins.sweeplab_sweeper.grid.SweeplabSweeper", "params": None}
     return config
 
 

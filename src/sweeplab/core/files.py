@@ -127,9 +127,9 @@ def append_no_follow(path: str | os.PathLike, what: str) -> Iterator:
         with os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what), "a", encoding="utf-8") as f:
             yield f
     except OSError as exc:
-        if exc.filename is None:
+        if exc.filename is None and exc.errno is not None:  # a system error of the file's write: name the file
             raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
-        raise
+        raise  # one built by code (no errno: OSError("...") has only its message) or naming its own file: as it is
 
 
 BEST_CHECKPOINT_GLOB = "best-step*.ckpt"  # callbacks/checkpoints.BestCheckpoint's names

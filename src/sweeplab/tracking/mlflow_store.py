@@ -163,17 +163,19 @@ CLIENT_WRITES = ("create_run", "log_batch", "log_metric", "log_param", "set_tag"
 def _uncut_client() -> type:
     """MlflowClient whose writes a signal never cuts in the middle (interrupts.uncut): SIGTERM raised inside sqlite's
     write left the connection holding the store's write lock, and closing the run then failed with `database is
-    locked` every 20 s; the signal is acted on right after the write instead."""
+    locked` every 20 s; the signal is acted on right after the write instead. Each write looks MlflowClient's
+    method up when it is called, not when this class is made: a method patched on MlflowClient later (a test's spy
+    counting log_batch calls) is the one that runs."""
     from mlflow.tracking import MlflowClient
 
-    def uncut(method):
-        @functools.wraps(method)
+    def uncut(name):
+        @functools.wraps(getattr(MlflowClient, name))
         def write(self, *args, **kwargs):
             with interrupts.uncut():
-                return method(self, *args, **kwargs)
+                return getattr(MlflowClient, name)(self, *args, **kwargs)
         return write
 
-    return type("MlflowClient", (MlflowClient,), {name: uncut(getattr(MlflowClient, name)) for name in CLIENT_WRITES
+    return type("MlflowClient", (MlflowClient,), {name: uncut(name) for name in CLIENT_WRITES
                                                    if hasattr(MlflowClient, name)})
 
 

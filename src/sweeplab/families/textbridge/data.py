@@ -94,6 +94,11 @@ def collate_textbridge(
     return {"input_ids": input_ids, "attention_mask": attention_mask, "target": target, "sample_id": sample_id}
 
 
+# shape_warmup_batches walks the batches of a run up to this cost (each batch: its samples' lengths, plus about 32
+# samples' worth of Python): about a second of one core; a longer run warms up every shape a batch can have instead
+SHAPE_WALK_COST = 8_000_000
+
+
 class TextBridgeDataModule(FamilyDataModule):  # its hooks: path, data_path, steps_per_batch, shape_warmup_batches, device
     def __init__(
         self,
@@ -249,8 +254,8 @@ class TextBridgeDataModule(FamilyDataModule):  # its hooks: path, data_path, ste
     def shape_warmup_batches(self, num_batches: int | None = None) -> list[dict[str, torch.Tensor]]:
         """One host batch of every shape the first `num_batches` training batches have (the sampler's order is a
         function of the seed, and the widths come from the known lengths: nothing is read), or without
-        `num_batches` of every shape a training batch can have (widths from the padding of the `batch_size`-th
-        shortest sample up). For a forward/backward before the timed steps (callbacks/timing.py). With
+        `num_batches`, or for a run too long to walk (SHAPE_WALK_COST), of every shape a training batch can have
+        (widths from the padding of the `batch_size`-th shortest sample up). For a forward/backward before the timed steps (callbacks/timing.py). With
         pad_to=batch the widths are too many to cover: none. The tokens are the first training samples cut to each
         width: what a warm-up computes does not matter, only its shapes."""
         self.setup()
@@ -260,19 +265,22 @@ class TextBridgeDataModule(FamilyDataModule):  # its hooks: path, data_path, ste
         sampler = self._train_sampler()
         if not len(sampler):
             return []
-        if num_batches is None or num_batches > len(sampler):  # more than an epoch: every shape there can be (walking
-            # the batches is O(steps): trainer.max_steps=1e12 sat in this loop with no safe point)
-            full = min(self.batch_size, self.num_train)
-            shapes = {(full, w) for w in padding.widths_from(int(np.sort(lengths)[full - 1]))}
-            if not sampler.drop_last and self.num_train % self.batch_size:  # the short last batch of each epoch
-                shapes |= {(self.num_train % self.batch_size, w) for _, w in shapes}
-        else:
+        # every shape a batch can have: widths from the padding of the `batch_size`-th shortest sample up
+        full = min(self.batch_size, self.num_train)
+        every = {(full, w) for w in padding.widths_from(int(np.sort(lengths)[full - 1]))}
+        if not sampler.drop_last and self.num_train % self.batch_size:  # the short last batch of each epoch
+            every |= {(self.num_train % self.batch_size, w) for _, w in every}
+        if num_batches is None or num_batches * (sampler.batch_size + 32) > SHAPE_WALK_COST:
+            # too long a run to walk (O(steps): trainer.max_steps=1e12 sat in this loop with no safe point): every
+            # shape there can be, a bound on what the run meets
+            shapes = every
+        else:  # the shapes the run's batches really have (a shape no batch meets is a compile for nothing)
             shapes, seen = set(), 0
-            while seen < num_batches:
+            while seen < num_batches and not shapes >= every:  # every shape met: the rest adds none
                 for indices in sampler:
                     shapes.add((len(indices), padding.width(int(lengths[indices].max()))))
                     seen += 1
-                    if seen == num_batches:
+                    if seen == num_batches or shapes >= every:
                         break
         batches = []
         for size, width in sorted(shapes):

@@ -34,7 +34,7 @@ from pathlib import Path
 from sweeplab.core import cli
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import is_user_error, user_message
-from sweeplab.core.files import append_no_follow, atomic_write, current_umask
+from sweeplab.core.files import atomic_write, current_umask, open_no_follow
 from sweeplab.data.corpus import CORPORA, corpus_record, corpus_sentences
 from sweeplab.data.tokenizer import TextTokenizer
 from sweeplab.families.textbridge.formats import MANIFEST_NAME, Sample, write_efb1, write_jsonl
@@ -376,12 +376,17 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
     except ImportError:  # Windows: no advisory locks; parallel first-time builds there are not serialised
         yield
         return
-    with append_no_follow(lock_path, "the data preparation's lock file") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+    # only opened (never through a link) and locked, never written: an error of the build inside (a full disk while
+    # writing the dataset) passes through as it is, not renamed after this file as append_no_follow's writes are
+    fd = open_no_follow(lock_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "the data preparation's lock file")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

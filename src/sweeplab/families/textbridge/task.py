@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -23,6 +24,10 @@ class LossConfig:
     beta: Annotated[float, Ge(0)] = 0.7  # weight of the MSE
 
     def __post_init__(self) -> None:
+        # the annotations are what the config's early check reads; a LossConfig built directly (plain torch use, no
+        # config) is checked here as well: a negative, NaN or infinite weight would train on a meaningless loss
+        if not all(math.isfinite(w) and w >= 0 for w in (self.alpha, self.beta)):
+            raise ValueError(f"alpha and beta must be finite and >= 0, got alpha={self.alpha}, beta={self.beta}")
         if self.alpha == 0 and self.beta == 0:
             raise ValueError("alpha and beta are both 0: the loss would be constant; set at least one > 0")
 
