@@ -255,6 +255,10 @@ def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:
     qualifier ("not an answer", "of those compared"); 2 left out, with why in a few words ("slower than bs=32":
     against the one named, not the baseline whose interval the row shows); 3 undetermined or no verdict."""
     if config in verdict.fastest:
+        if verdict.caveat and verdict.kind in ("fastest", "tie"):
+            # the view's verdict column is 120 px: the study's "not an answer" first, in two words (the caveat
+            # column beside it says why; `tied for fastest (not an answer)` was cut at 1280 px)
+            return 1, "no answer: " + ("fastest" if verdict.kind == "fastest" else "tied")
         if verdict.kind != "fastest":
             return 1, verdict.qualified("tied for fastest")
         return 1, verdict.qualified("fastest" if verdict.within == 1.0 else f"fastest (or within {verdict.within:g}x)")
@@ -263,7 +267,7 @@ def verdict_standing(config: str, verdict: Verdict) -> tuple[int, str]:
     if config in verdict.undetermined:
         return 3, "undetermined"
     why = verdict.left_out.get(config)
-    return 2, f"left out: {why}" if why else "left out"
+    return 2, why or "left out"  # "slower than bs=32": against the one named (the view's column is narrow)
 
 
 def _target_text(metric: str, mode: str, target: float) -> str:

@@ -171,11 +171,11 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     columns += [column("params", key) for key in swept_keys]
     columns += [column("metrics", m) for name in compared_metrics(monitored) for m in with_bounds(name)]
     widths = {column("tags", name): 150 for name in text_columns}
-    # wide enough for `1.04 (not measured, n = 2)`, `tied for fastest`, `val/cos ≥ 0.5364` and the caveat (`not an
+    # wide enough for `1.04 (not measured, n = 2)`, `slower than bs=16 α=0.7`, `val/cos ≥ 0.5364` and the caveat (`not an
     # answer: 2 replicates, smoke; loaded host (8/8)`); with the label and Created they take 1017 of the 1028 px a
     # 1280 px window leaves beside MLflow's sidebar (its Assistant panel closed: sweeplab.tracking.ui_server)
-    widths.update({column("tags", first): 185, column("tags", CONFIGURATION.verdict): 120,
-                   column("tags", CONFIGURATION.target_text): 115, column("tags", CONFIGURATION.caveat): 360,
+    widths.update({column("tags", first): 185, column("tags", CONFIGURATION.verdict): 160,
+                   column("tags", CONFIGURATION.target_text): 115, column("tags", CONFIGURATION.caveat): 320,
                    column("tags", CONFIGURATION.stability): 200, column("tags", CONFIGURATION.quality): 90})
     widths.update({column("params", key): 80 for key in swept_keys})
     return {
