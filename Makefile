@@ -72,6 +72,9 @@ export: $(STAMP) ## export a checkpoint to Core ML and verify it (ARGS="ckpt_pat
 bench: data ## throughput table: CPU / accelerator basic / optimised, each against a hand-written loop (ARGS="experiment=bench_h100")
 	$(PY) -m sweeplab.bench $(ARGS)
 
+bench-refusal: data ## CPU-seconds of a wrong setting's one-line answer (single job, in a -m grid, backend=cuda without a GPU) against its goal (ARGS="--repeats N")
+	$(PY) scripts/refusal_cost.py $(ARGS)
+
 bench-report: $(STAMP) ## the end-of-study report's wall and CPU time on a synthetic default study, this checkout against main (ARGS="--baseline REF --rounds N")
 	$(PY) scripts/bench_report.py $(ARGS)
 

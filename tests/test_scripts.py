@@ -62,7 +62,7 @@ def test_a_true_2x_is_named_at_five_replicates_and_nothing_wrong_ever():
 # Every script under scripts/ is checked here: each Python script imported (its imports resolve against the current
 # package; a script's work runs only under `__main__`), each shell script parsed (`bash -n`), and the ones with a dry
 # mode run in it. A script added to scripts/ fails test_every_script_is_checked until it is listed here.
-PYTHON_SCRIPTS = ["bench_report.py", "checkpoint_write_cost.py", "loss_curves.py", "screenshots.py", "study_cost.py",
+PYTHON_SCRIPTS = ["bench_report.py", "checkpoint_write_cost.py", "loss_curves.py", "refusal_cost.py", "screenshots.py", "study_cost.py",
                   "sync_sites.py", "textbridge_quality.py", "ui_check.py", "verdict_simulation.py"]
 SHELL_SCRIPTS = ["study_cost_gpu.sh", "lanes_gpu.sh", "test_cluster.sh", "cluster/install.sh", "cluster/start.sh", "cluster/stop.sh"]
 STUDY_COST_PARTS = ["textbridge", "stopping", "verdict_auto", "verdict_default", "pagating", "pagating_twice", "pagating_long", "bytecode"]
@@ -130,3 +130,15 @@ def test_study_cost_prints_the_breakdown_of_a_recorded_sweep(mlflow_uri, tmp_pat
     printed = capsys.readouterr().out
     assert f"{sweep_dir}:" in printed and "| sweep | jobs | stopped |" in printed
     assert f"| {sweep_dir} | 4 | 0 |" in printed
+
+
+def test_refusal_cost_measures_a_refusal_and_refuses_missing_data(demo_dir, tmp_path):
+    """scripts/refusal_cost.py (make bench-refusal) on one case: its table row with a CPU-s figure and its goal; run
+    without the demo data it says so in one line (each case would otherwise fail on the data, not the setting)."""
+    script = [sys.executable, str(SCRIPTS / "refusal_cost.py"), "--repeats", "1", "--data", str(demo_dir)]
+    result = subprocess.run([*script, "--only", "loss.beta=-1"], capture_output=True, text=True, timeout=300)
+    assert result.returncode in (0, 1), result.stderr[-2000:]  # 1: over the goal on a busy machine
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| loss.beta=-1 |"))
+    assert 0 < float(row.split("|")[2]) < 60 and row.endswith("| < 3 |"), row
+    missing = subprocess.run([*script[:-1], str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and f"--data {tmp_path}: no prepared demo data" in missing.stderr
