@@ -99,6 +99,130 @@ def test_a_packed_job_is_told_its_lanes_and_its_configurations_step_time_alone()
     assert launchers.concurrent_jobs({"_target_": "hydra_plugins.sweeplab_sweeper.lanes.GpuLanesJoblibLauncher", "n_jobs": 2}, 4, 4) == 4
 
 
+def test_auto_runs_no_probe_where_the_study_is_too_short_for_one_to_pay_and_caps_it_by_the_studys_steps():
+    """A probe's steps per configuration: at most PROBE_SHARE of what the study plans for it (the numbers of
+    BENCHMARKS.md's studies); where even MIN_PROBE_STEPS would be over that share, auto packs nothing."""
+    assert packing.probe_steps(100, 1000, 5) == 100  # the 1,000-step study: 2 % of its steps, as before
+    assert packing.probe_steps(100, 100, 5) == 50  # the 100-step default study: was 100, a fifth of its steps
+    assert packing.probe_steps(100, 300, 3) == 90  # paGating small, 3 x 300 steps
+    assert packing.probe_steps(100, 100, 2) == packing.MIN_PROBE_STEPS  # never cut under a measurement's least
+    assert packing.probe_steps(100, 10, 20) == 10 and packing.probe_steps(7, None, 1) == 7  # a job's; epochs
+    assert packing.probe_pays(100, 2) and not packing.probe_pays(100, 1) and packing.probe_pays(None, 1)
+
+    probed = []
+
+    def probe(grid, order, steps, config):
+        probed.append(steps)
+        return Probe({0: 0.01}, 2000.0, 0.2, H200_MB)
+
+    def config(lanes, replicates, max_steps, auto_first=3):
+        return OmegaConf.create({"backend": {"name": "cuda"}, "replicates": replicates, "trainer": {
+            "max_steps": max_steps}, "replicates_auto": {"first": auto_first, "most": 12},
+            "hydra": {"launcher": {"lanes_per_gpu": lanes, "probe_steps": 100}}})
+
+    short = packing.plan_lanes(config("auto", 1, 100), GRID, 4, 1, probe)
+    assert short.lanes_per_gpu == 1 and probed == []
+    assert short.line() == ("1 job at a time on each of 1 GPU: too short for a probe to pay (1 x 100 steps a "
+                            "configuration: 20 steps of probe would be over 10% of it)")
+    assert packing.plan_lanes(config(2, 1, 100), GRID, 4, 1, probe).lanes_per_gpu == 2  # a fixed N: its check
+    assert packing.plan_lanes(config("auto", 5, 100), GRID, 20, 1, probe).lanes_per_gpu == 4
+    assert packing.plan_lanes(config("auto", "auto", 100, auto_first=2), GRID, 4, 1, probe).lanes_per_gpu == 4
+    swept = [[*overrides, f"trainer.max_steps={steps}"] for overrides, steps in zip(GRID, (1000, 300, 500, 400))]
+    packing.plan_lanes(config("auto", 5, 100), swept, 20, 1, probe)  # the grid's own steps, the fewest of them
+    assert probed == [20, 50, 20, 100]
+
+
+def test_a_jobs_memory_reads_the_one_that_holds_most_not_the_probe_processs_history():
+    """The 1,000-step study's probe read 21.3 GB (nvidia-smi over one process that ran every configuration: the
+    caching allocator's blocks of the ones before, cuDNN's workspace) and was capped at 3 lanes on an 80 GB card;
+    with what one job holds in its own process the busy share decides."""
+    h100 = 81559.0
+    assert packing.choose(Probe({}, 21_300.0, 0.16, h100), 1, 20).lanes_per_gpu == 3
+    choice = packing.choose(Probe({}, 2_600.0, 0.16, h100, context_mb=520.0), 1, 20)
+    assert choice.lanes_per_gpu == 5 and "(as many as the busy share allow)" in choice.line()
+    assert Probe.from_json(choice.probe.to_json()) == choice.probe
+
+
+class PretendCuda:
+    """torch.cuda's memory calls over a pretend caching allocator that keeps what it reserved until emptied and
+    never carves a configuration's tensors from another's cached blocks (the worst case of a real one)."""
+
+    def __init__(self):
+        self.started, self.reserved, self.peak = False, 0.0, 0.0
+
+    def is_initialized(self):
+        return self.started
+
+    def empty_cache(self):
+        self.reserved = 0.0  # the fit ended: nothing is live, every cached block goes back
+
+    def reset_peak_memory_stats(self):
+        self.peak = self.reserved
+
+    def max_memory_reserved(self):
+        return self.peak * 2**20
+
+    def memory_reserved(self):
+        return self.reserved * 2**20
+
+    def fit(self, need_mb: float):
+        self.started = True
+        self.reserved += need_mb
+        self.peak = max(self.peak, self.reserved)
+
+
+def _pretend_probe(monkeypatch, tmp_path, need_mb, busy, base_mb=600.0, context=520.0, cuda=None):
+    """probe_configurations over pretend fits: each configuration reserves need_mb[i] on a PretendCuda while the
+    GPU is `busy` (its samples land inside the fit's timed steps) and nvidia-smi reads base + context + reserve."""
+    from sweeplab.core.records import JOB
+    from sweeplab.sweep import probe
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: the real sampler, fed by the pretend fits
+    sampler = probe.GpuSampler("0")
+    sampler.total_mb = 81559.0
+    cuda = cuda if cuda is not None else PretendCuda()
+    fitted = []
+
+    def fit(index):
+        start = time.perf_counter()
+        cuda.fit(need_mb[index])
+        fitted.append(index)
+        sampler.samples.extend((start + 1e-4 * (i + 1), busy, base_mb + context + cuda.reserved) for i in range(6))
+        time.sleep(0.01)
+        return {JOB.step_time_median: 0.01 * (index + 1)}, {"setup": 0.0, "warmup": 0.0, "steps": 0.005}, start
+
+    measured = probe.probe_configurations(list(need_mb), fit, sampler, probe.CudaMemory(cuda), packing.ALONE_BUSY,
+                                          base_mb)
+    return measured, fitted
+
+
+def test_the_probe_counts_a_jobs_peak_reserve_alone_plus_the_cuda_context(monkeypatch, tmp_path):
+    measured, fitted = _pretend_probe(monkeypatch, tmp_path, {2: 3000.0, 0: 2000.0, 1: 2500.0}, busy=0.16)
+    assert fitted == [2, 0, 1] and sorted(measured.step_time_s) == [0, 1, 2]
+    assert measured.context_mb == pytest.approx(520.0)  # nvidia-smi above the start, less torch's reserve
+    # the largest one job reserves, plus the context; without the cache emptied between them: 7500 + 520
+    assert measured.memory_mb == pytest.approx(3000.0 + 520.0)
+    assert measured.busy == pytest.approx(0.16) and measured.gpu_memory_mb == 81559.0
+
+
+def test_the_probe_stops_after_the_first_configuration_where_it_fills_the_gpu_as_pagating_small_did(monkeypatch,
+                                                                                                    tmp_path):
+    """paGating small (BENCHMARKS.md): 'probe 9.6 GB, GPU busy 100%: one job fills it'; bs=16 first, bs=8 never."""
+    measured, fitted = _pretend_probe(monkeypatch, tmp_path, {1: 9000.0, 0: 5000.0}, busy=1.0)
+    assert fitted == [1] and list(measured.step_time_s) == [1]
+    choice = packing.choose(measured, 1, 6)
+    assert choice.lanes_per_gpu == 1 and "one job fills it" in choice.line()
+
+
+def test_the_probe_reads_no_memory_where_cuda_never_started(monkeypatch, tmp_path):
+    class NeverStarted(PretendCuda):
+        def fit(self, need_mb):
+            pass
+
+    measured, _ = _pretend_probe(monkeypatch, tmp_path, {0: 1000.0}, busy=0.2, cuda=NeverStarted())
+    assert measured.memory_mb is None and measured.context_mb is None and measured.busy == pytest.approx(0.2)
+
+
 # --- the lanes launcher with several lanes per pretend GPU --------------------------------------------------------
 def _launch_list(configurations: int, rounds: int, slots: int, lanes: int) -> list[tuple[int, list[str], int]]:
     planned = replicates.rounds(GRID[:configurations], rounds, seed=0)
@@ -218,7 +342,7 @@ def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(
     probe = _probe(tmp_path, demo_dir, busy=95)
     assert list(probe.step_time_s) == [1]  # batch 8 first, and only: the study is not packed
     assert probe.busy == pytest.approx(0.95) and probe.gpu_memory_mb == 81559.0
-    assert probe.memory_mb is not None and probe.memory_mb > 0  # what the GPU held above its start
+    assert probe.memory_mb is None and probe.context_mb is None  # a job's memory is torch's: no CUDA, no reading
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 1
 
 

@@ -374,6 +374,12 @@ def release_earlier_jobs() -> None:
         torch.mps.empty_cache()
 
 
+def cuda_if_available():
+    """torch.cuda, whose caching allocator's counters the lanes' probe reads (sweeplab.sweep.probe); None without
+    CUDA."""
+    return torch.cuda if torch.cuda.is_available() else None
+
+
 def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

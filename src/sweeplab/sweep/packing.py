@@ -10,10 +10,17 @@ contention), and the next round's jobs start as the last round's end, with no ba
 - a number N (1 to MOST_LANES): N lanes on each GPU;
 - `auto`: 1 where a launch has no more jobs than the host has GPUs or the backend is not CUDA; otherwise a short
   probe (sweeplab.sweep.probe: a few steps of each configuration, alone on the first GPU, in one process, the
-  largest first) measures the GPU memory and busy share of the largest, and `choose` packs as many jobs as keep
-  the GPU busy under BUSY_BUDGET and its memory under MEMORY_SHARE, never more lanes than the launch has jobs
-  for; a job that keeps the GPU busy ALONE_BUSY or more runs alone (paGating small at 42 % MFU). More lanes than
-  a round has jobs run the next round's jobs beside it: each round's jobs still start side by side, in order.
+  largest first) measures the GPU memory one job holds and the busy share of the largest, and `choose` packs as
+  many jobs as keep the GPU busy under BUSY_BUDGET and its memory under MEMORY_SHARE, never more lanes than the
+  launch has jobs for; a job that keeps the GPU busy ALONE_BUSY or more runs alone (paGating small at 42 % MFU),
+  and the probe stops after it. More lanes than a round has jobs run the next round's jobs beside it: each
+  round's jobs still start side by side, in order.
+
+The probe's cost is kept to a share of the study (`probe_steps`): each configuration's probe runs the least of
+`probe_steps`, a job's steps and PROBE_SHARE of the steps the study plans for that configuration (its replicates,
+or replicates=auto's first rounds, times its steps), but not under MIN_PROBE_STEPS on the share's account; where
+even MIN_PROBE_STEPS would be over that share, `auto` runs no probe (one job per GPU: the study is too short for
+packing to pay), while a fixed N still probes (its packing check needs each configuration's time alone).
 
 The probe's step time of each configuration alone is recorded on every packed job's run (tag `solo_step_time_s`,
 with `lanes_per_gpu`), so the study's packing check (study/caveats.py) can tell whether packing slowed one
@@ -30,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +51,15 @@ LAUNCHER_KEYS = ("lanes_per_gpu", "probe_steps")  # the lanes launcher's own opt
 MOST_LANES = 8  # 8 TextBridge jobs on one H200 were no faster than 4 (issue 62)
 BUSY_BUDGET = 0.8  # the packed GPU's busy share aimed at: 4 default TextBridge jobs kept an H200's SMs 79 % busy
 ALONE_BUSY = 0.5  # a job that keeps the GPU this busy alone runs alone: a second one would only wait for it
-MEMORY_SHARE = 0.85  # of the GPU's memory the packed jobs may hold (the rest: fragmentation, other processes)
+# The margin on memory, the one place it is stated: of the GPU's memory the packed jobs may hold, each counted at
+# its probe's reading (the allocator's peak reserve in a fresh process plus the CUDA context); the rest is for
+# batches and validation shapes a probe's few steps did not meet, fragmentation and other processes
+MEMORY_SHARE = 0.85
+# A probe's steps per configuration, at most this share of the steps the study plans for it: the 100-step default
+# study (5 replicates) probed 100 steps of each of its 4 configurations, a fifth of its training steps, before its
+# first job (BENCHMARKS.md, "Jobs side by side on one GPU"); the 1,000-step study's 100 were 2 %
+PROBE_SHARE = 0.1
+MIN_PROBE_STEPS = 20  # timing.warmup_steps (5) plus 15 timed steps for a median step time: fewer measure nothing
 PROBE_TIMEOUT_S = 600.0
 
 
@@ -59,17 +74,22 @@ class Probe:
     busy: float | None = None
     gpu_memory_mb: float | None = None
     seconds: float = 0.0  # the probe's own wall time
+    context_mb: float | None = None  # of memory_mb, the CUDA context's and libraries' (None: not measured)
 
     @staticmethod
     def from_json(text: str) -> Probe:
         data = json.loads(text)
         return Probe({int(k): float(v) for k, v in data.get("step_time_s", {}).items()}, data.get("memory_mb"),
-                     data.get("busy"), data.get("gpu_memory_mb"), float(data.get("seconds", 0.0)))
+                     data.get("busy"), data.get("gpu_memory_mb"), float(data.get("seconds", 0.0)),
+                     data.get("context_mb"))
 
     def to_json(self) -> str:
         return json.dumps({"step_time_s": {str(k): v for k, v in self.step_time_s.items()},
                            "memory_mb": self.memory_mb, "busy": self.busy, "gpu_memory_mb": self.gpu_memory_mb,
-                           "seconds": self.seconds})
+                           "seconds": self.seconds, "context_mb": self.context_mb})
+
+    def with_seconds(self, seconds: float) -> Probe:
+        return replace(self, seconds=seconds)
 
     def describe(self) -> str:
         memory = f"probe {self.memory_mb / 1000:.1f} GB" if self.memory_mb is not None else "probe memory unknown"
@@ -150,6 +170,43 @@ def largest_first(grid: Sequence[Sequence[str]]) -> list[int]:
     return [largest, *(i for i in range(len(grid)) if i != largest)]
 
 
+def probe_steps(asked: int, job_steps: int | None, replicates: int) -> int:
+    """Steps of each configuration the probe runs: the least of `asked` (probe_steps), a job's steps and
+    PROBE_SHARE of a configuration's planned steps (`replicates` x `job_steps`), the share never cutting it under
+    MIN_PROBE_STEPS. `job_steps` None: not bounded by steps (an epoch-bounded study)."""
+    if job_steps is None:
+        return asked
+    return min(asked, job_steps, max(MIN_PROBE_STEPS, math.floor(PROBE_SHARE * max(1, replicates) * job_steps)))
+
+
+def probe_pays(job_steps: int | None, replicates: int) -> bool:
+    """Whether a probe's least measurement (MIN_PROBE_STEPS a configuration) stays within PROBE_SHARE of the steps
+    the study plans for each configuration; where not, lanes_per_gpu=auto runs no probe and no packing."""
+    return job_steps is None or PROBE_SHARE * max(1, replicates) * job_steps >= MIN_PROBE_STEPS
+
+
+def _job_steps(config: Any, grid: Sequence[Sequence[str]]) -> int | None:
+    """The fewest trainer.max_steps of the study's configurations (the grid's own where it sweeps it); None where
+    a configuration is not bounded by steps."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.select(config, "trainer.max_steps", default=None)
+    values = [dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o).get("trainer.max_steps", base)
+              for overrides in grid or [[]]]
+    try:
+        steps = [int(value) for value in values]
+    except (TypeError, ValueError):
+        return None
+    return min(steps) if min(steps) > 0 else None
+
+
+def _planned_replicates(config: Any) -> int:
+    """The rounds the study surely runs: `replicates`, or replicates=auto's first rounds."""
+    from sweeplab.study import replicates
+
+    return replicates.auto_setting(config).first if replicates.is_auto(config) else replicates.replicates_setting(config)
+
+
 def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpus: int,
                run_probe=None) -> LanesChoice | None:
     """The study's lanes per GPU (None: the launcher runs no lanes). `launch_size`: the most jobs one launch holds
@@ -169,7 +226,11 @@ def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpu
         return LanesChoice(1, gpus, f"lanes_per_gpu=auto packs CUDA jobs only (backend={backend})")
     if value == AUTO and launch_size <= gpus:
         return LanesChoice(1, gpus, f"{launch_size} jobs at a time fit the {gpus} GPU slots")
-    steps = int(launcher.get("probe_steps") or 100)
+    job_steps, rounds = _job_steps(config, grid), _planned_replicates(config)
+    if value == AUTO and not probe_pays(job_steps, rounds):
+        return LanesChoice(1, gpus, f"too short for a probe to pay ({rounds} x {job_steps} steps a configuration: "
+                                    f"{MIN_PROBE_STEPS} steps of probe would be over {PROBE_SHARE:.0%} of it)")
+    steps = probe_steps(int(launcher.get("probe_steps") or 100), job_steps, rounds)
     probe = (run_probe or _probe_process)(grid, largest_first(grid), steps, config)
     log.info("the lanes' probe: %d of %d configurations alone, %d steps each, in %.1f s", len(probe.step_time_s),
              len(grid), steps, probe.seconds)

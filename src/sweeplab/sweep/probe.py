@@ -5,13 +5,22 @@ GPU, in one process, the largest first.
                                                              "alone_busy": 0.5}'
 
 Run in the sweep's working directory (relative paths in the config mean what they mean to its jobs); each
-configuration's output folder is beside OUT.json. Each configuration trains STEPS steps untracked (logger=none, one validation batch, no stop rule), sharing the
-study's compile cache (what it compiles the study's jobs load). While it does, `nvidia-smi` samples the GPU every
-100 ms: a configuration's busy share is the median of the utilisation samples during its timed steps (the fit's
-wall-clock parts, sweeplab.core.wall, say when they ran; where fewer than MIN_STEP_SAMPLES fell there, the upper
-quartile of those during its whole fit, whose set-up is idle), its memory the most the GPU held above what it held before the probe started CUDA (so the
-CUDA context is in it). Where the first (largest) configuration alone keeps the GPU `alone_busy` busy, the others
-are not measured: the study is not packed. Writes packing.Probe's JSON to OUT.json.
+configuration's output folder is beside OUT.json. Each configuration trains STEPS steps untracked (logger=none, one
+validation batch, no stop rule), sharing the study's compile cache (what it compiles the study's jobs load).
+
+How busy a configuration keeps the GPU comes from `nvidia-smi`, sampled every 100 ms: the median of the utilisation
+samples during its timed steps (the fit's wall-clock parts, sweeplab.core.wall, say when they ran; where fewer than
+MIN_STEP_SAMPLES fell there, the upper quartile of those during its whole fit, whose set-up is idle).
+
+What one job of a configuration holds on the GPU comes from torch in this process (CudaMemory): the caching
+allocator's peak reserve during its fit (reserved, not allocated: a lane's process keeps its reserve), the cache of
+the configuration before handed back first (else its blocks count again), plus the CUDA context and the libraries'
+own memory, which no allocator counts: what `nvidia-smi` shows the GPU hold above its start, less torch's reserve,
+read once after the first configuration (its kernels, cuBLAS and cuDNN loaded). The margin for what a probe's few
+steps did not meet is packing.MEMORY_SHARE.
+
+Where the first (largest) configuration alone keeps the GPU `alone_busy` busy, the others are not measured: the
+study is not packed. Writes packing.Probe's JSON to OUT.json.
 """
 
 from __future__ import annotations
@@ -21,13 +30,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sweeplab.core.records import JOB
 from sweeplab.sweep.packing import Probe
 
 SAMPLE_MS = 100
 MIN_STEP_SAMPLES = 5  # samples within the timed steps that make their median the busy share
+SETTLE_S = 3 * SAMPLE_MS / 1000  # a few of nvidia-smi's samples: what the GPU holds once nothing changes it
 
 
 def probe_overrides(steps: int) -> list[str]:
@@ -38,7 +50,7 @@ def probe_overrides(steps: int) -> list[str]:
 
 
 class GpuSampler:
-    """`nvidia-smi` sampling one GPU's utilisation (%) and memory used (MB) every SAMPLE_MS, timestamped."""
+    """`nvidia-smi` sampling one GPU's utilisation (0-1) and memory used (MB) every SAMPLE_MS, timestamped."""
 
     def __init__(self, gpu: str):
         self.samples: list[tuple[float, float, float]] = []
@@ -62,10 +74,87 @@ class GpuSampler:
     def between(self, start: float, end: float) -> list[tuple[float, float, float]]:
         return [s for s in self.samples if start <= s[0] <= end]
 
+    def most_mb(self) -> float | None:
+        """The most memory the GPU held in any sample so far (None: nothing sampled)."""
+        return max((m for _, _, m in self.samples), default=None)
+
+    def latest_mb(self) -> float | None:
+        return self.samples[-1][2] if self.samples else None
+
     def stop(self) -> None:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(timeout=10)
+
+
+class CudaMemory:
+    """One configuration's GPU memory as torch in this process reads it. `cuda`: torch.cuda (a test passes a
+    pretend one); None where CUDA is not available (nothing is measured)."""
+
+    def __init__(self, cuda: Any = None):
+        if cuda is None:
+            from sweeplab.runtime import devices  # torch: this process trains (sweeplab.sweep's others never do)
+
+            cuda = devices.cuda_if_available()
+        self.cuda = cuda
+
+    def _started(self) -> bool:
+        return self.cuda is not None and self.cuda.is_initialized()
+
+    def start(self) -> None:
+        """Before a configuration: the configuration before's cached blocks handed back, the peak reset to now."""
+        if self._started():
+            self.cuda.empty_cache()
+            self.cuda.reset_peak_memory_stats()
+
+    def peak_reserved_mb(self) -> float | None:
+        """The allocator's peak reserve since `start` (MB; None: CUDA never started)."""
+        return self.cuda.max_memory_reserved() / 2**20 if self._started() else None
+
+    def reserved_mb(self) -> float | None:
+        return self.cuda.memory_reserved() / 2**20 if self._started() else None
+
+
+def context_mb(gpu_used_mb: float | None, base_mb: float | None, reserved_mb: float | None) -> float | None:
+    """The CUDA context and the libraries' memory: what the GPU holds above its start, less the allocator's reserve
+    (None: nvidia-smi or torch could not say)."""
+    if gpu_used_mb is None or base_mb is None or reserved_mb is None:
+        return None
+    return max(0.0, gpu_used_mb - base_mb - reserved_mb)
+
+
+# fit(index) -> (its summary metrics, its wall-clock parts (sweeplab.core.wall), the perf_counter of its start)
+Fit = Callable[[int], tuple[Mapping[str, Any], Mapping[str, float], float]]
+
+
+def probe_configurations(order: Sequence[int], fit: Fit, sampler: GpuSampler, memory: CudaMemory,
+                         alone_busy: float, base_mb: float | None) -> Probe:
+    """Fit each configuration in `order` alone and measure it (the module's docstring says how); stops after the
+    first where it keeps the GPU `alone_busy` busy. `base_mb`: what the GPU held before this process started CUDA."""
+    step_time, busy, reserved = {}, [], []
+    context = None
+    for position, index in enumerate(order):
+        memory.start()
+        summary, parts, start = fit(index)
+        end = time.perf_counter()
+        window = sampler.between(start, end)
+        steps_from = start + parts.get("setup", 0.0) + parts.get("warmup", 0.0)
+        timed = sampler.between(steps_from, steps_from + parts.get("steps", 0.0))
+        if (step := summary.get(JOB.step_time_median)) is not None:
+            step_time[index] = float(step)
+        if len(timed) >= MIN_STEP_SAMPLES:
+            busy.append(statistics.median([u for _, u, _ in timed]))
+        elif window:  # too few samples within the steps: the busier quarter of the fit's (its set-up is idle)
+            busy.append(statistics.quantiles([u for _, u, _ in window], n=4)[2] if len(window) > 1 else window[0][1])
+        if (peak := memory.peak_reserved_mb()) is not None:
+            reserved.append(peak)
+        if position == 0:
+            time.sleep(SETTLE_S)  # nvidia-smi's next samples: the GPU as the fit left it
+            context = context_mb(sampler.latest_mb(), base_mb, memory.reserved_mb())
+        if position == 0 and busy and busy[0] >= alone_busy:
+            break  # the largest fills the GPU alone: the study is not packed, nothing else to measure
+    job_mb = max(reserved) + (context or 0.0) if reserved else None
+    return Probe(step_time, job_mb, max(busy, default=None), sampler.total_mb, context_mb=context)
 
 
 def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
@@ -77,32 +166,23 @@ def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
     started = time.perf_counter()
     gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
     sampler = GpuSampler(gpu)
-    time.sleep(3 * SAMPLE_MS / 1000)  # what the GPU holds before this process starts CUDA
-    base = max((m for _, _, m in sampler.samples), default=None) if sampler._process is not None else None
-    step_time, busy, memory = {}, [], []
-    for position, index in enumerate(request["order"]):
+    time.sleep(SETTLE_S)  # what the GPU holds before this process starts CUDA
+    base = sampler.most_mb()
+
+    def fit(index: int) -> tuple[Mapping[str, Any], Mapping[str, float], float]:
         cfg = cli.compose("train", [*request["grid"][index], *probe_overrides(steps)])
         training.share_compile_cache(sweep_dir, cfg.get("compile_cache", "study"))
         clock = wall.start_job()  # the fit's parts: where its timed steps lie in time
         start = time.perf_counter()
         summary = training.measure(cfg, Path(out).parent / f"config{index}")
-        window = sampler.between(start, time.perf_counter())
-        parts = clock.totals()
-        steps_from = start + parts["setup"] + parts["warmup"]
-        timed = sampler.between(steps_from, steps_from + parts["steps"])
-        if (step := summary.get(JOB.step_time_median)) is not None:
-            step_time[index] = float(step)
-        if len(timed) >= MIN_STEP_SAMPLES:
-            busy.append(statistics.median([u for _, u, _ in timed]))
-        elif window:  # too few samples within the steps: the busier quarter of the fit's (its set-up is idle)
-            busy.append(statistics.quantiles([u for _, u, _ in window], n=4)[2] if len(window) > 1 else window[0][1])
-        if window and base is not None:
-            memory.append(max(m for _, _, m in window) - base)
-        if position == 0 and busy and busy[0] >= request.get("alone_busy", 0.5):
-            break  # the largest fills the GPU alone: the study is not packed, nothing else to measure
-    sampler.stop()
-    probe = Probe(step_time, max(memory, default=None), max(busy, default=None), sampler.total_mb,
-                  time.perf_counter() - started)
+        return summary, clock.totals(), start
+
+    try:
+        probe = probe_configurations(request["order"], fit, sampler, CudaMemory(), request.get("alone_busy", 0.5),
+                                     base)
+    finally:
+        sampler.stop()
+    probe = probe.with_seconds(time.perf_counter() - started)
     Path(out).write_text(probe.to_json())
     print(probe.to_json())
     return 0
