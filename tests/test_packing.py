@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
@@ -312,45 +313,59 @@ def test_the_report_draws_each_lanes_jobs_and_the_share_of_the_study_a_gpu_ran_n
 
 # --- the probe process, with a pretend nvidia-smi ------------------------------------------------------------------
 FAKE_NVIDIA_SMI = """#!/bin/bash
+case "$*" in *-lms=*) ;; *) echo 1000; exit 0;; esac
 memory=1000
 while true; do echo "$FAKE_GPU_BUSY, $memory, 81559"; memory=$((memory + 50)); sleep 0.1; done
 """
 
 
-def _probe(tmp_path, demo_dir, busy: int, steps: int = 4) -> Probe:
-    import os
-    import subprocess
-    import sys
-
+def _probe(monkeypatch, tmp_path, demo_dir, busy: int, steps: int = 4) -> Probe:
+    """The probe in its own process, as the sweep runs it (started, then sent its request), on a pretend GPU."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_BUSY", str(busy))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.chdir(tmp_path)
     grid = [["debug=smoke", f"data.path={demo_dir}", "model.out_dim=64", f"data.batch_size={b}"] for b in (4, 8)]
-    out = tmp_path / "probe.json"
-    request = json.dumps({"grid": grid, "order": packing.largest_first(grid), "alone_busy": packing.ALONE_BUSY})
-    done = subprocess.run([sys.executable, "-m", "sweeplab.sweep.probe", str(out), str(steps), str(tmp_path / "sweep"),
-                           request], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_GPU_BUSY": str(busy),
-                               "CUDA_VISIBLE_DEVICES": "0"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return Probe.from_json(out.read_text())
+    (tmp_path / "sweep").mkdir()
+    probe = packing.ProbeProcess().run(grid, packing.largest_first(grid), steps, tmp_path / "sweep")
+    assert probe.step_time_s, "the probe failed: see the warning logged"
+    return probe
 
 
 @pytest.mark.slow  # ~30 s on 2 cores: its sibling below runs the same probe process over both configurations
-def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(tmp_path, demo_dir):
-    probe = _probe(tmp_path, demo_dir, busy=95)
+def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(monkeypatch, tmp_path, demo_dir):
+    probe = _probe(monkeypatch, tmp_path, demo_dir, busy=95)
     assert list(probe.step_time_s) == [1]  # batch 8 first, and only: the study is not packed
     assert probe.busy == pytest.approx(0.95) and probe.gpu_memory_mb == 81559.0
     assert probe.memory_mb is None and probe.context_mb is None  # a job's memory is torch's: no CUDA, no reading
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 1
 
 
-def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(tmp_path, demo_dir):
-    probe = _probe(tmp_path, demo_dir, busy=20)
+def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(monkeypatch, tmp_path, demo_dir):
+    probe = _probe(monkeypatch, tmp_path, demo_dir, busy=20)
     assert sorted(probe.step_time_s) == [0, 1] and all(t > 0 for t in probe.step_time_s.values())
     assert probe.busy == pytest.approx(0.2)
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 4
+
+
+def test_the_probes_process_starts_with_the_sweep_and_ends_unasked_where_the_sweep_probes_nothing(monkeypatch):
+    """Started by the lanes' warm-up callback, so that its imports run beside the main's start-up; a round that fits
+    the GPU slots runs no probe, and the waiting process is ended then, not left behind."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(packing, "_early_probe", None)
+    config = OmegaConf.create({"backend": {"name": "cuda"}, "replicates": 5, "trainer": {"max_steps": 100},
+                               "hydra": {"launcher": {"lanes_per_gpu": "auto", "probe_steps": 100}}})
+    assert packing.start_probe_early(OmegaConf.merge(config, {"backend": {"name": "cpu"}})) is None
+    assert packing.start_probe_early(OmegaConf.merge(config, {"replicates": 1})) is None  # too short to pay
+    early = packing.start_probe_early(config)
+    assert early is not None and packing.start_probe_early(config) is early
+    assert early.process.poll() is None  # waiting for its request
+    choice = packing.plan_lanes(config, GRID, launch_size=1, gpus=1)
+    assert choice.lanes_per_gpu == 1 and early.process.poll() is not None and packing._early_probe is None
 
 
 @pytest.mark.slow  # ~3 min on 2 cores: a probe and 4 smoke jobs in two lanes on one pretend GPU

@@ -239,10 +239,12 @@ def _kill_workers() -> None:
 
 
 class WarmLanes(Callback):
-    """hydra.callbacks.lanes_warm_up (listed before the sweep's callback): the lanes' workers start with the sweep."""
+    """hydra.callbacks.lanes_warm_up (listed before the sweep's callback): the lanes' workers start with the sweep,
+    and so does the process of their probe where one will likely run (sweeplab.sweep.packing)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if launchers.can(OmegaConf.select(config, "hydra.launcher")).assigns_gpus:
+            packing.start_probe_early(config)
             warm_lanes(OmegaConf.to_container(config.hydra.launcher, resolve=True), _devices_per_job(config))
 
 

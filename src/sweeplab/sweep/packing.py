@@ -29,6 +29,7 @@ configuration more than another: the ratio the verdict reads.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -36,6 +37,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -211,8 +213,16 @@ def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpu
                run_probe=None) -> LanesChoice | None:
     """The study's lanes per GPU (None: the launcher runs no lanes). `launch_size`: the most jobs one launch holds
     (the whole study, or a round where replicates=auto or stop.behind launch round by round); `gpus`: the host's
-    GPU slots; `run_probe(grid, order, steps, config)`: the probe (default: sweeplab.sweep.probe in a process of its
-    own on the first GPU)."""
+    GPU slots; `run_probe(grid, order, steps, config)`: the probe (default: sweeplab.sweep.probe in the process
+    started with the sweep, or one of its own, on the first GPU)."""
+    try:
+        return _plan_lanes(config, grid, launch_size, gpus, run_probe)
+    finally:
+        _close_early_probe()  # a probe process started with the sweep and not asked is not left waiting
+
+
+def _plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpus: int,
+                run_probe) -> LanesChoice | None:
     from omegaconf import OmegaConf
 
     launcher = OmegaConf.select(config, "hydra.launcher")
@@ -239,27 +249,86 @@ def plan_lanes(config: Any, grid: Sequence[Sequence[str]], launch_size: int, gpu
     return LanesChoice(value, gpus, f"lanes_per_gpu={value}; {probe.describe()}", probe)
 
 
-def _probe_process(grid: Sequence[Sequence[str]], order: Sequence[int], steps: int, config: Any) -> Probe:
-    """sweeplab.sweep.probe in a process of its own, on the first visible GPU (the main process never starts
-    CUDA); an empty Probe (the lanes then stay at one per GPU) where it fails, with the reason logged."""
-    from sweeplab.runtime import distributed
+class ProbeProcess:
+    """sweeplab.sweep.probe in a process of its own on the first visible GPU (the main process never starts CUDA),
+    in the sweep's working directory, as its jobs (relative paths in the config, data/, mean the same). Started
+    with the sweep where it will likely probe (start_probe_early), it imports what a job imports meanwhile and waits
+    for its request; `close` sends none."""
 
-    gpus = distributed.visible_gpus()
+    def __init__(self):
+        from sweeplab.runtime import distributed
+
+        gpus = distributed.visible_gpus()
+        env = dict(os.environ, **({CUDA_VISIBLE_DEVICES_ENV: gpus[0]} if gpus else {}))
+        self.started = time.monotonic()
+        self.process = subprocess.Popen([sys.executable, "-m", "sweeplab.sweep.probe"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def run(self, grid: Sequence[Sequence[str]], order: Sequence[int], steps: int, sweep_dir: Path) -> Probe:
+        """The probe's measurements; an empty Probe (the lanes then stay at one per GPU) where it fails, with the
+        reason logged."""
+        with tempfile.TemporaryDirectory(prefix=".probe-", dir=sweep_dir) as folder:
+            out = Path(folder) / "probe.json"
+            request = {"out": str(out), "steps": steps, "sweep_dir": str(sweep_dir), "grid": [list(o) for o in grid],
+                       "order": list(order), "alone_busy": ALONE_BUSY}
+            try:
+                _, stderr = self.process.communicate(json.dumps(request) + "\n", timeout=PROBE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.communicate()
+                log.warning("the lanes' probe took over %.0f s; one job per GPU", PROBE_TIMEOUT_S)
+                return Probe()
+            if self.process.returncode != 0 or not out.is_file():
+                log.warning("the lanes' probe failed (exit %d); one job per GPU: %s", self.process.returncode,
+                            (stderr.strip().splitlines() or ["no output"])[-1])
+                return Probe()
+            return Probe.from_json(out.read_text())
+
+    def close(self) -> None:
+        """No request: the process ends now (until its request it only imports: nothing of it is left behind)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate()
+
+
+_early_probe: ProbeProcess | None = None
+
+
+def start_probe_early(config: Any) -> ProbeProcess | None:
+    """Start the probe's process with the sweep (the lanes' warm-up callback), where plan_lanes will likely run a
+    probe: its imports then run beside the main's start-up. plan_lanes takes it, or closes it where it probes
+    nothing (a round that fits the GPU slots, a study too short); so does the main's exit."""
+    global _early_probe
+    from omegaconf import OmegaConf
+
+    lanes = OmegaConf.select(config, "hydra.launcher.lanes_per_gpu", default=1)
+    auto_on_cuda = lanes == AUTO and OmegaConf.select(config, "backend.name", default="cpu") == "cuda"
+    if _early_probe is not None or not (auto_on_cuda or (lanes != AUTO and lanes != 1)):
+        return _early_probe
+    try:
+        if lanes == AUTO and not probe_pays(_job_steps(config, []), _planned_replicates(config)):
+            return None
+    except ConfigError:  # a wrong replicates setting: the study's checks name it
+        return None
+    _early_probe = ProbeProcess()
+    atexit.register(_close_early_probe)
+    return _early_probe
+
+
+def _close_early_probe() -> None:
+    global _early_probe
+    probe, _early_probe = _early_probe, None
+    if probe is not None:
+        probe.close()
+
+
+def _probe_process(grid: Sequence[Sequence[str]], order: Sequence[int], steps: int, config: Any) -> Probe:
+    """The probe: in the process started with the sweep where there is one, else in one started now."""
+    global _early_probe
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".probe-", dir=sweep_dir) as folder:
-        out = Path(folder) / "probe.json"
-        command = [sys.executable, "-m", "sweeplab.sweep.probe", str(out), str(steps), str(sweep_dir),
-                   json.dumps({"grid": [list(o) for o in grid], "order": list(order), "alone_busy": ALONE_BUSY})]
-        env = dict(os.environ, **({CUDA_VISIBLE_DEVICES_ENV: gpus[0]} if gpus else {}))
-        try:
-            # in the sweep's working directory, as its jobs: relative paths in the config (data/) mean the same
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.warning("the lanes' probe took over %.0f s; one job per GPU", PROBE_TIMEOUT_S)
-            return Probe()
-        if done.returncode != 0 or not out.is_file():
-            log.warning("the lanes' probe failed (exit %d); one job per GPU: %s", done.returncode,
-                        (done.stderr.strip().splitlines() or ["no output"])[-1])
-            return Probe()
-        return Probe.from_json(out.read_text())
+    early, _early_probe = _early_probe, None
+    if early is not None:
+        log.info("the lanes' probe process started with the sweep, %.1f s before its request",
+                 time.monotonic() - early.started)
+    return (early or ProbeProcess()).run(grid, order, steps, sweep_dir)

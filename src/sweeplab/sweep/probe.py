@@ -1,12 +1,17 @@
 """The lanes launcher's probe (sweeplab.sweep.packing): a few steps of each configuration of a study, alone on one
 GPU, in one process, the largest first.
 
-    python -m sweeplab.sweep.probe OUT.json STEPS SWEEP_DIR '{"grid": [[overrides], ...], "order": [...],
-                                                             "alone_busy": 0.5}'
+    python -m sweeplab.sweep.probe    # then one line on stdin:
+    {"out": "OUT.json", "steps": STEPS, "sweep_dir": "...", "grid": [[overrides], ...], "order": [...],
+     "alone_busy": 0.5}
 
-Run in the sweep's working directory (relative paths in the config mean what they mean to its jobs); each
-configuration's output folder is beside OUT.json. Each configuration trains STEPS steps untracked (logger=none, one
-validation batch, no stop rule), sharing the study's compile cache (what it compiles the study's jobs load).
+The process starts with the sweep (packing.start_probe_early, from the lanes' warm-up callback): it reads what the
+GPU holds before it starts CUDA and imports what a job imports while the sweep's main process starts, then waits
+for its request, which the sweeper sends once it knows its grid; stdin closed with no request: it exits, having
+done nothing. Run in the sweep's working directory (relative paths in the config mean what they mean to its jobs);
+each configuration's output folder is beside OUT.json. Each configuration trains STEPS steps untracked
+(logger=none, one validation batch, no stop rule), sharing the study's compile cache (what it compiles the study's
+jobs load).
 
 How busy a configuration keeps the GPU comes from `nvidia-smi`, sampled every 100 ms: the median of the utilisation
 samples during its timed steps (the fit's wall-clock parts, sweeplab.core.wall, say when they ran; where fewer than
@@ -115,6 +120,16 @@ class CudaMemory:
         return self.cuda.memory_reserved() / 2**20 if self._started() else None
 
 
+def gpu_memory_used_mb(gpu: str) -> float | None:
+    """What the GPU holds now (MB), by one `nvidia-smi` query (None: it cannot say)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+        return float(done.stdout.strip().splitlines()[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
 def context_mb(gpu_used_mb: float | None, base_mb: float | None, reserved_mb: float | None) -> float | None:
     """The CUDA context and the libraries' memory: what the GPU holds above its start, less the allocator's reserve
     (None: nvidia-smi or torch could not say)."""
@@ -157,38 +172,42 @@ def probe_configurations(order: Sequence[int], fit: Fit, sampler: GpuSampler, me
     return Probe(step_time, job_mb, max(busy, default=None), sampler.total_mb, context_mb=context)
 
 
-def main(out: str, steps: int, sweep_dir: str, request: dict) -> int:
+def main() -> int:
+    import json
     import os
 
-    from sweeplab.core import cli, wall
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    base = gpu_memory_used_mb(gpu)  # what the GPU holds before this process starts CUDA
+    from sweeplab.core import cli, wall  # while the sweep's main process starts: what a job imports
     from sweeplab.engine import training
 
-    started = time.perf_counter()
-    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-    sampler = GpuSampler(gpu)
-    time.sleep(SETTLE_S)  # what the GPU holds before this process starts CUDA
-    base = sampler.most_mb()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the sweep runs no probe
+    request = json.loads(line)
+    waited = time.perf_counter()
+    out, steps, sweep_dir = Path(request["out"]), int(request["steps"]), request["sweep_dir"]
 
     def fit(index: int) -> tuple[Mapping[str, Any], Mapping[str, float], float]:
         cfg = cli.compose("train", [*request["grid"][index], *probe_overrides(steps)])
         training.share_compile_cache(sweep_dir, cfg.get("compile_cache", "study"))
         clock = wall.start_job()  # the fit's parts: where its timed steps lie in time
         start = time.perf_counter()
-        summary = training.measure(cfg, Path(out).parent / f"config{index}")
+        summary = training.measure(cfg, out.parent / f"config{index}")
         return summary, clock.totals(), start
 
+    sampler = GpuSampler(gpu)  # only now: a probe process killed while it waits leaves no nvidia-smi behind
     try:
         probe = probe_configurations(request["order"], fit, sampler, CudaMemory(), request.get("alone_busy", 0.5),
                                      base)
     finally:
         sampler.stop()
-    probe = probe.with_seconds(time.perf_counter() - started)
-    Path(out).write_text(probe.to_json())
+    # what the sweep waits for: from the request on (the start before it ran beside the sweep's main process)
+    probe = probe.with_seconds(time.perf_counter() - waited)
+    out.write_text(probe.to_json())
     print(probe.to_json())
     return 0
 
 
 if __name__ == "__main__":
-    import json
-
-    sys.exit(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])))
+    sys.exit(main())
