@@ -358,8 +358,11 @@ def test_the_probes_process_starts_with_the_sweep_and_ends_unasked_where_the_swe
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr(packing, "_early_probe", None)
     config = OmegaConf.create({"backend": {"name": "cuda"}, "replicates": 5, "trainer": {"max_steps": 100},
-                               "hydra": {"launcher": {"lanes_per_gpu": "auto", "probe_steps": 100}}})
+                               "hydra": {"launcher": {"lanes_per_gpu": "auto", "probe_steps": 100},
+                                         "sweeper": {"_target_": "hydra_plugins.sweeplab_sweeper.grid.SweeplabSweeper"}}})
     assert packing.start_probe_early(OmegaConf.merge(config, {"backend": {"name": "cpu"}})) is None
+    search = {"hydra": {"sweeper": {"_target_": "hydra_plugins.sweeplab_sweeper.search.OptunaSearch"}}}
+    assert packing.start_probe_early(OmegaConf.merge(config, search)) is None  # it runs no probe
     assert packing.start_probe_early(OmegaConf.merge(config, {"replicates": 1})) is None  # too short to pay
     early = packing.start_probe_early(config)
     assert early is not None and packing.start_probe_early(config) is early
@@ -383,6 +386,7 @@ def test_a_packed_sweep_records_its_lanes_its_solo_step_times_and_draws_its_time
     out = result.stderr + result.stdout
     assert result.returncode == 0, out[-3000:]
     assert "sweep: 2 jobs side by side on each of 1 GPU: lanes_per_gpu=2; probe memory unknown" in out
+    assert "the lanes' probe process started with the sweep" in out  # its imports beside the main's start-up
     (parent,), _ = store_runs(mlflow_uri)
     children = mlflow_store.sweep_jobs(mlflow_uri, parent.info.run_id)
     assert len(children) == 4

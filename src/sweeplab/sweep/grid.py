@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 class SweeplabSweeper(BasicSweeper):
     runs_replicates = True  # what the study's checks and sweeplab.study.rounds ask of a sweeper's class
     holds_study = True  # it opens, reads and finishes its own Study: the sweep callback opens none for it
+    plans_lanes = True  # it runs the lanes' probe (packing.plan_lanes), whose process starts with the sweep
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
                  leave: bool = False) -> None:

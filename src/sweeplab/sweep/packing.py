@@ -301,10 +301,14 @@ def start_probe_early(config: Any) -> ProbeProcess | None:
     global _early_probe
     from omegaconf import OmegaConf
 
+    from sweeplab.study.rounds import sweeper_class
+
     lanes = OmegaConf.select(config, "hydra.launcher.lanes_per_gpu", default=1)
     auto_on_cuda = lanes == AUTO and OmegaConf.select(config, "backend.name", default="cpu") == "cuda"
     if _early_probe is not None or not (auto_on_cuda or (lanes != AUTO and lanes != 1)):
         return _early_probe
+    if not getattr(sweeper_class(config), "plans_lanes", False):  # a sweeper that runs no probe (the search)
+        return None
     try:
         if lanes == AUTO and not probe_pays(_job_steps(config, []), _planned_replicates(config)):
             return None
