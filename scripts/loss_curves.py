@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from mlflow.tracking import MlflowClient
-
+from sweeplab.core.records import JobRun
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import runs as tracked
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,22 +21,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metric", default="train/loss")
     parser.add_argument("--every", type=int, default=1)
     args = parser.parse_args(argv)
-    client = MlflowClient(mlflow_store.resolve_uri())
-    experiment = client.get_experiment_by_name(args.experiment)
-    if experiment is None:
+    uri = mlflow_store.resolve_uri()
+    runs = tracked.experiment_runs(uri, args.experiment)  # in the order they started
+    if runs is None:
         raise SystemExit(f"loss_curves: no experiment {args.experiment!r} in the store")
-    runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.start_time)
     curves = {}  # label -> {step: value}; two runs of one name (a seed swept twice) keep apart by their ids
     for run in runs:
-        label = f"{run.info.run_name} [compile={run.data.params.get('compile', '?')}, run {run.info.run_id[:8]}]"
-        curves[label] = {m.step: m.value for m in client.get_metric_history(run.info.run_id, args.metric)}
+        compile_mode = (JobRun.from_run(run).config_params or {}).get("compile", "?")
+        label = f"{run.name} [compile={compile_mode}, run {run.run_id[:8]}]"
+        curves[label] = {m.step: m.value for m in tracked.metric_history(uri, run.run_id, args.metric)}
     steps = sorted({s for c in curves.values() for s in c})[:: args.every]
     print("| step | " + " | ".join(curves) + " |")
     print("|---|" + "---|" * len(curves))
     for step in steps:
         print(f"| {step} | " + " | ".join(f"{c[step]:.4f}" if step in c else "" for c in curves.values()) + " |")
     for run, label in zip(runs, curves):
-        vals = {k: round(v, 4) for k, v in run.data.metrics.items() if k.startswith("val/")}
+        vals = {k: round(v, 4) for k, v in run.metrics.items() if k.startswith("val/")}
         print(f"{label}: {vals}")
 
 

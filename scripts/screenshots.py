@@ -39,8 +39,9 @@ from ui_check import (  # noqa: E402
     wait_for,
 )
 
+from sweeplab.core.records import JobRun, SweepRun  # noqa: E402
 from sweeplab.report import ui_links  # noqa: E402
-from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import mlflow_store, runs  # noqa: E402
 
 
 def default_sweep(workdir: Path) -> str:
@@ -58,23 +59,25 @@ def default_sweep(workdir: Path) -> str:
 
 def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
     """docs/ file name -> the UI address that shows it."""
-    parent = mlflow_store.client(uri).get_run(parent_id)
-    experiment_id = parent.info.experiment_id
-    jobs = [r for r in mlflow_store.sweep_jobs(uri, parent_id) if r.info.status == "FINISHED"]
+    parent = mlflow_store.read_run(uri, parent_id)
+    experiment_id = parent.experiment_id
+    jobs = [r for r in runs.job_runs(uri, parent_id, experiment_id) if r.status == "FINISHED"]
     ml = mlflow_store.UI_WORKFLOW_QUERY
-    run_ids, experiments = json.dumps([r.info.run_id for r in jobs]), json.dumps([experiment_id])
-    best = max(jobs, key=lambda r: r.data.metrics.get("objective", float("-inf")))
+    run_ids, experiments = json.dumps([r.run_id for r in jobs]), json.dumps([experiment_id])
+    objectives = [JobRun.from_run(r).objective for r in jobs]
+    best = max(zip(jobs, objectives), key=lambda found: found[1] if found[1] is not None else float("-inf"))[0]
 
     def metric_page(key: str, x_axis: str) -> str:
         return (f"{base}/#/metric?runs={run_ids}&metric={quote(json.dumps(key))}&experiments={experiments}"
                 f"&plot_metric_keys={quote(json.dumps([key]))}&plot_layout={{}}&x_axis={x_axis}&y_axis_scale=linear"
                 f"&line_smoothness=1&show_point=true&deselected_curves=[]&last_linear_y_axis_range=[]&{ml}")
 
-    report = "report.html" if Path(parent.data.tags.get("sweep_dir", ""), "report.html").is_file() else "report.md"
+    sweep_dir = SweepRun.from_run(parent).sweep_dir or ""
+    report = "report.html" if Path(sweep_dir, "report.html").is_file() else "report.md"
     return {
         "ui-runs.png": ui_links.sweep_url(uri, base, parent_id),
         "ui-charts.png": ui_links.sweep_url(uri, base, parent_id, mode="CHART"),
-        "ui-run.png": mlflow_store.run_url(base, experiment_id, best.info.run_id),
+        "ui-run.png": mlflow_store.run_url(base, experiment_id, best.run_id),
         "ui-compare.png": f"{base}/#/compare-runs?runs={run_ids}&experiments={experiments}&{ml}",
         "ui-samples-per-sec.png": metric_page("train/samples_per_sec", "step"),
         "ui-val-cos.png": metric_page("val/cos", "relative"),

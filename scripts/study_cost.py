@@ -17,7 +17,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from sweeplab.core import channels, wall
-from sweeplab.core.records import JOB, SWEEP, key_of
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.sweep import read_sweep
 from sweeplab.tracking import mlflow_store
@@ -39,14 +38,13 @@ def main(argv: list[str] | None = None) -> None:
         sweep = read_sweep(uri, parent)
         # the verdict of the sweep already read (sweep_report would read it again and write its verdict back), asked
         # what the sweep asked (its target, tolerance, indifference and replicates=auto's looks) unless --target
-        found = sweep_verdict(sweep, VerdictOptions.from_tags(sweep.parent.tags, target=args.target))
-        seconds = sum(j.metrics.get(JOB.timed_seconds, 0.0) for j in sweep.jobs)
+        found = sweep_verdict(sweep, VerdictOptions.of_sweep(sweep.run, target=args.target))
+        seconds = sum(j.run.timed_seconds or 0.0 for j in sweep.jobs)
         samples = sum((j.stop_step or j.max_steps or 0) * (j.samples_per_step or 0) for j in sweep.jobs)
         stopped = sum(1 for j in sweep.jobs if j.stop_reason)
-        parts = {p: sum(j.metrics.get(key_of(JOB.wall_breakdown, p), 0.0) for j in sweep.jobs)
-                 for p in PARTS}
+        parts = {p: sum((j.run.wall_breakdown or {}).get(p, 0.0) for j in sweep.jobs) for p in PARTS}
         # the process's whole wall time when given, else what the sweep recorded (its start to its report)
-        wall = args.wall[i] if i < len(args.wall) else sweep.parent.metrics.get(SWEEP.process_wall_s)
+        wall = args.wall[i] if i < len(args.wall) else sweep.run.process_wall_s
         share = f"{parts['steps'] / wall:.0%}" if wall else ""
         rows.append(f"| {folder} | {len(sweep.jobs)} | {stopped} | {seconds:.1f} | {samples:,} | "
                     f"{round(wall, 1) if wall else ''} | " + " | ".join(f"{parts[p]:.1f}" for p in PARTS) + f" | {share} |")
@@ -56,8 +54,8 @@ def main(argv: list[str] | None = None) -> None:
                          + ", ".join(f"{label} {total:.1f} / {most:.1f}" for label, (total, most) in split.items()))
         gpus: dict[str, set[str]] = defaultdict(set)
         for job in sweep.jobs:
-            if job.tags.get(JOB.gpu) is not None:
-                gpus[job.config or job.name].add(job.tags[JOB.gpu])
+            if job.run.gpu is not None:
+                gpus[job.config or job.name].add(job.run.gpu)
         for config, used in gpus.items():
             lines.append(f"    GPUs of {config}: {', '.join(sorted(used))}"
                          + ("  <- one GPU in every round" if len(used) == 1 else ""))
@@ -77,7 +75,7 @@ def _setup_split(jobs) -> dict[str, tuple[float, float]]:
     for the segments some job recorded."""
     split = {}
     for label in wall.SETUP_SEGMENTS:
-        values = [j.metrics[name] for j in jobs if (name := key_of(JOB.setup_split, label)) in j.metrics]
+        values = [j.run.setup_split[label] for j in jobs if label in (j.run.setup_split or {})]
         if values:
             split[label] = (sum(values), max(values))
     return split

@@ -381,13 +381,14 @@ def smoke_sweep(workdir: Path) -> str:
 def configuration_rows(uri: str, parent_id: str) -> list[dict[str, str]]:
     """What each configuration's row must show, in the view's order: its label (the run's name) and its speedup to
     target, verdict and target, as its configuration run holds them."""
-    from sweeplab.core.records import CONFIGURATION
+    from sweeplab.core.records import ConfigurationRun
     from sweeplab.report import config_runs
 
-    runs = sorted(config_runs.configuration_runs(uri, parent_id),
-                  key=lambda r: r.tags.get(CONFIGURATION.verdict_order, ""))
-    return [{"label": run.name, "run_id": run.run_id, "baseline": run.tags.get("baseline", ""),
-             **{tag: run.tags.get(tag, "") for tag in ROW_TAGS}} for run in runs]
+    runs = sorted(((run, ConfigurationRun.from_run(run)) for run in config_runs.configuration_runs(uri, parent_id)),
+                  key=lambda found: found[1].verdict_order or "")
+    return [{"label": run.name, "run_id": run.run_id, "baseline": "true" if record.baseline else "",
+             **dict(zip(ROW_TAGS, ((record.figure_texts or {}).get(ROW_TAGS[0], ""), record.verdict or "",
+                                   record.target_text or "", record.caveat or "")))} for run, record in runs]
 
 
 def check_rows(rows: list[dict[str, str]]) -> None:
@@ -433,7 +434,7 @@ def check_no_huge_bound(text: str, where: str) -> None:
 def check_recorded_bounds(uri: str, parent_id: str, rows: list[dict[str, str]]) -> None:
     """No bound beyond MAX_BOUND in what the UI prints from the store: the configuration runs' `_low`/`_high`
     metrics, their tags, and the sweep run's verdict (its description)."""
-    from sweeplab.core.records import SWEEP
+    from sweeplab.core.records import SweepRun
     from sweeplab.tracking import mlflow_store
 
     for row in rows:
@@ -443,7 +444,7 @@ def check_recorded_bounds(uri: str, parent_id: str, rows: list[dict[str, str]]) 
             raise CheckFailed(f"configuration run {row['label']}: bounds beyond {MAX_BOUND:g} logged: {big}")
         check_no_huge_bound(" ".join(run.tags.values()), f"configuration run {row['label']}'s tags")
     parent = mlflow_store.read_run(uri, parent_id)
-    check_no_huge_bound(parent.tags.get(SWEEP.description, ""), "the sweep run's verdict (its description)")
+    check_no_huge_bound(SweepRun.from_run(parent).description or "", "the sweep run's verdict (its description)")
     print(f"ok: no interval bound beyond {MAX_BOUND:g} in the configuration runs or the sweep's verdict", flush=True)
 
 
@@ -647,6 +648,7 @@ def run_checks(uri: str, chromium: str, chromedriver: str, meanwhile=None) -> No
 
 
 def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: str) -> None:
+    from sweeplab.core.records import ConfigurationRun
     from sweeplab.report import ui_links
     from sweeplab.tracking import mlflow_store
 
@@ -663,7 +665,7 @@ def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: s
         raise CheckFailed("the sweep has no configuration runs: nothing to compare")
     check_rows(rows)
     check_recorded_bounds(uri, parent_id, rows)
-    monitored = mlflow_store.read_run(uri, rows[0]["run_id"]).tags.get("objective", "") if rows else ""
+    monitored = ConfigurationRun.from_run(mlflow_store.read_run(uri, rows[0]["run_id"])).objective_metric or ""
     for width, height in VIEWPORTS:
         size = f"{width}x{height}"
         with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:
@@ -680,9 +682,10 @@ def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: s
 
 
 def check_reports(driver, base: str, parent) -> None:
+    from sweeplab.core.records import SweepRun
     from sweeplab.tracking import mlflow_store
 
-    report = Path(parent.tags.get("sweep_dir", "")) / "report.html"
+    report = Path(SweepRun.from_run(parent).sweep_dir or "") / "report.html"
     if not report.is_file():
         raise CheckFailed(f"{report} not found: the sweep's report does not write report.html")
     check_no_huge_bound(report.read_text(), f"report.html ({report})")

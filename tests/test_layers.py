@@ -91,6 +91,10 @@ BAD_IMPORTS = [
     ("core/stability.py", "import torch", "sweeplab.core.stability -> torch", NEVER_TRAIN),
     ("study/sweep.py", "import torch", "sweeplab.study.sweep -> torch", NEVER_TRAIN),
     ("report/tables.py", "import lightning", "sweeplab.report.tables -> lightning", NEVER_TRAIN),
+    ("ui.py", "import torch", "sweeplab.ui -> torch", NEVER_TRAIN),
+    ("sweep/callback.py", "import lightning", "sweeplab.sweep.callback -> lightning", NEVER_TRAIN),
+    ("../hydra_plugins/sweeplab_sweeper/grid.py", "import torch", "hydra_plugins.sweeplab_sweeper.grid -> torch",
+     NEVER_TRAIN),
     ("policies/stopping.py", "import lightning", "sweeplab.policies.stopping -> lightning", POLICIES),
     ("policies/checkpoints.py", "import torch", "sweeplab.policies.checkpoints -> torch", POLICIES),
     ("../hydra_plugins/sweeplab_sweeper/grid.py", "import mlflow", "hydra_plugins.sweeplab_sweeper.grid -> mlflow",
@@ -100,6 +104,20 @@ BAD_IMPORTS = [
     ("../hydra_plugins/sweeplab_sweeper/lanes.py", "from sweeplab.engine import job",
      "hydra_plugins.sweeplab_sweeper.lanes -> sweeplab.engine.job", LAUNCH_SIDE),
 ]
+
+
+# The injections #58's done-when list names, (module, what it imports): each must be among BAD_IMPORTS.
+NAMED_BY_ISSUE_58 = [
+    *[(f"sweep/{name}.py", imported) for name in ("grid", "search", "lanes")
+      for imported in ("mlflow", "sweeplab.engine.training", "sweeplab.families.pagating_lm.task")],
+    ("core/stability.py", "torch"), ("study/sweep.py", "torch"), ("report/tables.py", "lightning"),
+    ("policies/stopping.py", "lightning"),
+]
+
+
+def test_every_injection_the_issue_names_is_tried():
+    tried = {(where, chain.split(" -> ")[-1]) for where, _, chain, _ in BAD_IMPORTS}
+    assert [named for named in NAMED_BY_ISSUE_58 if named not in tried] == []
 
 
 # What a process that never trains imports at its start: the report's read path, the UI, the sweepers and their

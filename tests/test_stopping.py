@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from annotated_types import Ge
 from mlflow.tracking import MlflowClient
 
 from conftest import smoke_config
@@ -317,3 +319,74 @@ def test_the_search_asks_for_the_stop_decisions_whenever_stopconfig_says_a_rule_
     search.study = SimpleNamespace(read=lambda: calls.append(1))
     assert search._stop_reasons([0]) == {}
     assert len(calls) == reads
+
+
+# --- each rule owns its settings: one class and one entry in the registry -------------------------------------------
+
+
+class AfterValidations:
+    """A rule from outside the registry: stop after n validations, whatever the metric (needs no target)."""
+
+    settings = (stopping.Setting("max_validations", Annotated[int, Ge(1)] | None, None, "stop after n validations"),)
+    needs_target = False
+    reason = "validations"
+    spares_the_quality_round = False
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    @staticmethod
+    def is_on(stop) -> bool:
+        return stop.max_validations is not None
+
+    @classmethod
+    def of(cls, stop, place: stopping.Place) -> AfterValidations:
+        return cls(stop.max_validations)
+
+    def at_validation(self, seen: stopping.Seen) -> bool:
+        self.seen += 1
+        return self.seen >= self.n
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen = state["seen"]
+
+
+def test_a_new_rule_is_one_class_in_the_registry_and_the_config_its_check_and_on_follow():
+    """The rule declares its key, bound and default; the `stop` dataclass, "which rules are on", the job's rules and
+    the early check's accepted keys all come from the registry, with no edit elsewhere."""
+    from sweeplab.core.config import build, check_values
+
+    rules = (*stopping.RULES, AfterValidations)
+    config = stopping.stop_config(rules)
+    assert not config().enabled and config(max_validations=2).enabled and not config(max_validations=2).needs_target
+    job = stopping.StopRule(config(max_validations=2, patience=5), None, "max")
+    assert [type(rule) for rule in job.rules] == [stopping.NoImprovement, AfterValidations]
+    assert [job.at_validation(0.5, 1.0) for _ in range(2)] == [None, "validations"]
+    with pytest.raises(ConfigError, match=r"^config error: stop\.max_validations: must be >= 1, got 0"):
+        check_values(stopping.accepted(rules), {"max_validations": 0}, "stop")
+    with pytest.raises(ConfigError, match=r"^config error: stop\.max_validations: expected int \| null"):
+        build(config, {"max_validations": "x"}, "stop")
+    assert "max_validations" not in stopping.accepted()  # the registry itself is untouched
+
+
+def test_the_early_check_and_conf_read_the_stop_settings_the_rules_declare():
+    """engine/settings.py checks `stop.*` against the rules' declarations (a bound and an unknown key, named before
+    any import of the engine); conf/train.yaml's `stop:` holds the rules' defaults, and StopConfig their fields."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from sweeplab.engine import settings
+
+    defaults = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "train.yaml").stop)
+    assert defaults == {setting.key: setting.default for setting in stopping.settings_of()}
+    assert [f.name for f in dataclasses.fields(stopping.StopConfig)] == list(stopping.accepted())
+    assert {f.name: f.default for f in dataclasses.fields(stopping.StopConfig)} == defaults
+    with pytest.raises(ConfigError, match=r"^config error: stop\.confirm: must be >= 0, got -1"):
+        settings.check_values({"stop": {**defaults, "confirm": -1}})
+    with pytest.raises(ConfigError, match=r"^config error: stop\.patiense: unknown key \(did you mean 'patience'\?\)"):
+        settings.check_values({"stop": {**defaults, "patiense": 3}})
+    settings.check_values({"stop": {**defaults, "patience": 3, "min_delta": 0.01}})

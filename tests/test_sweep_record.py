@@ -214,3 +214,58 @@ def test_one_module_reads_mlflows_run_objects():
     readers = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                      if re.search(r"\.data\.(tags|params|metrics)\b", p.read_text(encoding="utf-8")))
     assert readers == ["tracking/mlflow_store.py"]
+
+
+# --- runs are read as records: by field, not by key -----------------------------------------------------------------
+
+SWEEP_READ = "study/sweep.py"  # the one read of a sweep into its records (Sweep.run, JobRecord.run)
+SCRIPTS = SRC.parents[1] / "scripts"
+
+
+def _reads_by_key(text: str) -> list[int]:
+    """Lines that call `.get(...)` on something's `tags`, `params` or `metrics` (`sweep.parent.tags.get(SWEEP.x)`,
+    `run.data.metrics.get("objective")`): a run read by key instead of as its record."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(text))
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                   and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in RUN_MAPPINGS})
+
+
+def _runs_read_by_key(src, scripts) -> list[str]:
+    """`module:line` of each read by key in sweeplab (but tracking/ and the one sweep read) and in scripts/."""
+    found = []
+    for root, paths in ((src, sorted(src.rglob("*.py"))), (scripts, sorted(scripts.rglob("*.py")))):
+        for path in paths:
+            module = path.relative_to(root).as_posix()
+            if root == src and (module.startswith("tracking/") or module == SWEEP_READ):
+                continue
+            found += [f"{module}:{line}" for line in _reads_by_key(path.read_text(encoding="utf-8"))]
+    return found
+
+
+def test_runs_are_read_as_records_outside_tracking_and_the_one_sweep_read():
+    """The report, the verdict, the UI, the sweepers and the scripts read a run's fields from its record
+    (`sweep.run.sweep_dir`, `job.run.backend`, `JobRun.from_run(run).checkpoint`) and a job's config values by key
+    (`job.config_value("loss.alpha")`): a key's kind and type are declared once, in sweeplab.core.records."""
+    assert _runs_read_by_key(SRC, SCRIPTS) == []
+
+
+def test_a_run_read_by_key_is_refused(tmp_path):
+    """One read by key injected into a copy of report/tables.py, one into a script: both named; a dict's own `.get`
+    and a record's field are not."""
+    assert _reads_by_key('a = sweep.parent.tags.get("sweep_dir")\nb = r.data.metrics.get("objective", 0)\n'
+                         'c = options.get("x")\nd = sweep.run.sweep_dir\ne = (job.run.presets or {}).get("debug")\n') == [1, 2]
+    src, scripts = tmp_path / "sweeplab", tmp_path / "scripts"
+    (src / "report").mkdir(parents=True)
+    scripts.mkdir()
+    text = (SRC / "report" / "tables.py").read_text(encoding="utf-8")
+    (src / "report" / "tables.py").write_text(text, encoding="utf-8")
+    (scripts / "study_cost.py").write_text((SCRIPTS / "study_cost.py").read_text(encoding="utf-8"), encoding="utf-8")
+    (src / SWEEP_READ).parent.mkdir()
+    (src / SWEEP_READ).write_text("x = run.tags.get('family')\n", encoding="utf-8")  # the one read may
+    assert _runs_read_by_key(src, scripts) == []
+    lines = len(text.splitlines())
+    (src / "report" / "tables.py").write_text(text + "\ntitle = sweep.parent.tags.get(SWEEP.sweep_id)\n", encoding="utf-8")
+    with open(scripts / "study_cost.py", "a", encoding="utf-8") as script:
+        script.write("\nwall = sweep.parent.metrics.get('sweep/process_wall_s')\n")
+    found = _runs_read_by_key(src, scripts)
+    assert found[0] == f"report/tables.py:{lines + 2}" and found[1].startswith("study_cost.py:") and len(found) == 2

@@ -34,7 +34,7 @@ from pathlib import Path
 from sweeplab.core import channels, cli, interrupts, stability
 from sweeplab.core.errors import UserError, report_user_error
 from sweeplab.core.files import write_text_atomic
-from sweeplab.core.records import JOB
+from sweeplab.core.records import JobRun
 from sweeplab.families import missing_config_hint
 from sweeplab.report.tables import format_number, to_markdown
 from sweeplab.tracking import mlflow_store, runs
@@ -115,12 +115,12 @@ def results(uri: str, sweep_dir: Path, keys: list[str]) -> dict[tuple, dict]:
     out = {}
     jobs = runs.job_runs(uri, marker.read_text().strip())
     for position, run in enumerate(jobs, start=1):
-        config = tuple(run.params.get(key, "?") for key in keys)
-        metrics = run.metrics
+        record = JobRun.from_run(run)
+        config = tuple((record.config_params or {}).get(key, "?") for key in keys)
         out[config] = {
             "position": position,
-            "rate": metrics.get(JOB.samples_per_sec),
-            "problems": stability.problems(metrics),
+            "rate": record.samples_per_sec,
+            "problems": stability.problems(run.metrics),
             "status": run.status,
         }
     return out

@@ -232,7 +232,7 @@ def serve(uri: str, host: str, port: int, base: str, parent_id: str | None = Non
 def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, str] | None:
     """(the sweep's name, its address): parent_id's, else the latest finished sweep's; None (with a line) for an
     empty or unreadable store: it still gets a UI."""
-    from sweeplab.core.records import SWEEP
+    from sweeplab.core.records import SweepRun
 
     try:
         which = "sweep"
@@ -243,7 +243,7 @@ def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, st
         parent = mlflow_store.read_run(uri, parent_id, "sweep")
         if which != "sweep" and parent.status != "FINISHED":
             which = f"the latest sweep ({parent.status}: none finished)"
-        name = parent.tags.get(SWEEP.sweep_id) or parent.name
+        name = SweepRun.from_run(parent).sweep_id or parent.name
         return f"{which} {name} (run {parent_id})", sweep_url(uri, base, parent_id)
     except Exception as exc:
         print(f"(could not read {uri}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", flush=True)

@@ -20,6 +20,7 @@ from sweeplab.core.config import check_values as check_against
 from sweeplab.core.config import shown, source_accepted, source_keys
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.records import SWEEP
+from sweeplab.policies import stopping
 
 # config group -> the class it configures (plan() builds each group into it)
 GROUP_TARGETS = {
@@ -31,7 +32,6 @@ GROUP_TARGETS = {
     "timing": "sweeplab.callbacks.timing:StepTimer",
     "guard": "sweeplab.callbacks.guard:NonFiniteGuard",
     "tune": "sweeplab.engine.tuning:TuneConfig",
-    "stop": "sweeplab.policies.stopping:StopConfig",
     "export": "sweeplab.export.options:ExportOptions",
 }
 # a family's groups: the record's target field that configures each, and the group's keys that are not the class's
@@ -50,13 +50,15 @@ def check_values(container: Mapping[str, Any]) -> None:
     check_top_level(container)
     report_settings(container)
     for group, target in GROUP_TARGETS.items():
-        _check_group(container.get(group), target, group)
+        _check_group(container.get(group), source_accepted(target), group)
+    # the stop rules' settings, as each rule declares them (policies/stopping.py's registry; plain, so imported)
+    _check_group(container.get("stop"), stopping.accepted(), "stop", unknown_keys=True)
     family = _family(container)
     _check_size(container.get("model"), family)
     for group, (field_name, ignore) in FAMILY_GROUPS.items():
         target = getattr(family, field_name, None) if family is not None else None
         if isinstance(target, str):
-            _check_group(container.get(group), target, group, ignore)
+            _check_group(container.get(group), source_accepted(target), group, ignore)
 
 
 def check_config(cfg: Any) -> None:
@@ -79,11 +81,12 @@ def plain_values(cfg: Any) -> dict | None:
         return None
 
 
-def _check_group(values: Any, target: str, where: str, ignore: frozenset[str] = frozenset()) -> None:
+def _check_group(values: Any, accepted: Mapping[str, Any], where: str, ignore: frozenset[str] = frozenset(),
+                 unknown_keys: bool = False) -> None:
     if isinstance(values, Mapping):
         values = {k: v for k, v in values.items() if v is not None}  # null: the class's default (a size's, the data's)
         # keys the source does not show (a base class's, **kwargs) pass here: plan() refuses the unknown ones
-        check_against(source_accepted(target), values, where, ignore, unknown_keys=False)
+        check_against(accepted, values, where, ignore, unknown_keys=unknown_keys)
 
 
 def _check_size(model: Any, family: Any) -> None:

@@ -219,7 +219,7 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
     else:
         run = resume.find_run(uri, target.run_id)
         recorded = str(target.run_folder) if target.run_folder is not None else None
-        unchanged = run is not None and run.status != "FINISHED" and run.tags.get(JOB.output_dir) == recorded
+        unchanged = run is not None and run.status != "FINISHED" and JobRun.from_run(run).output_dir == recorded
     if not unchanged:
         raise UserError(f"resume: run {target.run_id} was finished or taken over by another process meanwhile; "
                         "nothing to resume (run the command again: a finished run is extended into a new run)")
@@ -371,11 +371,12 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
                     ckpt, run_id or "none recorded", uri)
         return point
     changes = _param_changes(run, p, may_differ, ckpt)
-    recorded = run.tags.get(JOB.output_dir)
+    record = JobRun.from_run(run)
+    recorded = record.output_dir
     if run.status != "FINISHED":
         return dataclasses.replace(point, run_id=run_id, changes=changes, run_folder=Path(recorded) if recorded else None)
-    finished_at = run.params.get(JOB.max_steps, "0")
-    if not p.trainer.max_steps > int(finished_at):
+    finished_at = record.max_steps or 0
+    if not p.trainer.max_steps > finished_at:
         raise UserError(
             f"resume: run {run_id} of checkpoint {ckpt} is FINISHED; resuming it only trains it longer "
             f"(trainer.max_steps above its {finished_at})"

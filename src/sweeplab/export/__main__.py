@@ -76,7 +76,7 @@ def check_conflicts(given: set[str], options: ExportOptions, container: dict) ->
 def latest_best_offer(uri: str | None) -> str:
     """`; the latest sweep's best run: make export ARGS="run_id=..." (its name)`: the sweep's best job (its
     `best_run_id`), or the best job of the configuration its verdict names fastest; "" when there is none."""
-    from sweeplab.core.records import JOB, SweepRun
+    from sweeplab.core.records import JobRun, SweepRun
     from sweeplab.tracking import mlflow_store, runs
 
     try:
@@ -88,10 +88,11 @@ def latest_best_offer(uri: str | None) -> str:
         sweep = SweepRun.from_run(mlflow_store.read_run(uri, parent_id))
         best, mode = sweep.best_run_id, sweep.objective_mode or "max"
         if not best and sweep.best_verdict == "fastest":
-            scored = [j for j in runs.job_runs(uri, parent_id) if j.tags.get(JOB.config) == sweep.best_config
-                      and j.status == "FINISHED" and JOB.objective in j.metrics]
+            jobs = [(run.run_id, JobRun.from_run(run)) for run in runs.job_runs(uri, parent_id) if run.status == "FINISHED"]
+            scored = [(run_id, job.objective) for run_id, job in jobs
+                      if job.config == sweep.best_config and job.objective is not None]
             pick = max if mode == "max" else min
-            best = pick(scored, key=lambda j: j.metrics[JOB.objective]).run_id if scored else None
+            best = pick(scored, key=lambda scored_job: scored_job[1])[0] if scored else None
         if not best:
             return ""
         name = mlflow_store.read_run(uri, best).name

@@ -28,7 +28,7 @@ import torch
 
 from sweeplab.core import interrupts
 from sweeplab.core.errors import UserError, environment_error
-from sweeplab.core.records import JOB, JobRun
+from sweeplab.core.records import JobRun
 from sweeplab.export import readiness, verify
 from sweeplab.export import report as reporting
 from sweeplab.export.ane import to_ane_layout
@@ -59,7 +59,7 @@ def checkpoint_from_run(run_id: str, tracking_uri: str | None) -> tuple[str, dic
     # an unreachable server or a missing sqlite file fails here, in seconds, naming the store
     mlflow_store.open_existing_store(uri)
     run = mlflow_store.read_run(uri, run_id, "run_id")
-    checkpoint = run.tags.get(JOB.checkpoint)
+    checkpoint = JobRun.from_run(run).checkpoint
     if not checkpoint:
         raise UserError(f"run_id={run_id}: the run has no `checkpoint` tag (did it finish with a validation?)")
     return checkpoint, _val_metrics(run.metrics), uri

@@ -19,6 +19,12 @@ The round's leader time is posted on a small board in the sweep's directory (`st
 atomically under a file lock), so jobs of one round share it whether they run one after the other or side by side.
 Each stop is recorded on the job's run (core/records.py JobRun: `stop_reason`, `stop_step`); the job ends FINISHED.
 
+Each rule owns its settings: a rule class declares its `stop.*` keys with their types, bounds and defaults
+(`settings`), whether they turn it on (`is_on`), whether it needs the target, and how it is built for a job (`of`);
+`RULES` lists the rules. The `stop` group's dataclass (`StopConfig`), the early config check (engine/settings.py,
+`accepted`), "which rules are on" (`StopConfig.rules_on`, `enabled`, `needs_target`: the jobs and the Optuna search
+ask it) and the job's rules (`rules_of`) are all derived from that list, so a new rule is one class and one entry.
+
 Plain Python, as the checkpoint policy is (a contract: no Lightning, torch or MLX): both fit loops ask StopRule;
 Lightning's side is callbacks/stop_rules.py's StopWhatIsDecided.
 """
@@ -31,7 +37,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, ClassVar, Protocol
 
 from annotated_types import Ge, Gt
 
@@ -41,28 +47,7 @@ from sweeplab.core.files import write_text_atomic
 from sweeplab.core.records import SWEEP
 
 
-@dataclass(frozen=True)
-class StopConfig:
-    """The bounds live in the annotations, so engine/settings.py refuses a wrong value before the heavy imports
-    (a `__post_init__` check answered only after torch and Lightning loaded: 8.6 CPU-s for stop.confirm=-1)."""
-
-    at_target: bool = False  # stop once the monitored metric reached report.target
-    confirm: Annotated[int, Ge(0)] = 0  # more validations that must stay at the target before the job stops
-    behind: Annotated[float, Gt(1)] | None = None  # k > 1: stop a job k × the round leader's time to target without reaching it
-    quality_round: bool = True  # round 0 trains every configuration to its last step (its quality measured once)
-    patience: Annotated[int, Ge(1)] | None = None  # stop after this many validations without improvement (no target)
-    min_delta: Annotated[float, Ge(0)] = 0.0  # ... an improvement is a gain of more than this (metric units)
-
-    @property
-    def enabled(self) -> bool:
-        return self.needs_target or self.patience is not None
-
-    @property
-    def needs_target(self) -> bool:
-        return self.at_target or self.behind is not None
-
-
-def check(stop: StopConfig, target: Any, backend: str) -> float | None:
+def check(stop: Any, target: Any, backend: str) -> float | None:
     """The target the rules stop at (None when no rule needs one); one line where the settings cannot work."""
     if not stop.enabled:
         return None
@@ -129,13 +114,45 @@ class RoundBoard:
                                                          "curve": list(curve)}))
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One `stop.*` key a rule owns: its type and bounds (`annotated_types`, which engine/settings.py checks before
+    any import and core.config.bind when the job is planned), its default (conf/train.yaml's `stop:` lists the same)
+    and what it means."""
+
+    key: str
+    annotation: Any
+    default: Any
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Place:
+    """What a rule may need of the job it stops: the target (None when the study asks none), the metric's direction
+    ("max" | "min"), its round's board, its configuration's index in the grid and whether it is the baseline's."""
+
+    target: float | None
+    mode: str
+    board: RoundBoard | None = None
+    config_index: str = ""
+    is_baseline: bool = False
+
+
 class Rule(Protocol):
     """One stop rule (one class each, the shape of optuna's pruners): at each validation, whether the job stops now.
     Its state travels in the job's checkpoints (`state_dict` / `load_state_dict`), so a resumed job keeps counting
-    where it was."""
+    where it was. The class declares its settings and when they turn it on; `RULES` lists the classes."""
 
+    settings: ClassVar[tuple[Setting, ...]]  # its `stop.*` keys
+    needs_target: ClassVar[bool]  # it cannot work without report.target
     reason: str  # what the job's run records as stop_reason
     spares_the_quality_round: bool  # a rule about the target: never stops a job of round 0 (stop.quality_round)
+
+    @staticmethod
+    def is_on(stop: Any) -> bool: ...  # whether the `stop` group's values turn it on
+
+    @classmethod
+    def of(cls, stop: Any, place: Place) -> Rule: ...  # the rule of one job
 
     def at_validation(self, seen: Seen) -> bool: ...
 
@@ -162,12 +179,26 @@ def _better(value: float, than: float, mode: str) -> bool:
 class AtTarget:
     """stop.at_target: the metric reached the target and stayed there `confirm` more validations."""
 
+    settings: ClassVar = (
+        Setting("at_target", bool, False, "stop once the monitored metric reached report.target"),
+        Setting("confirm", Annotated[int, Ge(0)], 0, "more validations that must stay at the target before the job "
+                                                      "stops"))
+    needs_target: ClassVar = True
+
     target: float
     mode: str
     confirm: int = 0
     reason: str = "target"
     spares_the_quality_round: bool = True
     _reached: int = 0  # consecutive validations at the target
+
+    @staticmethod
+    def is_on(stop: Any) -> bool:
+        return stop.at_target
+
+    @classmethod
+    def of(cls, stop: Any, place: Place) -> AtTarget:
+        return cls(place.target, place.mode, stop.confirm)
 
     def at_validation(self, seen: Seen) -> bool:
         reached = math.isfinite(seen.value) and not _better(self.target, seen.value, self.mode)
@@ -187,6 +218,11 @@ class Behind:
     same samples seen (the module's docstring). Every job posts its curve on the round's board once it reaches the
     target, and keeps extending it while it leads. The baseline's jobs are never stopped this way."""
 
+    settings: ClassVar = (
+        Setting("behind", Annotated[float, Gt(1)] | None, None, "k > 1: stop a job k x the round leader's time to "
+                                                                 "target without reaching it"),)
+    needs_target: ClassVar = True
+
     k: float
     target: float
     mode: str
@@ -198,6 +234,14 @@ class Behind:
     _ever_reached: bool = False
     _posted: bool = False
     _curve: list = dataclasses.field(default_factory=list)  # (samples seen, value) at each validation
+
+    @staticmethod
+    def is_on(stop: Any) -> bool:
+        return stop.behind is not None
+
+    @classmethod
+    def of(cls, stop: Any, place: Place) -> Behind:
+        return cls(stop.behind, place.target, place.mode, place.board, place.config_index, place.is_baseline)
 
     def at_validation(self, seen: Seen) -> bool:
         self._curve.append((seen.samples_seen, seen.value))
@@ -247,6 +291,13 @@ class NoImprovement:
     """stop.patience: `patience` validations in a row without beating the best so far by more than `min_delta` (the
     rule of Lightning's EarlyStopping; it needs no target)."""
 
+    settings: ClassVar = (
+        Setting("patience", Annotated[int, Ge(1)] | None, None, "stop after this many validations without "
+                                                                 "improvement (no target)"),
+        Setting("min_delta", Annotated[float, Ge(0)], 0.0, "an improvement is a gain of more than this (metric "
+                                                            "units)"))
+    needs_target: ClassVar = False
+
     patience: int
     mode: str
     min_delta: float = 0.0
@@ -254,6 +305,14 @@ class NoImprovement:
     spares_the_quality_round: bool = False
     _best: float | None = None
     _waited: int = 0
+
+    @staticmethod
+    def is_on(stop: Any) -> bool:
+        return stop.patience is not None
+
+    @classmethod
+    def of(cls, stop: Any, place: Place) -> NoImprovement:
+        return cls(stop.patience, place.mode, stop.min_delta)
 
     def at_validation(self, seen: Seen) -> bool:
         if not math.isfinite(seen.value):
@@ -272,6 +331,53 @@ class NoImprovement:
         self._best, self._waited = state.get("best"), int(state.get("waited", 0))
 
 
+# --- the registry: every rule, and what is derived from it -----------------------------------------------------------
+
+RULES: tuple[type, ...] = (AtTarget, Behind, NoImprovement)  # in the order they are asked; the first stop names it
+SHARED = (Setting("quality_round", bool, True, "round 0 trains every configuration to its last step (its quality "
+                                               "measured once)"),)
+
+
+def settings_of(rules: tuple[type, ...] = RULES) -> tuple[Setting, ...]:
+    """Every `stop.*` setting: each rule's, then the ones the rules share."""
+    return (*(setting for rule in rules for setting in rule.settings), *SHARED)
+
+
+def accepted(rules: tuple[type, ...] = RULES) -> dict[str, Any]:
+    """`stop.*` key -> its annotation (type and bounds): what engine/settings.py checks the group against."""
+    return {setting.key: setting.annotation for setting in settings_of(rules)}
+
+
+class _Answers:
+    """What every StopConfig answers from its rules (`RULES`, set on the class stop_config makes)."""
+
+    RULES: ClassVar[tuple[type, ...]] = ()
+
+    def rules_on(self) -> list[type]:
+        """The rules these values turn on, in RULES' order."""
+        return [rule for rule in self.RULES if rule.is_on(self)]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rules_on())
+
+    @property
+    def needs_target(self) -> bool:
+        return any(rule.needs_target for rule in self.rules_on())
+
+
+def stop_config(rules: tuple[type, ...] = RULES) -> type:
+    """The `stop` group's frozen dataclass: one field per setting of `rules` (and the shared ones) with its
+    annotation and default; `enabled`, `needs_target` and `rules_on()` derived from the rules."""
+    fields = [(s.key, s.annotation, dataclasses.field(default=s.default)) for s in settings_of(rules)]
+    return dataclasses.make_dataclass("StopConfig", fields, bases=(_Answers,), frozen=True, namespace={
+        "RULES": rules, "__module__": __name__,
+        "__doc__": "The `stop.*` settings, one field per setting a rule of RULES declares (stopping.stop_config)."})
+
+
+StopConfig = stop_config()
+
+
 @dataclass
 class StopRule:
     """The job's stop rules, built from `stop.*`; no Lightning in here (the MLX loop can call it too). The first rule
@@ -279,7 +385,7 @@ class StopRule:
     target do not stop the job, so its quality is measured at its last step (the behind rule still sees its
     validations, so it posts the round's leader)."""
 
-    stop: StopConfig
+    stop: Any  # a StopConfig
     target: float | None
     mode: str  # "max" | "min"
     board: RoundBoard | None = None
@@ -293,7 +399,7 @@ class StopRule:
             self.rules = rules_of(self.stop, self.target, self.mode, self.board, self.config_index, self.is_baseline)
 
     @classmethod
-    def for_this_job(cls, stop: StopConfig, target: float | None, mode: str,
+    def for_this_job(cls, stop: Any, target: float | None, mode: str,
                      sweep_dir: str | Path | None) -> StopRule:
         """The rules of the job this process runs: its round's board, its place in the grid (index 0, or none: the
         baseline), and whether it is in the quality round."""
@@ -318,14 +424,9 @@ class StopRule:
                 rule.load_state_dict(state[rule.reason])
 
 
-def rules_of(stop: StopConfig, target: float | None, mode: str, board: RoundBoard | None, config_index: str = "",
+def rules_of(stop: Any, target: float | None, mode: str, board: RoundBoard | None, config_index: str = "",
              is_baseline: bool = False) -> list[Rule]:
-    """One rule per `stop.*` setting that is on (check() has made sure a target is there where one is needed)."""
-    rules: list[Rule] = []
-    if stop.at_target and target is not None:
-        rules.append(AtTarget(target, mode, stop.confirm))
-    if stop.behind is not None and target is not None:
-        rules.append(Behind(stop.behind, target, mode, board, config_index, is_baseline))
-    if stop.patience is not None:
-        rules.append(NoImprovement(stop.patience, mode, stop.min_delta))
-    return rules
+    """The job's rule of each rule the `stop` values turn on (check() has made sure a target is there where one is
+    needed)."""
+    place = Place(target, mode, board, config_index, is_baseline)
+    return [rule.of(stop, place) for rule in stop.rules_on() if target is not None or not rule.needs_target]

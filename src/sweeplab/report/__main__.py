@@ -19,14 +19,13 @@ with exit_on_interrupt("report"):  # before the imports: Ctrl-C in their first s
     import logging
     import math
     import sys
-    from collections.abc import Mapping
     from pathlib import Path
 
     from sweeplab.core import channels, cli
     from sweeplab.core.console import quiet_libraries
     from sweeplab.core.errors import UserError, report_user_error
     from sweeplab.core.files import check_folder_path
-    from sweeplab.core.records import SWEEP
+    from sweeplab.core.records import SweepRun
     from sweeplab.report.tables import report_of, still_running, write_report
     from sweeplab.study.record import VerdictOptions
     from sweeplab.study.sweep import read_experiment, read_sweep
@@ -80,10 +79,10 @@ def check_arguments(args: argparse.Namespace) -> None:
         check_folder_path(args.out, "--out")
 
 
-def asked_of_the_sweep(args: argparse.Namespace, tags: Mapping[str, str]) -> VerdictOptions:
-    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's tags; none for
+def asked_of_the_sweep(args: argparse.Namespace, run: SweepRun) -> VerdictOptions:
+    """The verdict's target and tolerance: the flags', else what the sweep was run with (its run's record; none for
     an experiment's runs), else the defaults."""
-    return VerdictOptions.from_tags(tags, target=args.target, quality_tolerance=args.quality_tolerance,
+    return VerdictOptions.of_sweep(run, target=args.target, quality_tolerance=args.quality_tolerance,
                                     indifference=args.indifference, baseline_run=args.baseline)
 
 
@@ -95,7 +94,7 @@ def _report(args: argparse.Namespace) -> int:
         out = Path(args.out or Path("reports") / args.experiment)
         sweep = read_experiment(uri, args.experiment)
         sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
-        report = write_report(sweep, out, args.experiment, args.baseline, asked_of_the_sweep(args, {}))
+        report = write_report(sweep, out, args.experiment, args.baseline, asked_of_the_sweep(args, SweepRun()))
     else:
         parent = mlflow_store.sweep_named(uri, args.sweep) if args.sweep else None  # a run id, folder or sweep id
         out = Path(args.out) if args.out else None
@@ -117,8 +116,8 @@ def _report(args: argparse.Namespace) -> int:
             return 2
         mlflow_store.get_run(uri, parent, "--sweep")  # an unknown run id: one line naming the flag
         sweep = read_sweep(uri, parent)
-        sweep_dir = sweep.parent.tags.get(SWEEP.sweep_dir)
-        options = asked_of_the_sweep(args, sweep.parent.tags)
+        sweep_dir = sweep.run.sweep_dir
+        options = asked_of_the_sweep(args, sweep.run)
         sweep.baseline_job(args.baseline)  # a --baseline that names no job, or several configurations: one line now
         if out is None:
             out = Path(sweep_dir) if sweep_dir and Path(sweep_dir).exists() else Path("reports")

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import stability
-from sweeplab.core.records import CONFIGURATION, CONFIGURATION_ROLE, SWEEP, ConfigurationRun, SweepRun, key_of, merged
+from sweeplab.core.records import CONFIGURATION, CONFIGURATION_ROLE, ConfigurationRun, SweepRun, key_of, merged
 from sweeplab.report import plots, saved_view
 from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
@@ -141,7 +141,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     of `summary` (none with one replicate or no summary); returns the new runs' ids."""
     uri, parent = sweep.uri, sweep.parent
     parent_run_id = parent.run_id
-    overrides = parent.tags.get(SWEEP.sweep_overrides)
+    overrides = sweep.run.sweep_overrides
     command = naming.sweep_description(naming.recorded_overrides(overrides)) if overrides is not None else None
     mlflow_store.write(uri, parent_run_id, SweepRun(description=verdict_description(lines, command)))
     for run in configuration_runs(uri, parent_run_id):
@@ -160,7 +160,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     places = {name: place for place, name in enumerate(sorted(names.values(), key=natural_key))}
     curve_end = max((seconds for js in jobs_by_config.values() for _, seconds, _ in median_curve(js)), default=0.0)
     ids = [
-        _create_configuration_run(uri, parent, config, summary, names[config.config],
+        _create_configuration_run(uri, parent, sweep.run, config, summary, names[config.config],
                                   runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []),
                                   places[names[config.config]], caveat, curve_end, color)
         for config, color in zip(summary.configs, plots.colors(len(summary.configs)))  # as the report's figures
@@ -188,7 +188,7 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
         mlflow_store.children_filter(parent_run_id, CONFIGURATION_ROLE),
         target, sorted({key for run in found for key in run.metrics}),
     )
-    name = saved_view.view_name(parent.tags.get(SWEEP.sweep_id) or parent_run_id[:8], target)
+    name = saved_view.view_name(SweepRun.from_run(parent).sweep_id or parent_run_id[:8], target)
     return saved_view.write_comparison_view(uri, parent.experiment_id, parent_run_id, name, state)
 
 
@@ -198,7 +198,8 @@ def natural_key(label: str) -> list:
     return [(0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts)]
 
 
-def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary, summary: SweepSummary, name: str,
+def _create_configuration_run(uri: str, parent: RunRecord, sweep_run: SweepRun, config: ConfigSummary,
+                              summary: SweepSummary, name: str,
                               job_runs: list[JobRecord], jobs: list[Job], place: int = 0, caveat: str = "",
                               curve_end: float = 0.0, color: str | None = None) -> str:
     group, standing = verdict_standing(config.config, summary.verdict)
@@ -226,8 +227,8 @@ def _create_configuration_run(uri: str, parent: RunRecord, config: ConfigSummary
         caveat=caveat or "none",
         figure_texts=figure_tags(config, summary),
         stability=stability_text(job_runs) or None,
-        sweep_id=parent.tags.get(SWEEP.sweep_id),
-        sweep_dir=parent.tags.get(SWEEP.sweep_dir),
+        sweep_id=sweep_run.sweep_id,
+        sweep_dir=sweep_run.sweep_dir,
         swept_values=naming.config_values(config.config),
         color=color,
     ))

@@ -7,10 +7,10 @@ as a table for report.md and report.html, so a reader sees what the study paid b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from sweeplab.core import wall
-from sweeplab.core.records import JOB, key_of
+from sweeplab.core.records import JobRun
 from sweeplab.report import html as report_html
 from sweeplab.study.sweep import JobRecord
 
@@ -22,14 +22,16 @@ PART_NAMES = {  # the parts as a reader names them
 SHOWN_SEGMENTS = 3  # the set-up's largest segments named below the table
 
 
-def _sums(jobs: Sequence[JobRecord], keys: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """(sum over jobs, largest in one job) of each name's metric (`keys`: name -> metric key); names no job recorded
-    are left out."""
+def _sums(jobs: Sequence[JobRecord], recorded: Callable[[JobRun], Mapping[str, float] | None],
+          names: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(sum over jobs, largest in one job) of each name's value in a mapping field of the job's record (`recorded`:
+    its wall breakdown, its set-up's split); names no job recorded are left out."""
     total: dict[str, float] = {}
     largest: dict[str, float] = {}
     for job in jobs:
-        for name, key in keys.items():
-            value = job.metrics.get(key)
+        values = recorded(job.run) or {}
+        for name in names:
+            value = values.get(name)
             if value is not None:
                 total[name] = total.get(name, 0.0) + value
                 largest[name] = max(largest.get(name, 0.0), value)
@@ -44,10 +46,10 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
     sources the sweep's Python compiled at its start (the parent run's `sweep/uncached_bytecode`);
     `process_start_ms`: when that process started. A continued sweep's process ran only the jobs that ended after
     its start: its training steps are set against its wall, not those of every session's jobs (that read "184 %")."""
-    recorded = [job for job in jobs if key_of(JOB.wall_breakdown, "steps") in job.metrics]
+    recorded = [job for job in jobs if "steps" in (job.run.wall_breakdown or {})]
     if not recorded:
         return None
-    total, largest = _sums(recorded, {part: key_of(JOB.wall_breakdown, part) for part in wall.PARTS})
+    total, largest = _sums(recorded, lambda run: run.wall_breakdown, wall.PARTS)
     whole = sum(total.values())
     rows = [{"part": PART_NAMES[part], "s (all jobs)": f"{total[part]:.1f}",
              "share": f"{100 * total[part] / whole:.0f} %" if whole > 0 else "",
@@ -56,7 +58,7 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
              f"steps ({100 * total.get('steps', 0.0) / whole:.0f} %)" if whole > 0 else f"{len(recorded)} jobs",)
     if process_wall_s:
         session = [job for job in recorded if process_start_ms is None or (job.end_ms or math.inf) >= process_start_ms]
-        steps = sum(job.metrics[key_of(JOB.wall_breakdown, "steps")] for job in session)
+        steps = sum(job.run.wall_breakdown["steps"] for job in session)
         whose = ("the jobs' training steps" if len(session) == len(recorded) else
                  f"the training steps of the {len(session)} job{'s' if len(session) != 1 else ''} it ran (a continued "
                  f"sweep: the other {len(recorded) - len(session)} ran in an earlier process)")
@@ -65,7 +67,7 @@ def cost_table(jobs: Sequence[JobRecord], process_wall_s: float | None = None,
     below = ["each job's wall time from its start (a process's first job: from the process's start, imports "
              "included) to its record, in parts that add up to it (summary/wall_breakdown/*); jobs that ran side by "
              "side add up to more than the study's wall time"]
-    segments, _ = _sums(recorded, {name: key_of(JOB.setup_split, name) for name in wall.SETUP_SEGMENTS})
+    segments, _ = _sums(recorded, lambda run: run.setup_split, wall.SETUP_SEGMENTS)
     top = [name for name in sorted(segments, key=segments.get, reverse=True)[:SHOWN_SEGMENTS] if segments[name] >= 0.05]
     if top:
         below.append("set-up's largest segments (summary/setup_split/*): "

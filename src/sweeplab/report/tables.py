@@ -29,7 +29,7 @@ from sweeplab.core import labels as config_labels
 from sweeplab.core import stability
 from sweeplab.core.errors import UserError
 from sweeplab.core.files import run_lock_is_free, write_text_atomic
-from sweeplab.core.records import CONFIGURATION, JOB, SWEEP, JobRun
+from sweeplab.core.records import CONFIGURATION, JOB, JobRun
 from sweeplab.families import get_family
 from sweeplab.report import apple as report_apple
 from sweeplab.report import config_runs
@@ -105,7 +105,7 @@ def pick_baseline(sweep: Sweep, baseline: str | None) -> int | None:
     usable = [i for i, j in enumerate(sweep.jobs) if j.samples_per_sec]
     if baseline is not None:
         return sweep.jobs.index(sweep.baseline_job(baseline))
-    cpu = [i for i in usable if sweep.jobs[i].tags.get(JOB.backend) == "cpu"]
+    cpu = [i for i in usable if sweep.jobs[i].run.backend == "cpu"]
     return (cpu or usable or [None])[0]
 
 
@@ -135,7 +135,7 @@ def _follows_backend(key: str, jobs: tuple[JobRecord, ...] | list[JobRecord]) ->
         return False
     values: dict[str, set] = {}
     for job in jobs:
-        values.setdefault(job.tags.get(JOB.backend, ""), set()).add(job.params.get(key))
+        values.setdefault(job.run.backend or "", set()).add(job.config_value(key))
     return all(len(seen) == 1 for seen in values.values())
 
 
@@ -154,7 +154,7 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     varying = [
         k
         for k in all_keys
-        if k not in param_keys and k not in IGNORED_VARYING and len({j.params.get(k) for j in configured}) > 1
+        if k not in param_keys and k not in IGNORED_VARYING and len({j.config_value(k) for j in configured}) > 1
         and not _follows_backend(k, configured)
     ]
     param_keys += varying
@@ -163,16 +163,16 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     columns += [JOB.precision, JOB.compile, *PERF_COLUMNS, "final metric"]
     base_index = pick_baseline(sweep, baseline)
     base_metrics = sweep.jobs[base_index].metrics if base_index is not None else {}
-    base_rate = base_metrics.get(JOB.samples_per_sec)
+    base_rate = sweep.jobs[base_index].run.samples_per_sec if base_index is not None else None
     metric = sweep.metric  # the one metric the report judges, plots and tabulates: the jobs' own monitored metric
     rows, failed = [], 0
     # a job that failed before training (a full disk at its start) and that a continued study then ran to its end
     # is superseded, as a KILLED one is: not a failed job of the study
     run_again = {(j.config_index, j.replicate) for j in sweep.jobs if j.finished and j.config_index is not None}
     for i, job in enumerate(sweep.jobs):
-        m, tags = job.metrics, job.tags
+        m, record = job.metrics, job.run
         status = job.status
-        reason = tags.get(JOB.slurm_end) or tags.get(JOB.error, "")  # the scheduler's word first
+        reason = record.slurm_end or record.error or ""  # the scheduler's word first
         if status == "FAILED" and not job.params and (job.config_index, job.replicate) in run_again:
             status = f"FAILED, then run again: {reason[:50]}"
         elif status == "FAILED":
@@ -180,7 +180,7 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
             status = f"FAILED: {reason[:60]}"
         elif status == "KILLED" and reason:  # stopped: by whom (a scheduler's cancel, a signal)
             status = f"KILLED: {reason[:60]}"
-        rate = m.get(JOB.samples_per_sec)
+        rate = record.samples_per_sec
         speedup = ""
         if rate and base_rate:
             speedup = f"{rate / base_rate:.2f}×"
@@ -188,30 +188,31 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
                 speedup += " (baseline)"
             elif stability.within_noise(rate, m, base_rate, base_metrics):
                 speedup = f"within noise ({speedup})"
-        spread = m.get(JOB.step_time_spread)
+        spread = record.step_time_spread
         row = {
             "run": job.name,
             "status": status,
-            **{key: tags.get(key, "") for key in (JOB.backend, JOB.device, JOB.precision, JOB.compile)},
-            "median step (s)": format_number(m.get(JOB.step_time_median)),
+            JOB.backend: record.backend or "", JOB.device: record.device or "", JOB.precision: record.precision or "",
+            JOB.compile: record.compile or "",
+            "median step (s)": format_number(record.step_time_median),
             "samples/s": format_number(rate),
             "spread": f"{spread:.1%}" if spread is not None else "",
-            "tokens/s": format_number(m.get(JOB.tokens_per_sec)),
-            "MFU": f"{m[JOB.mfu]:.1%}" if JOB.mfu in m else "",
+            "tokens/s": format_number(record.tokens_per_sec),
+            "MFU": f"{record.mfu:.1%}" if record.mfu is not None else "",
             "speedup": speedup,
-            CONFIGURATION.stability: ("; ".join(stability.problems(m, tags)) or "ok") if stability.has_stability_data(m) else "",
+            CONFIGURATION.stability: ("; ".join(stability.problems(m, job.tags)) or "ok") if stability.has_stability_data(m) else "",
             "final metric": f"{metric} {format_number(m[metric])}" if metric in m else "",
         }
         for k in param_keys:
-            row[headers[k]] = job.batch_size if k == JOB.batch_size else job.params.get(k, "")
+            row[headers[k]] = job.batch_size if k == JOB.batch_size else job.config_value(k, "")
         # what the CSV writes: the unrounded values behind the formatted cells (a speedup inside the noise keeps its
         # ratio; the stability column says why it is not claimed)
         row[NUMBERS] = {
-            "median step (s)": m.get(JOB.step_time_median),
+            "median step (s)": record.step_time_median,
             "samples/s": rate,
             "spread": spread,
-            "tokens/s": m.get(JOB.tokens_per_sec),
-            "MFU": m.get(JOB.mfu),
+            "tokens/s": record.tokens_per_sec,
+            "MFU": record.mfu,
             "speedup": rate / base_rate if rate and base_rate else None,
             "final metric": m.get(metric),
         }
@@ -305,13 +306,13 @@ def throughput_points(sweep: Sweep) -> dict[str, list[tuple[int, float]]]:
     """'backend precision compile' -> [(batch size, samples/s)] of every finished job with a throughput."""
     series: dict[str, list[tuple[int, float]]] = {}
     for job in sweep.jobs:
-        rate, batch, tags = job.samples_per_sec, job.batch_size, job.tags
+        rate, batch, record = job.samples_per_sec, job.batch_size, job.run
         if not rate or not batch.isdigit():
             continue
-        label = f"{tags.get(JOB.backend, '?')} {tags.get(JOB.precision, '')}"
-        if tags.get(JOB.compile, "off") != "off":
-            label += f" compile={tags[JOB.compile]}"
-        device = tags.get(JOB.device, "")
+        label = f"{record.backend if record.backend is not None else '?'} {record.precision or ''}"
+        if record.compile not in (None, "off"):
+            label += f" compile={record.compile}"
+        device = record.device or ""
         if device:
             label += f" ({device[:28]})"
         series.setdefault(label, []).append((int(batch), rate))
@@ -443,10 +444,9 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
         markdown += f"### per configuration\n\n{_table_markdown(configs)}\n\n### per job\n\n"
     markdown += f"{to_markdown(rows, columns, hoist_constants=True)}\n" + report_apple.ane_lines(sweep.jobs)
     markdown += "".join(f"\n{note}\n" for note in jobs.below)
-    process_wall = sweep.parent.metrics.get(SWEEP.process_wall_s) if sweep.parent is not None else None
-    uncached = sweep.parent.tags.get(SWEEP.uncached_bytecode) if sweep.parent is not None else None
-    started = sweep.parent.metrics.get(SWEEP.process_start_s) if sweep.parent is not None else None
-    time_spent = report_cost.cost_table(sweep.jobs, process_wall, uncached, started * 1000 if started else None)
+    started = sweep.run.process_start_s
+    time_spent = report_cost.cost_table(sweep.jobs, sweep.run.process_wall_s, sweep.run.uncached_bytecode,
+                                        started * 1000 if started else None)
     if time_spent is not None:
         markdown += f"\n### {report_cost.TITLE}\n\n{_table_markdown(time_spent)}\n"
     files: list[Path] = []
@@ -521,9 +521,8 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
     """Lines naming what an interrupted sweep never ran (its parent's `jobs_not_run`, recorded when it closed): how
     many, which (configuration, replicate) pairs are missing among the configurations that ran, and the command
     that continues the sweep. Nothing for a sweep that ran every job or is still running."""
-    parent = sweep.parent
-    metrics, tags = parent.metrics, parent.tags
-    not_run, planned = int(metrics.get(SWEEP.jobs_not_run, 0)), int(metrics.get(SWEEP.jobs_planned, 0))
+    parent, record = sweep.parent, sweep.run
+    not_run, planned = record.jobs_not_run or 0, record.jobs_planned or 0
     if not_run <= 0 or parent.status == "RUNNING":
         return ()
     lines = [f"{not_run} of {planned} planned jobs never ran (the sweep ended {parent.status})"]
@@ -534,11 +533,11 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
                    if (c, k) not in present]
         if missing:
             lines.append("never ran: " + "; ".join(missing[:10]) + (f"; and {len(missing) - 10} more" if len(missing) > 10 else ""))
-    if tags.get(SWEEP.continue_command):  # with the sweep's launcher settings (hydra/launcher=slurm ...)
-        lines.append("continue it with: " + tags[SWEEP.continue_command])
-    elif tags.get(SWEEP.sweep_dir):
+    if record.continue_command:  # with the sweep's launcher settings (hydra/launcher=slurm ...)
+        lines.append("continue it with: " + record.continue_command)
+    elif record.sweep_dir:
         lines.append("continue it with: " + naming.continue_command(
-            naming.recorded_overrides(tags.get(SWEEP.sweep_overrides, "")), tags[SWEEP.sweep_dir]))
+            naming.recorded_overrides(record.sweep_overrides or ""), record.sweep_dir))
     return tuple(lines)
 
 
@@ -554,9 +553,8 @@ def report_of(sweep: Sweep, out_dir: Path | None, baseline: str | None = None,
               options: VerdictOptions | None = None, running: tuple[str, ...] = ()) -> Report:
     """sweep_report of a sweep already read; `running`: still_running's lines (a report asked for from outside the
     sweep's process: no verdict recorded until the sweep's own report)."""
-    parent = sweep.parent
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
-    title = f"sweep {parent.tags.get(SWEEP.sweep_id) or parent.run_id[:8]}"
+    title = f"sweep {sweep.run.sweep_id or sweep.parent.run_id[:8]}"
     report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep), running)
     if report.verdict is not None:
         config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
@@ -571,12 +569,13 @@ def still_running(sweep: Sweep) -> tuple[str, ...]:
     if parent is None or parent.status != "RUNNING":
         return ()
     done = sum(job.status == "FINISHED" for job in sweep.jobs)
-    planned = int(parent.metrics.get(SWEEP.jobs_planned, 0))
+    record = sweep.run
+    planned = record.jobs_planned or 0
     count = f"{done} of {planned} jobs done" if planned else f"{done} job{'s' if done != 1 else ''} done so far"
-    sweep_dir = parent.tags.get(SWEEP.sweep_dir)
-    if sweep_dir and run_lock_is_free(Path(sweep_dir)) and not parent.tags.get(SWEEP.left_jobs):
-        command = parent.tags.get(SWEEP.continue_command) or naming.continue_command(
-            naming.recorded_overrides(parent.tags.get(SWEEP.sweep_overrides, "")), sweep_dir)
+    sweep_dir = record.sweep_dir
+    if sweep_dir and run_lock_is_free(Path(sweep_dir)) and not record.left_jobs:
+        command = record.continue_command or naming.continue_command(
+            naming.recorded_overrides(record.sweep_overrides or ""), sweep_dir)
         return (f"interrupted ({count}): the sweep's process is gone and left its run RUNNING; no verdict from part "
                 f"of its jobs; continue it with: {command}",)
     return (f"still running ({count}): no verdict until its last job ends; run the report again then",)

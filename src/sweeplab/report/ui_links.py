@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP
+from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SweepRun
 from sweeplab.report import config_runs, saved_view
 from sweeplab.tracking import mlflow_store
 
@@ -34,7 +34,7 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     return mlflow_store.runs_url(
         base, experiment_id, mlflow_store.children_filter(parent_id),
         order_by_metric=JOB.objective,  # every job's return value (val/cos, val/ppl): the best job first
-        ascending=parent.tags.get(SWEEP.objective_mode) == "min",
+        ascending=SweepRun.from_run(parent).objective_mode == "min",
     )
 
 

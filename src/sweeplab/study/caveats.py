@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweeplab.core import stability
-from sweeplab.core.records import JOB, JobRun
+from sweeplab.core.records import JobRun
 from sweeplab.study.record import VerdictReport
 from sweeplab.study.sweep import JobRecord
 from sweeplab.study.verdict import SweepSummary
@@ -88,8 +88,8 @@ def _host_caveat(jobs: Sequence[JobRecord]) -> Caveat | None:
     hit = [j for j in measured if troubled[j.run_id]]
     if not hit:
         return None
-    loads = [max(j.metrics.get(k, 0.0) for k in (JOB.load_avg_start, JOB.load_avg_end)) for j in hit]
-    cpus = {j.metrics.get(JOB.host_cpus) for j in hit} - {None}
+    loads = [max(j.run.load_avg_start or 0.0, j.run.load_avg_end or 0.0) for j in hit]
+    cpus = {j.run.host_cpus for j in hit} - {None}
     kinds = sorted({p.split(" (")[0] for j in hit for p in troubled[j.run_id]})
     where = (f" (load {min(loads):.1f}-{max(loads):.1f} on {'/'.join(f'{c:g}' for c in sorted(cpus))} CPUs)"
              if "loaded host" in kinds and cpus else "")
@@ -117,8 +117,8 @@ def packing_slowdowns(jobs: Sequence[JobRecord]) -> dict[str, list[float]]:
     one to a GPU with both figures recorded; empty for a study that was not packed)."""
     found: dict[str, list[float]] = {}
     for j in jobs:
-        record = JobRun.from_run(j)
-        packed = j.metrics.get(JOB.step_time_median)
+        record = j.run
+        packed = record.step_time_median
         if (record.lanes_per_gpu or 1) > 1 and record.solo_step_time_s and packed and j.config is not None:
             found.setdefault(j.config, []).append(packed / record.solo_step_time_s)
     return found

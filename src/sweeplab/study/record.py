@@ -58,17 +58,17 @@ class VerdictOptions:
                         looks=f"{self.looks.first}-{self.looks.most}" if self.looks is not None else None)
 
     @classmethod
-    def from_tags(cls, tags: Mapping[str, str], *, target: float | None = None,
-                  quality_tolerance: float | None = None, indifference: float | None = None,
-                  baseline_run: str | None = None) -> VerdictOptions:
-        """The options a sweep ran with (its run's tags), each overridden where a flag gives one."""
-        def number(given: float | None, key: str) -> float | None:
-            return given if given is not None else (float(tags[key]) if key in tags else None)
+    def of_sweep(cls, run: SweepRun, *, target: float | None = None, quality_tolerance: float | None = None,
+                 indifference: float | None = None, baseline_run: str | None = None) -> VerdictOptions:
+        """The options a sweep ran with (its run's record, `record`'s fields), each overridden where a flag gives
+        one."""
+        def given(flag: float | None, recorded: float | None) -> float | None:
+            return flag if flag is not None else recorded
 
-        first, _, most = tags.get(SWEEP.looks, "").partition("-")
+        first, _, most = (run.looks or "").partition("-")
         looks = selection.Looks(int(first), int(most)) if first.isdigit() and most.isdigit() else None
-        return cls(number(target, SWEEP.target), number(quality_tolerance, SWEEP.quality_tolerance), baseline_run,
-                   number(indifference, SWEEP.indifference) or 1.0, looks)
+        return cls(given(target, run.target), given(quality_tolerance, run.quality_tolerance), baseline_run,
+                   given(indifference, run.indifference) or 1.0, looks)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def quality_tolerance(sweep: Sweep, asked: float | None) -> tuple[float | None, 
 
 def smoke_budget(sweep: Sweep) -> bool:
     """Whether the jobs ran with the debug=smoke preset (their `preset.debug` tag)."""
-    return any(j.tags.get("preset.debug") == "smoke" for j in sweep.jobs)
+    return any((j.run.presets or {}).get("debug") == "smoke" for j in sweep.jobs)
 
 
 def baseline_config(sweep: Sweep, jobs: list[verdict.Job], baseline_run: str | None) -> str:

@@ -13,7 +13,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core.errors import UserError
-from sweeplab.core.records import JOB, SWEEP
+from sweeplab.core.records import SWEEP
 from sweeplab.study import replicates
 from sweeplab.study.record import VerdictOptions, sweep_verdict
 from sweeplab.study.selection import Looks
@@ -94,7 +94,7 @@ def job_states(sweep: Sweep | None) -> dict[tuple[int, int], str]:
         if job.finished:
             states[key] = "finished"
         elif states.get(key) != "finished" and (
-                Path(job.tags.get(JOB.output_dir, "")) / "checkpoints" / "last.ckpt").is_file():
+                Path(job.run.output_dir or "") / "checkpoints" / "last.ckpt").is_file():
             states[key] = "interrupted"
     return states
 

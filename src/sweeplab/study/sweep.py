@@ -1,8 +1,11 @@
 """The record of a sweep, read from MLflow once: `read_sweep(uri, parent_run_id) -> Sweep`.
 
 Every reader of a study (the verdict, the tables and the CSV, the figures, report.html, the per-configuration runs
-and the saved view, `best`, the order check, the sweeper's next round) takes a `Sweep` rather than MLflow runs, so
-each fact about a job is derived here, once, with one formula:
+and the saved view, `best`, the order check, the sweeper's next round, the scripts) takes a `Sweep` rather than
+MLflow runs, and reads it as records: the sweep's run as `Sweep.run` (a `core.records.SweepRun`), each job's as
+`JobRecord.run` (a `JobRun`), a job's config values by key as `JobRecord.config_value`. This module is the one
+place outside tracking/ that reads a run's `tags`, `params` or `metrics` by key (tests/test_sweep_record.py). Each
+fact about a job is derived here, once, with one formula:
 
 - samples seen at a validation: Lightning logs a validation after n optimizer steps at step n - 1
   (`_batches_that_stepped`), so samples seen = (step + 1) × samples per step;
@@ -22,9 +25,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sweeplab.core.errors import UserError
-from sweeplab.core.records import JOB, JobRun
+from sweeplab.core.records import JOB, JobRun, SweepRun
 from sweeplab.families import get_family
 from sweeplab.study import verdict
 from sweeplab.tracking import mlflow_store, runs
@@ -57,6 +61,16 @@ class JobRecord:
     stop_step: int | None = None  # optimizer steps done when it stopped
     max_steps: int | None = None  # the steps it would have trained without stopping
     end_ms: int | None = None
+
+    @cached_property
+    def run(self) -> JobRun:
+        """Its MLflow run as the typed record: every tag, param and metric by its field (`job.run.backend`)."""
+        return JobRun.from_run(self)
+
+    def config_value(self, key: str, default: str | None = None) -> str | None:
+        """The value of the config key `key` (dotted: `loss.alpha`) the job ran with, as recorded (its params);
+        `default` where it recorded none (a job that failed before training records no config)."""
+        return self.params.get(key, default)
 
     @property
     def censored_samples(self) -> float | None:
@@ -98,6 +112,12 @@ class Sweep:
     mode: verdict.Mode = "min"
     parent: RunRecord | None = None  # the sweep's own run
     families: tuple[str, ...] = field(default=())
+
+    @cached_property
+    def run(self) -> SweepRun:
+        """The sweep's own run as the typed record (`sweep.run.sweep_dir`); all fields None where the jobs are an
+        experiment's, with no sweep run."""
+        return SweepRun.from_run(self.parent) if self.parent is not None else SweepRun()
 
     @property
     def replicated(self) -> bool:

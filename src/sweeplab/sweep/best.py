@@ -59,7 +59,7 @@ def _direction(config: DictConfig, jobs: list[JobRecord]) -> str:
     direction = OmegaConf.select(config, "hydra.sweeper.direction")
     if isinstance(direction, str):
         return "max" if direction.lower().startswith("max") else "min"
-    modes = {j.tags.get(JOB.objective_mode) for j in jobs} - {None, ""}
+    modes = {j.run.objective_mode for j in jobs} - {None, ""}
     return modes.pop() if len(modes) == 1 else ""
 
 
@@ -70,20 +70,20 @@ def record_best(uri: str, parent_run_id: str, sweep: Sweep, config: DictConfig,
     finished job with the best objective."""
     if summary is not None and max(c.jobs for c in summary.configs) > 1:
         return _record_verdict_best(uri, parent_run_id, summary, _family_labels(config))
-    scored = [j for j in sweep.jobs if j.finished and JOB.objective in j.metrics]
+    scored = [j for j in sweep.jobs if j.finished and j.run.objective is not None]
     mode = _direction(config, scored)
     if not scored or not mode:
         return None
     pick = max if mode == "max" else min
-    best = pick(scored, key=lambda j: j.metrics[JOB.objective])
-    value = best.metrics[JOB.objective]
-    metric = best.tags.get(JOB.objective_metric, "")
+    best = pick(scored, key=lambda j: j.run.objective)
+    value = best.run.objective
+    metric = best.run.objective_metric or ""
     swept = set(OmegaConf.select(config, "hydra.sweeper.params") or {})
     configured = [j for j in sweep.jobs if j.params]  # not the jobs that failed before training
-    swept |= {k for k in best.params if len({j.params.get(k) for j in configured}) > 1}
+    swept |= {k for k in best.params if len({j.config_value(k) for j in configured}) > 1}
     swept -= {JOB.data_seed}
     params = {k: best.params[k] for k in sorted(swept) if k in best.params}
-    name, job = best.name, best.tags.get(JOB.hydra_job, "")
+    name, job = best.name, best.run.hydra_job or ""
     mlflow_store.write(uri, parent_run_id, SweepRun(
         best_run_id=best.run_id, best_run_name=name, best_job=job, objective_metric=metric, objective_mode=mode,
         best_params=params or None, best_objective=value))
@@ -121,14 +121,14 @@ def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig, search: Se
     """objective.png for a search (`search`: its best, or a sweeper with a direction): every trial's objective in
     launch order and the best so far. A grid's job order means nothing, so a grid gets none (the report draws its
     curves)."""
-    scored = [j for j in sweep.jobs if JOB.objective in j.metrics]
+    scored = [j for j in sweep.jobs if j.run.objective is not None]
     direction = search.mode if search is not None else _direction(config, scored)
     if not scored or not direction or (search is None and not isinstance(
             OmegaConf.select(config, "hydra.sweeper.direction"), str)):
         return []
     try:
-        jobs = sorted((_job_number(j), j.metrics[JOB.objective]) for j in scored)
-        metric = scored[0].tags.get(JOB.objective_metric, "")
+        jobs = sorted((_job_number(j), j.run.objective) for j in scored)
+        metric = scored[0].run.objective_metric or ""
         return [plots.objective_plot(jobs, metric, direction, sweep_dir / "objective.png")]
     except Exception as exc:  # a plot is a convenience: the table is the report
         log.warning("objective plot skipped: %s", exc)
@@ -136,5 +136,5 @@ def objective_plot(sweep: Sweep, sweep_dir: Path, config: DictConfig, search: Se
 
 
 def _job_number(job: JobRecord) -> int:
-    text = job.tags.get(JOB.hydra_job, "")
+    text = job.run.hydra_job or ""
     return int(text) if text.isdigit() else 0

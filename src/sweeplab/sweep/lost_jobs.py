@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import shlex
 
-from sweeplab.core.records import JOB, SWEEP, JobRun
+from sweeplab.core.records import JobRun, SweepRun
 from sweeplab.tracking import mlflow_store, naming, runs
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def record(uri: str | None, parent_run_id: str | None, lost, planned=None) -> st
 def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -> str:
     parent_run = runs.fetch(uri, parent)
     own = [r for r in runs.job_runs(uri, parent, parent_run.experiment_id)
-           if r.tags.get(JOB.slurm_job_id) == lost.scheduler_id]
+           if JobRun.from_run(r).slurm_job_id == lost.scheduler_id]
     for run in own:  # the job's own run: the scheduler's word on why it ended; closed if the job could not
         # (a job given SIGTERM may still close its run itself, with its own `error`, until SLURM's KillWait is over)
         if run.status == "RUNNING":
@@ -74,7 +74,7 @@ def _record_run(uri: str, parent: str, lost, planned, status: str, error: str) -
         slurm_job_id=lost.scheduler_id,
         slurm_array_index=lost.scheduler_id.partition("_")[2] or None,
         hydra_job=str(lost.number),
-        sweep_id=parent_run.tags.get(SWEEP.sweep_id, ""),
+        sweep_id=SweepRun.from_run(parent_run).sweep_id or "",
         error=error,
         slurm_end=error,
         description=shlex.join([*naming.TRAIN_COMMAND.split(), *(o for o in lost.overrides if not o.startswith("hydra."))]),

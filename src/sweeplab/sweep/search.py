@@ -48,7 +48,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
-from sweeplab.core.records import JOB
 from sweeplab.policies.stopping import StopConfig
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
@@ -533,7 +532,7 @@ def _recorded_values(record: Any, trials: Sequence[Any]) -> dict[int, dict[int, 
     values: dict[int, dict[int, float]] = {}
     for job in record.jobs if record is not None else ():
         if job.finished and job.config_index in numbers and job.replicate is not None:
-            value = job.metrics.get(JOB.objective, job.best_metric(record.mode))
+            value = job.run.objective if job.run.objective is not None else job.best_metric(record.mode)
             if value is not None and math.isfinite(value):
                 values.setdefault(job.config_index, {})[job.replicate] = float(value)
     return values

@@ -362,7 +362,7 @@ def reopen_sweep(uri: str, sweep_dir: Path, overrides: list[str]) -> str:
         parent = runs.fetch(uri, parent_id)
     except Exception:
         raise UserError(f"resume: the sweep run {parent_id} of {sweep_dir} is not in this MLflow store") from None
-    recorded = naming.recorded_overrides(parent.tags.get(SWEEP.sweep_overrides, ""))
+    recorded = naming.recorded_overrides(SweepRun.from_run(parent).sweep_overrides or "")
     if naming.study_overrides(recorded) != naming.study_overrides(overrides):
         raise UserError(f"resume: {sweep_dir} ran with overrides {' '.join(naming.study_overrides(recorded))!r}, this "
                         f"command has {' '.join(naming.study_overrides(overrides))!r}: give the same ones")
