@@ -517,8 +517,10 @@ SHARED_SPELLINGS = {
     "round": "the verdict's pairing by round",
     "seed": "the config key (the seed the tag records) and its overrides",
     "stability": "the order check's column",
+    "sweep_dir": "the lanes' probe request's field (the folder the probe's jobs share their compile cache in)",
     "target": "the config key report.target, a stop rule's reason, the data's `target` field",
     "torch": "the library's module name and a model's init mode",
+    "trainer.max_steps": "the config key the param records, read by the lanes' probe to size itself",
     "verdict": "the export's readiness verdict field and the order check's column",
 }
 
