@@ -58,7 +58,9 @@ def metric_key(metric_name: str) -> str:
 def configuration_figures(config: ConfigSummary, summary: SweepSummary) -> ConfigurationRun:
     """The configuration's figures as its run's metrics: jobs, reached_target, the target, and per figure `<name>`
     (median, ratio or difference), `<name>_low` and `<name>_high` (its interval); infinite and NaN values left out."""
-    figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config) for f in FIGURES}
+    # the view's figures first, the answer (speedup to target) leading: MLflow's compare view opens on the first
+    figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config)
+                                           for f in [*shown_in_the_view(), *FIGURES]}
     bounds: dict[str, float] = {}
     for name, estimate in figures.items():
         if estimate is not None:
