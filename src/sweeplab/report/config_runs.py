@@ -176,7 +176,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
         for config, color in zip(summary.configs, plots.colors(len(summary.configs)))  # as the report's figures
     ]
     seconds = [s for js in jobs_by_config.values() for _, s, _ in median_curve(js)]
-    if seconds:
+    if seconds and math.isfinite(summary.target):
         _create_target_run(uri, parent, summary, min(seconds), max(seconds))
     comparison_view(uri, parent_run_id)
     return ids
