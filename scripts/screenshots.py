@@ -6,7 +6,7 @@ Without --tracking-uri it runs the default study (`python -m sweeplab.train -m s
 `make sweep` runs) into a temporary store first; with it, it shoots that store's latest sweep. Each view is opened by
 its address alone (no clicks) in headless Chromium at 1600x1000, a fresh profile (a first visit): the comparison
 `make ui` prints (ui-runs.png), its chart view (ui-charts.png), one job's run page (ui-run.png), the compare view of
-the jobs (ui-compare.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
+the jobs (ui-compare.png) and of the configuration runs (ui-compare-configurations.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
 sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md); the comparison and its charts
 again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png). Needs what
 `make ui-check` needs (`apt-get install chromium chromium-driver`).
@@ -40,7 +40,7 @@ from ui_check import (  # noqa: E402
 )
 
 from sweeplab.core.records import JobRun, SweepRun  # noqa: E402
-from sweeplab.report import ui_links  # noqa: E402
+from sweeplab.report import config_runs, ui_links  # noqa: E402
 from sweeplab.tracking import mlflow_store, runs  # noqa: E402
 
 
@@ -72,6 +72,7 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
                 f"&plot_metric_keys={quote(json.dumps([key]))}&plot_layout={{}}&x_axis={x_axis}&y_axis_scale=linear"
                 f"&line_smoothness=1&show_point=true&deselected_curves=[]&last_linear_y_axis_range=[]&{ml}")
 
+    configurations = json.dumps([r.run_id for r in config_runs.configuration_runs(uri, parent_id)])
     sweep_dir = SweepRun.from_run(parent).sweep_dir or ""
     report = "report.html" if Path(sweep_dir, "report.html").is_file() else "report.md"
     return {
@@ -79,6 +80,7 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
         "ui-charts.png": ui_links.sweep_url(uri, base, parent_id, mode="CHART"),
         "ui-run.png": mlflow_store.run_url(base, experiment_id, best.run_id),
         "ui-compare.png": f"{base}/#/compare-runs?runs={run_ids}&experiments={experiments}&{ml}",
+        "ui-compare-configurations.png": f"{base}/#/compare-runs?runs={configurations}&experiments={experiments}&{ml}",
         "ui-samples-per-sec.png": metric_page("train/samples_per_sec", "step"),
         "ui-val-cos.png": metric_page("val/cos", "relative"),
         "ui-report.png": f"{base}/#/experiments/{experiment_id}/runs/{parent_id}/artifacts/report/{report}?{ml}",
@@ -104,6 +106,8 @@ def shoot(uri: str, out: Path, wait_s: float) -> None:
                 try:
                     for name, url in pages.items():
                         driver.get(url)
+                        if "compare-runs" in url:  # from another compare page only the address's hash changed:
+                            driver.refresh()  # the page would keep the runs it had
                         if "compareRunsMode=CHART" in url:  # a busy machine draws the chart after a minute or more
                             wait_for(driver, lambda d: d.find_elements(
                                 "css selector", ".js-plotly-plot .scatterlayer .trace"), 180, f"{name}: the chart")

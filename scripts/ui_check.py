@@ -25,8 +25,8 @@ visit: sweeplab.tracking.ui_server):
   (`?workflowType=machine_learning`), show no GenAI navigation (Judges, Sessions, Evaluation runs, ...): the
   server's index page stores the training mode as the browser's choice when it holds none
   (sweeplab.tracking.ui_server);
-- the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curves with one target
-  line (the baseline's run draws it), a legend naming every configuration's curve and the target, the section's
+- the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curves and one target
+  line (a run of its own draws it), a legend naming every configuration's curve and the target once, the section's
   pointer to report.html wholly shown.
 
 Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
@@ -113,16 +113,25 @@ return [...found];
 """
 
 
-# the lines drawn dashed (the target; the curves are solid) that hold points, told apart by their path (MLflow draws
-# each series twice: its line and, under it, the unsmoothed one)
-DASHED_LINES_JS = """
+# the chart's lines that hold points, told apart by their path (MLflow draws each series twice: its line and, under
+# it, the unsmoothed one)
+LINES_JS = """
 const paths = new Set();
 for (const path of document.querySelectorAll('.js-plotly-plot .scatterlayer .trace path.js-line')) {
-  const dash = path.style.strokeDasharray || getComputedStyle(path).strokeDasharray;
   const d = path.getAttribute('d') || '';
-  if (d.length > 1 && dash && dash !== 'none' && dash !== '0px') paths.add(d);
+  if (d.length > 1) paths.add(d);
 }
 return paths.size;
+"""
+# the texts of the elements that hold only text and end with the given suffix (legend entries of one key)
+ENDING_WITH_JS = """
+const [suffix] = arguments; const found = [];
+for (const el of document.querySelectorAll('span, div, p, li')) {
+  if (el.children.length) continue;
+  const t = el.textContent.trim(); const r = el.getBoundingClientRect();
+  if (t.endsWith(suffix) && r.width > 0 && r.height > 0) found.push(t);
+}
+return found;
 """
 
 
@@ -568,24 +577,29 @@ def check_genai_choice_kept(driver, url: str, parent_id: str, sweep_name: str, r
 
 
 def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, size: str) -> None:
-    """The chart view: no bar (MLflow 3.17 draws none with its interval), the curve with its target line, a legend
-    naming every configuration's curve and target, uncut, and the section's pointer to report.html wholly shown."""
+    """The chart view: no bar (MLflow 3.17 draws none with its interval), the curves and one target line, a legend
+    naming every configuration's curve and the target once, uncut, and the section's pointer to report.html wholly
+    shown."""
     from sweeplab.core.records import CONFIGURATION, key_of
-    from sweeplab.report import saved_view
+    from sweeplab.report import config_runs, saved_view
 
     driver.get(url)
-    curve, target = key_of(CONFIGURATION.curve, monitored), CONFIGURATION.curve_target
-    wanted = [f"{r['label']} ({curve})" for r in rows] + [f"{r['label']} ({target})" for r in rows
-                                                             if r["baseline"] == "true"]
+    curve = key_of(CONFIGURATION.curve, monitored)
+    target = f"{config_runs.TARGET_RUN_NAME} ({curve})"
+    wanted = [f"{r['label']} ({curve})" for r in rows] + [target]
     wait_for(driver, lambda d: driver.execute_script(LABELS_SHOWN_JS, wanted) and
              d.find_elements("css selector", ".js-plotly-plot .scatterlayer .trace"), 90, f"{size}: the curve")
     time.sleep(2.0)  # MLflow adds generated charts once the runs' metrics are in
     bars = driver.execute_script("return document.querySelectorAll('.trace.bars g.point, .barlayer .point').length;")
     if bars:
         raise CheckFailed(f"{size}: the chart view shows {bars} bars, without their intervals ({url})")
-    dashed = driver.execute_script(DASHED_LINES_JS)
-    if dashed != 1:
-        raise CheckFailed(f"{size}: the chart view draws {dashed} dashed target lines, not one ({url})")
+    lines = driver.execute_script(LINES_JS)
+    if lines != len(rows) + 1:
+        raise CheckFailed(f"{size}: the chart view draws {lines} lines, not {len(rows)} curves and one target ({url})")
+    entries = driver.execute_script(ENDING_WITH_JS, f"({curve})")
+    if sorted(entries) != sorted(wanted):
+        raise CheckFailed(f"{size}: the legend reads {sorted(entries)}, not {sorted(wanted)}: one entry per "
+                          f"configuration and one for the target ({url})")
     shown = set(driver.execute_script(LABELS_SHOWN_JS, wanted))
     if missing := [w for w in wanted if w not in shown]:
         raise CheckFailed(f"{size}: the curve's legend lacks {missing} ({url})")

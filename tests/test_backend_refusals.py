@@ -1,6 +1,7 @@
 """A backend this machine certainly lacks (backend=cuda without a GPU device, backend=mps off macOS, backend=mlx
 without the mlx package) is refused in one line before torch is imported (sweeplab.runtime.availability): the
-process's own import log (`python -X importtime`) shows no torch."""
+process's own import log (`python -X importtime`) shows no torch, nor scipy.stats (a CPU-second of its own: the
+verdict's arithmetic imports it when first used, sweeplab.study.selection)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_backend_mps_off_macos_is_refused_before_torch(tmp_path):
     errors, modules = refused(tmp_path, "mps")
     assert errors == [f"error: backend=mps: MPS is not available (this is {sys.platform}, not an Apple-silicon "
                       "Mac); use backend=cpu or backend=auto"]
-    assert "hydra" in modules and "torch" not in modules
+    assert "hydra" in modules and "torch" not in modules and "scipy.stats" not in modules
 
 
 @pytest.mark.skipif(any(glob.glob(p) for p in availability.GPU_DEVICE_FILES), reason="a GPU device file: torch decides")
@@ -41,7 +42,7 @@ def test_backend_cuda_without_a_gpu_is_refused_before_torch(tmp_path):
     errors, modules = refused(tmp_path, "cuda")
     assert len(errors) == 1 and errors[0].startswith("error: backend=cuda: no CUDA device is visible"), errors
     assert "use backend=cpu or backend=auto" in errors[0]
-    assert "hydra" in modules and "torch" not in modules
+    assert "hydra" in modules and "torch" not in modules and "scipy.stats" not in modules
 
 
 def test_backend_mlx_without_the_package_is_refused_before_torch(tmp_path):

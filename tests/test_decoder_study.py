@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from conftest import compose_train
 from sweeplab import bench
 from sweeplab.engine.training import train
+from sweeplab.tracking import mlflow_store
 
 DECODER = ["model=textbridge_decoder", "debug=smoke", "model.max_len=32", "trainer.enable_progress_bar=false"]
 
@@ -31,7 +32,7 @@ def test_a_replicated_decoder_sweep_reports_each_configuration(demo_dir, mlflow_
     client = MlflowClient(mlflow_uri)
     (experiment,) = [e for e in client.search_experiments() if e.name == "sweeplab"]
     runs = client.search_runs([experiment.experiment_id])
-    jobs = [r for r in runs if r.data.tags.get("sweeplab.role") not in ("sweep", "configuration")]
+    jobs = [r for r in runs if mlflow_store.is_job_run(r)]
     assert len(jobs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     assert {r.data.tags["family"] for r in jobs} == {"textbridge_decoder"}
     assert sorted((r.data.params["data.batch_size"], r.data.tags["replicate"]) for r in jobs) == [

@@ -234,6 +234,18 @@ def test_configuration_runs_hold_the_aggregates_under_the_sweep_run_and_are_repl
     assert second.verdict.summary.configs[0].jobs == 3  # the configuration runs did not join the jobs
 
 
+def test_the_compare_view_of_the_configuration_runs_opens_on_a_figure_that_differs_between_them(mlflow_uri):
+    # MLflow's compare view opens its parallel-coordinates plot on the first metric the runs share, in the order the
+    # server returns the first run's metrics (the order they were logged in): not the target nor the job count
+    parent = recorded_sweep(mlflow_uri, synthetic_jobs())
+    report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
+    client = MlflowClient(mlflow_uri)
+    runs = [client.get_run(r.run_id).data.metrics for r in config_runs.configuration_runs(mlflow_uri, parent)]
+    opened_on = next(key for key in runs[0] if all(key in metrics for metrics in runs))
+    assert opened_on == "speedup_to_target"
+    assert len({metrics[opened_on] for metrics in runs}) == len(runs) == 3
+
+
 def test_a_sweep_with_one_replicate_gets_its_verdict_line_as_description_and_no_configuration_runs(mlflow_uri):
     parent = recorded_sweep(mlflow_uri, synthetic_jobs(replicates=1))
     found = report.sweep_report(mlflow_uri, parent, None)

@@ -17,9 +17,10 @@ from pathlib import Path
 import mlflow
 from mlflow import MlflowClient
 
-from sweeplab.report import config_runs, saved_view, ui_links
+from sweeplab.report import config_runs, plots, saved_view, ui_links
 from sweeplab.report.plots import OKABE_ITO
 from sweeplab.tracking import mlflow_store
+from sweeplab.tracking import runs as runs_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def test_views_are_written_only_under_the_pinned_mlflow():
 def _state(**kwargs):
     texts = ["speedup to target", "time to target (s)", "final val/cos", "samples/s"]
     metric_keys = ["speedup_to_target", "speedup_to_target_low", "samples_per_sec", "target", "median val/cos",
-                   "training seconds", "the target", "jobs"]
+                   "training seconds", "jobs"]
     return saved_view.comparison_state(["data.batch_size", "loss.alpha"], texts, "final_val_cos", "val/cos",
                                        "tags.x = 'y'", "val/cos ≥ 0.5364", metric_keys, **kwargs)
 
@@ -112,13 +113,13 @@ def test_the_chart_view_opens_on_the_curve_with_its_target_and_no_bar_without_an
     shown = [c for c in state["compareRunCharts"] if not c["deleted"]]
     assert len(shown) == 1
     curve = shown[0]
-    # MLflow titles it by its keys: "median val/cos vs the target", its x axis "training seconds"
-    assert curve["type"] == "LINE" and curve["selectedMetricKeys"] == ["median val/cos", "the target"]
+    # the curve's key alone: MLflow lists every selected key of every run in the legend (the target: a run of its own)
+    assert curve["type"] == "LINE" and curve["selectedMetricKeys"] == ["median val/cos"]
     assert curve["xAxisKey"] == "metric" and curve["selectedXAxisMetricKey"] == "training seconds"
     # MLflow 3.17 adds a chart (bars of medians) for every logged metric no card names: each has a deleted card
     hidden = {c["metricKey"] for c in state["compareRunCharts"] if c["deleted"]}
     assert hidden == {"speedup_to_target", "speedup_to_target_low", "samples_per_sec", "target",
-                      "training seconds", "the target", "jobs"}
+                      "training seconds", "jobs"}
     assert all(not c["isGenerated"] for c in state["compareRunCharts"])
     (section,) = state["compareRunSections"]
     assert {c["metricSectionId"] for c in state["compareRunCharts"]} == {section["uuid"]}
@@ -137,7 +138,7 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     experiment_id = client.get_run(parent).info.experiment_id
     name, state = saved_view.read_view(mlflow_uri, experiment_id, saved_view.view_id(parent))
     assert name.endswith(": time to val/cos ≥ 0.8")
-    assert parent in state["searchFilter"] and "configuration" in state["searchFilter"]
+    assert state["searchFilter"] == mlflow_store.compared_filter(parent)  # what it finds: below
     assert state["selectedColumns"][:4] == ["tags.`speedup to target`", "tags.`verdict`", "tags.`target`",
                                             "tags.`caveat`"]
     url = ui_links.latest_sweep_url(mlflow_uri, "http://ui")
@@ -156,14 +157,21 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     curve = client.get_metric_history(fast.run_id, "median val/cos")
     times = client.get_metric_history(fast.run_id, "training seconds")
     assert len(curve) == len(times) > 1 and {m.step for m in curve} == {m.step for m in times}
-    # one target line: the baseline's run draws it, as far as the longest curve goes; no other run has one
-    (baseline,) = [r for r in runs if r.tags["baseline"] == "true"]
-    assert [r.name for r in runs if client.get_metric_history(r.run_id, "the target")] == [baseline.name]
-    line = client.get_metric_history(baseline.run_id, "the target")
+    # one target line, one legend entry: a run of its own (role target) under the curves' key, from the first
+    # validation to the last, its row last in the view (the view's filter takes it), no job of the sweep
+    (target,) = runs_module.children(mlflow_uri, parent, None, "target")
+    assert target.name == "target" and target.tags["target"] == "val/cos ≥ 0.8"
+    assert target.tags["mlflow.runColor"] == plots.TARGET_COLOR
+    line = client.get_metric_history(target.run_id, "median val/cos")
     assert {m.value for m in line} == {0.8}
-    ends = {r.name: max(m.value for m in client.get_metric_history(r.run_id, "training seconds")) for r in runs}
-    line_x = {m.step: m.value for m in client.get_metric_history(baseline.run_id, "training seconds")}
-    assert max(line_x[m.step] for m in line) == max(ends.values())
+    line_x = sorted(m.value for m in client.get_metric_history(target.run_id, "training seconds"))
+    spans = [[m.value for m in client.get_metric_history(r.run_id, "training seconds")] for r in runs]
+    assert line_x == [min(min(s) for s in spans), max(max(s) for s in spans)]
+    assert target.tags["sweeplab.verdict_order"] > max(r.tags["sweeplab.verdict_order"] for r in runs)
+    shown = client.search_runs([experiment_id], state["searchFilter"])
+    assert {r.info.run_id for r in shown} == {r.run_id for r in runs} | {target.run_id}
+    assert target.run_id not in {r.info.run_id for r in mlflow_store.sweep_jobs(mlflow_uri, parent)}
+    (baseline,) = [r for r in runs if r.tags["baseline"] == "true"]
     assert baseline.tags["speedup to target"] == "1 (the baseline)"
     # a view deleted (or a sweep reported before views existed) is written again by make ui
     client.delete_experiment_tag(experiment_id, saved_view.VIEW_TAG_PREFIX + saved_view.view_id(parent))

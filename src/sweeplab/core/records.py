@@ -29,7 +29,9 @@ from typing import Any, Literal
 Kind = Literal["tag", "param", "metric"]
 KEY, KIND, TEMPLATE = "mlflow_key", "mlflow_kind", "mlflow_template"
 
-SWEEP_ROLE, CONFIGURATION_ROLE = "sweep", "configuration"  # values of the `sweeplab.role` tag; a job run has none
+# values of the `sweeplab.role` tag (a job run has none): a sweep's run, a configuration's run, and the run that draws
+# the target's line in the chart view (one per replicated sweep: sweeplab.report.config_runs)
+SWEEP_ROLE, CONFIGURATION_ROLE, TARGET_ROLE = "sweep", "configuration", "target"
 
 
 def _field(key: str, kind: Kind, template: bool = False) -> Any:
@@ -456,7 +458,6 @@ class ConfigurationRun(_Record):
     quality: str | None = tag("quality")
     verdict: str | None = tag("verdict")
     target_text: str | None = tag("target")
-    target: float | None = metric("target")
     verdict_order: str | None = tag("sweeplab.verdict_order")
     baseline: bool | None = tag("baseline")
     caveat: str | None = tag("caveat")
@@ -469,14 +470,17 @@ class ConfigurationRun(_Record):
     """Its figures (sweeplab.study.verdict.FIGURES): jobs and jobs that reached the target (counts); each figure's
     median, ratio or difference with `_low` / `_high` bounds as metrics (`samples_per_sec`, `speedup_to_target`,
     `final_val_cos`, ...), and as `median (low–high)` text tags named as report.csv names them; the chart's median
-    validation curve against training seconds, and the target line (the baseline's run)."""
-    jobs: int | None = metric("jobs")
-    reached_target: int | None = metric("reached_target")
+    validation curve against training seconds (the target's line: a run of its own, role target)."""
+    # the figures first: MLflow's compare view opens its parallel-coordinates plot on the first metric a run logged,
+    # which must differ between the configurations (the target and the job count do not)
     figures: Mapping[str, float] | None = metrics_named("{figure}")
     figure_texts: Mapping[str, str] | None = tags_named("{figure}")
+    jobs: int | None = metric("jobs")
+    reached_target: int | None = metric("reached_target")
+    target: float | None = metric("target")  # the standing's target as a value (target_text: as text)
     curve: Mapping[str, float] | None = metrics_named("median {metric}")  # a history: one value per shared validation
-    curve_seconds: float | None = metric("training seconds")  # its x axis (a history beside it)
-    curve_target: float | None = metric("the target")  # the baseline's run: the target's line (a history)
+    # its x axis (a history beside it); the target line's run (role target) holds the target under the curve's key
+    curve_seconds: float | None = metric("training seconds")
 
 
 def merged(*parts: Any) -> Any:

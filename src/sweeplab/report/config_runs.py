@@ -24,7 +24,15 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from sweeplab.core import stability
-from sweeplab.core.records import CONFIGURATION, CONFIGURATION_ROLE, ConfigurationRun, SweepRun, key_of, merged
+from sweeplab.core.records import (
+    CONFIGURATION,
+    CONFIGURATION_ROLE,
+    TARGET_ROLE,
+    ConfigurationRun,
+    SweepRun,
+    key_of,
+    merged,
+)
 from sweeplab.report import plots, saved_view
 from sweeplab.study import caveats
 from sweeplab.study.sweep import JobRecord, Sweep
@@ -58,7 +66,9 @@ def metric_key(metric_name: str) -> str:
 def configuration_figures(config: ConfigSummary, summary: SweepSummary) -> ConfigurationRun:
     """The configuration's figures as its run's metrics: jobs, reached_target, the target, and per figure `<name>`
     (median, ratio or difference), `<name>_low` and `<name>_high` (its interval); infinite and NaN values left out."""
-    figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config) for f in FIGURES}
+    # the view's figures first, the answer (speedup to target) leading: MLflow's compare view opens on the first
+    figures: dict[str, Estimate | None] = {f.named(f.metric, summary.metric_name): f.of(config)
+                                           for f in [*shown_in_the_view(), *FIGURES]}
     bounds: dict[str, float] = {}
     for name, estimate in figures.items():
         if estimate is not None:
@@ -144,7 +154,7 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     overrides = sweep.run.sweep_overrides
     command = naming.sweep_description(naming.recorded_overrides(overrides)) if overrides is not None else None
     mlflow_store.write(uri, parent_run_id, SweepRun(description=verdict_description(lines, command)))
-    for run in configuration_runs(uri, parent_run_id):
+    for run in [*configuration_runs(uri, parent_run_id), *runs.children(uri, parent_run_id, None, TARGET_ROLE)]:
         runs.delete(uri, run.run_id)
     if summary is None or max(c.jobs for c in summary.configs) <= 1:
         return []
@@ -158,13 +168,15 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     for at_target in summary.jobs_at_target:
         jobs_by_config.setdefault(at_target.job.config, []).append(at_target.job)
     places = {name: place for place, name in enumerate(sorted(names.values(), key=natural_key))}
-    curve_end = max((seconds for js in jobs_by_config.values() for _, seconds, _ in median_curve(js)), default=0.0)
     ids = [
         _create_configuration_run(uri, parent, sweep.run, config, summary, names[config.config],
                                   runs_by_config.get(config.config, []), jobs_by_config.get(config.config, []),
-                                  places[names[config.config]], caveat, curve_end, color)
+                                  places[names[config.config]], caveat, color)
         for config, color in zip(summary.configs, plots.colors(len(summary.configs)))  # as the report's figures
     ]
+    seconds = [s for js in jobs_by_config.values() for _, s, _ in median_curve(js)]
+    if seconds and math.isfinite(summary.target):
+        _create_target_run(uri, parent, sweep.run, summary, min(seconds), max(seconds))
     comparison_view(uri, parent_run_id)
     return ids
 
@@ -185,7 +197,7 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
         monitored, first.objective_mode or "max", first.target if first.target is not None else math.nan)
     state = saved_view.comparison_state(
         list(naming.config_values(first.config or "")), texts, final, monitored,
-        mlflow_store.children_filter(parent_run_id, CONFIGURATION_ROLE),
+        mlflow_store.compared_filter(parent_run_id),
         target, sorted({key for run in found for key in run.metrics}),
     )
     name = saved_view.view_name(SweepRun.from_run(parent).sweep_id or parent_run_id[:8], target)
@@ -201,7 +213,7 @@ def natural_key(label: str) -> list:
 def _create_configuration_run(uri: str, parent: RunRecord, sweep_run: SweepRun, config: ConfigSummary,
                               summary: SweepSummary, name: str,
                               job_runs: list[JobRecord], jobs: list[Job], place: int = 0, caveat: str = "",
-                              curve_end: float = 0.0, color: str | None = None) -> str:
+                              color: str | None = None) -> str:
     group, standing = verdict_standing(config.config, summary.verdict)
     ids = ",".join(j.run_id for j in job_runs)
     record = merged(configuration_figures(config, summary), ConfigurationRun(
@@ -235,18 +247,42 @@ def _create_configuration_run(uri: str, parent: RunRecord, sweep_run: SweepRun, 
     start_ms, end_ms = run_span(job_runs)
     run_id = runs.create(uri, parent.experiment_id, record, start_ms=start_ms)
     curve_value = key_of(CONFIGURATION.curve, summary.metric_name)
-    curve = median_curve(jobs)
     points = []
-    for step, seconds, value in curve:
+    for step, seconds, value in median_curve(jobs):
         points += [(CONFIGURATION.curve_seconds, step, seconds), (curve_value, step, value)]
-    if config.config == summary.baseline and curve:  # one target line in the chart: the baseline's run draws it,
-        end = max(curve_end, curve[-1][1])  # as far as the longest curve goes (a point past its own curve's end)
-        points += [(CONFIGURATION.curve_target, step, summary.target) for step, _, _ in curve]
-        if end > curve[-1][1]:
-            points += [(CONFIGURATION.curve_seconds, len(curve), end),
-                       (CONFIGURATION.curve_target, len(curve), summary.target)]
     runs.log_history(uri, run_id, points)
     runs.end(uri, run_id, "FINISHED", end_ms=end_ms)
+    return run_id
+
+
+# after every verdict group (verdict_standing's 1-3): the target's row comes last in the view
+TARGET_ORDER = "9"
+
+
+# the target line's run name: its row reads it (its target column: `val/cos ≥ 0.5364`), its legend entry `target
+# (median val/cos)`; short: the view's name column is 120 px
+TARGET_RUN_NAME = "target"
+
+
+def _create_target_run(uri: str, parent: RunRecord, sweep_run: SweepRun, summary: SweepSummary, start: float,
+                       end: float) -> str:
+    """The chart view's one target line: a run of its own under the sweep's run (role target) holding the target
+    under the curves' key, from the first validation any configuration made to the last. MLflow 3.17's chart
+    lists every selected key of every run in its legend, so a target logged by a configuration's run under a key
+    of its own gave one `<label> (the target)` entry per configuration; a run of its own gives one."""
+    text = _target_text(summary.metric_name, summary.mode, summary.target)
+    record = ConfigurationRun(
+        role=TARGET_ROLE, name=TARGET_RUN_NAME, parent_run_id=parent.run_id, target_text=text,
+        verdict_order=f"{TARGET_ORDER} {text}", objective_metric=summary.metric_name, objective_mode=summary.mode,
+        description=f"The target's line in the sweep's chart view: {text}, the level each configuration's time to "
+                    "target is timed to.",
+        sweep_id=sweep_run.sweep_id, sweep_dir=sweep_run.sweep_dir,
+        color=plots.TARGET_COLOR)
+    run_id = runs.create(uri, parent.experiment_id, record)
+    curve_value = key_of(CONFIGURATION.curve, summary.metric_name)
+    runs.log_history(uri, run_id, [(CONFIGURATION.curve_seconds, step, seconds) for step, seconds in enumerate((start, end))]
+                     + [(curve_value, step, summary.target) for step in range(2)])
+    runs.end(uri, run_id, "FINISHED")
     return run_id
 
 

@@ -297,7 +297,7 @@ def curves_plot(summary: SweepSummary, names: Mapping[str, str], out: Path) -> P
                 marker="o" if not np.any(drawn[1:] & drawn[:-1]) else None)
     ax.plot([], [], color="0.4", linewidth=0.8, alpha=0.55, marker=".", markersize=4, label="one replicate (thin)")
     sign = "≥" if summary.mode == "max" else "≤"
-    ax.axhline(summary.target, linestyle="--", color="0.25", linewidth=1.0,
+    ax.axhline(summary.target, linestyle="--", color=plots.TARGET_COLOR, linewidth=1.0,
                label=f"target {summary.metric_name} {sign} {summary.target:.4g}")
     ax.set_xlabel("training time (s): samples seen ÷ the job's samples/s (validation and checkpoint pauses excluded)")
     ax.set_ylabel(summary.metric_name)

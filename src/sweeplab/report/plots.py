@@ -11,6 +11,7 @@ MAX_CURVES = 24  # beyond this a legend stops being readable
 # one colour per configuration, told apart with every common colour-vision deficiency: Okabe and Ito's palette
 # (black left out: the target's line is dark), yellow last (faint on white); beyond it tab20's
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442")
+TARGET_COLOR = "#404040"  # the target's line, in the report's curves and in MLflow's chart view
 
 
 def colors(count: int) -> list[str]:

@@ -42,15 +42,17 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 SHARE_KEY_PARAM = "viewStateShareKey"
 MODE_PARAM = "compareRunsMode"  # TABLE (the default) or CHART
 DEFLATE_PREFIX = "deflate;"
-# the validation curve of a configuration run (records.ConfigurationRun's curve, curve_seconds, curve_target): the
-# median over its replicates at shared training times. MLflow 3.17 titles a chart of several series `<key> vs
-# <key>`, and names the x axis by its key: keys that read as words ("median val/cos vs the target", x "training
-# seconds"); MLflow's names allow letters, digits, / . - _ : space. The target's line is the baseline's run's only:
-# one line, from its first validation to the last time
-# MLflow 3.17's legend lists every selected key for every run with a metric history (getLineChartLegendData: no
-# check that the run logs that key), so each other configuration shows an empty `<label> (the target)` entry; the
-# saved state has no field that drops it (its line style hook, getCustomLineStyle, is a React context, not state),
-# and a target logged by every run would draw one target line per configuration again
+# the validation curve of a configuration run (records.ConfigurationRun's curve and curve_seconds): the median over
+# its replicates at shared training times. MLflow names the x axis by its key: keys that read as words ("median
+# val/cos", x "training seconds"); MLflow's names allow letters, digits, / . - _ : space. MLflow 3.17's legend lists
+# every selected key for every run (getLineChartLegendData: no check that the run logs that key), and the saved
+# state has no field that drops an entry (its line style hook, getCustomLineStyle, is a React context, not state):
+# so the chart selects the curve's key alone, and the target's line is a run of its own logging the target under that
+# key (sweeplab.report.config_runs, role target, its row last in the table): one legend entry `target (median
+# val/cos)`, in the report's target colour. The replicates' spread is not drawn here: 3.17 fills a band only
+# between a run group's min and max (groupBy, which would turn the table into groups of jobs), and a metric drawn
+# against another is joined in the order of its x values, so one history cannot hold a band's outline; report.html's
+# curves.png draws each replicate and their band
 # tags of a configuration run (records.ConfigurationRun) the view shows after the figures: its stability and quality
 AFTER_FIGURES = (CONFIGURATION.stability, CONFIGURATION.quality)
 # the table's own columns: the run's name (the configuration's short label) and its creation time, both pinned
@@ -60,7 +62,7 @@ AFTER_FIGURES = (CONFIGURATION.stability, CONFIGURATION.quality)
 RUN_NAME_COLUMN, CREATED_COLUMN, DURATION_COLUMN = "attributes.`Run Name`", "runDateAndNestInfo", "duration"
 CREATED_WIDTH = 32
 # the chart section's layout (3.17 reads `columns` and `cardHeight` of a section): one chart, as wide as the page,
-# tall enough for its legend (a run and the target per configuration)
+# tall enough for its legend (a run per configuration, and the target)
 CHART_COLUMNS, CHART_HEIGHT = 1, 420  # at 1280x800 its legend inside the first screen
 
 
@@ -125,8 +127,8 @@ SECTION_NAME = "Curve & target; rest: report.html"  # short: wholly shown at 128
 
 def chart_state(final_metric: str, monitored: str, target_text: str = "",
                 metric_keys: Sequence[str] = ()) -> dict[str, Any]:
-    """The chart view: the monitored metric's median curve against training time with the target as a dashed line
-    (`the target`, drawn by the baseline's run: one line), alone, wide (the runs list hidden: the legend names the runs), in a section whose name points
+    """The chart view: the monitored metric's median curve against training time with the target as a line (the
+    target's own run: one line, one legend entry), alone, wide (the runs list hidden: the legend names the runs), in a section whose name points
     to the sweep's report.html for the rest. MLflow 3.17 draws bars without error bars, and titles a chart of
     several series by their keys (`a_low vs a vs a_high`, its displayName ignored), so figures with intervals stay
     in report.html and the runs table. MLflow also adds a chart for every metric the runs log that no chart names
@@ -136,7 +138,7 @@ def chart_state(final_metric: str, monitored: str, target_text: str = "",
     charts = [_chart("LINE", section, curve,
                      displayName=f"{monitored} (median over replicates) against training time (s), "
                                  f"target {target_text}",
-                     selectedMetricKeys=[curve, CONFIGURATION.curve_target],
+                     selectedMetricKeys=[curve],
                      xAxisKey="metric", selectedXAxisMetricKey=CONFIGURATION.curve_seconds, useGlobalXaxisKey=False,
                      lineSmoothness=0, scaleType="linear", xAxisScaleType="linear", yAxisKey="metric",
                      yAxisExpressions=[], range={}, ignoreOutliers=False, useGlobalLineSmoothing=False,

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
 
 # Power for "would likely decide it": the replicates at which an effect of the measured size clears the interval
 # in 80 % of studies.
@@ -169,10 +168,18 @@ class Selection:
         return math.exp(self.lower[config])
 
 
+def _stats():
+    """scipy.stats, imported at its first use: its import costs about a CPU-second, which the training app's
+    refusals (a wrong setting, an absent device) would pay before their one line."""
+    from scipy import stats
+
+    return stats
+
+
 @lru_cache(maxsize=1 << 16)
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile (scipy.stats; cached: a sweep asks for few distinct ones, a simulation for many)."""
-    return float(stats.t.ppf(p, df))
+    return float(_stats().t.ppf(p, df))
 
 
 def pair_level(confidence: float, configs: int, share: float = 1.0) -> float:
@@ -253,8 +260,9 @@ def sign_test_rank(n: int, alpha: float) -> int:
     confidence bound of their median at 1 − alpha (0: none is)."""
     if n < 1:
         return 0
-    q = int(stats.binom.ppf(alpha, n, 0.5))  # the smallest q with P(B <= q) >= alpha
-    return q + 1 if stats.binom.cdf(q, n, 0.5) <= alpha else q
+    binom = _stats().binom
+    q = int(binom.ppf(alpha, n, 0.5))  # the smallest q with P(B <= q) >= alpha
+    return q + 1 if binom.cdf(q, n, 0.5) <= alpha else q
 
 
 def select(times: Mapping[str, Mapping[Hashable, TimeAtTarget]], *, confidence: float = 0.95,
@@ -320,7 +328,7 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
     def level(n: int) -> float:
         return pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
 
-    power = float(stats.norm.ppf(POWER))
+    power = float(_stats().norm.ppf(POWER))
 
     def decides(n: int) -> bool:
         return effect * math.sqrt(n) / comparison.sd >= t_quantile(level(n), n - 1) + power
@@ -346,10 +354,11 @@ def _rounds_for_the_sign_test(comparison: Comparison, confidence: float, configs
         share = min(1.0, share + math.sqrt(share * (1 - share) / comparison.n))
     if share <= 0.5:
         return None
+    binom = _stats().binom
     for n in range(max(2, comparison.n), MOST_REPLICATES_SUGGESTED + 1):
         level = pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
         k = sign_test_rank(n, 1.0 - level)
-        if k > 0 and stats.binom.sf(n - k, n, share) >= POWER:
+        if k > 0 and binom.sf(n - k, n, share) >= POWER:
             return n
     return None
 

@@ -29,7 +29,7 @@ from sweeplab.core import channels, errors, interrupts, records, wall
 from sweeplab.core.channels import PARENT_RUN_ENV, PARENT_RUN_FILE, TRACKING_URI_ENV, UI_URL_ENV
 from sweeplab.core.errors import UserError, environment_error, exception_chain
 from sweeplab.core.interrupts import is_interrupt
-from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP, SWEEP_ROLE
+from sweeplab.core.records import CONFIGURATION_ROLE, JOB, SWEEP, SWEEP_ROLE, TARGET_ROLE
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +313,9 @@ def read_run(uri: str, run_id: str, what: str = "run_id") -> RunRecord:
     return record_of(get_run(uri, run_id, what))
 
 
-ROLE_TAG = SWEEP.role  # "sweep": a sweep's parent run; "configuration": one configuration's aggregates; jobs: none
+# "sweep": a sweep's parent run; "configuration": one configuration's aggregates; "target": the chart's target line;
+# jobs: none
+ROLE_TAG = SWEEP.role
 
 
 def role_filter(role: str) -> str:
@@ -326,11 +328,17 @@ def children_filter(parent_run_id: str, role: str | None = None) -> str:
     return f"tags.{JOB.parent_run_id} = '{parent_run_id}'" + (f" and {role_filter(role)}" if role else "")
 
 
+def compared_filter(parent_run_id: str) -> str:
+    """The search filter of the sweep's runs its saved view shows: its children that have a role (its configuration
+    runs and its target line; its jobs have none). MLflow's search has no OR, nor IN for tags."""
+    return f"tags.{JOB.parent_run_id} = '{parent_run_id}' and tags.`{ROLE_TAG}` LIKE '%'"
+
+
 def is_job_run(run) -> bool:
-    """A training job's run (a RunRecord or MLflow's run): not a sweep's parent run, not a configuration's run
-    (sweeplab.report.config_runs)."""
+    """A training job's run (a RunRecord or MLflow's run): not a sweep's parent run, not a configuration's run nor
+    the target line's (sweeplab.report.config_runs)."""
     tags = run.tags if isinstance(run, RunRecord) else run.data.tags
-    return tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE)
+    return tags.get(ROLE_TAG) not in (SWEEP_ROLE, CONFIGURATION_ROLE, TARGET_ROLE)
 
 
 def sweep_jobs(uri: str, parent_run_id: str, store=None, experiment_id: str | None = None):
