@@ -306,6 +306,7 @@ def plan_cell(args) -> dict:
     configs = [Config("A"), Config("B", speed=effect), Config("C")]
     noise = Noise(sigma=sigma, outliers=False, **MODELS[model])
     printed = counts = decided_same = decided_stated = 0
+    measured_sum = 0.0
     for _ in range(studies):
         summary = summary_of(fixed_study(configs, noise, first, rng))
         plans = {pair: n for pair, n in summary.verdict.to_decide.items() if n is not None and "B" in pair.split(" vs ")}
@@ -316,11 +317,14 @@ def plan_cell(args) -> dict:
         counts += replicates
         a, b = pair.split(" vs ")
         measured = summary.selection.comparison(a, b).mean  # a's log advantage over b: the line's "measured"
+        measured_sum += abs(measured)
         stated = [Config(c.name, speed=math.exp(measured) if c.name == a else 1.0) for c in configs]
         decided_same += _pair_decided(configs, noise, replicates, rng, a, b)
         decided_stated += _pair_decided(stated, noise, replicates, rng, a, b)
     return {"model": model, "effect": effect, "sigma": sigma, "first": first, "count printed": printed / studies,
-            "mean count": counts / max(printed, 1), "re-run on the same truth": _share(decided_same, printed),
+            "mean count": counts / max(printed, 1),
+            "measured difference": f"{math.exp(measured_sum / printed):.2f}x" if printed else "-",
+            "re-run on the same truth": _share(decided_same, printed),
             "re-run on the measured difference": _share(decided_stated, printed), "printed": printed}
 
 
@@ -407,9 +411,9 @@ def main() -> None:
     elif args.experiment == "plan":
         cells = [(effect, 0.1, first, args.studies, args.seed, args.model) for effect in (1.1, 1.3)
                  for first in (3, 5, 8)]
-        print("| model | true effect | σ | first rounds | a count printed | mean count | re-run on the same truth: "
-              "decided | re-run on the measured difference: decided | studies printed |\n"
-              "|---|---|---|---|---|---|---|---|---|")
+        print("| model | true effect | σ | first rounds | a count printed | mean count | the measured difference "
+              "(geometric mean) | re-run on the same truth: decided | re-run on the measured difference: decided | "
+              "studies printed |\n|---|---|---|---|---|---|---|---|---|---|")
         run(cells, plan_cell, args.workers)
     else:
         cells = [(at_target, 0.3, args.studies, args.seed) for at_target in (False, True)]
