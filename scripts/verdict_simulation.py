@@ -44,6 +44,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats
 
 from sweeplab.policies.stopping import StopConfig, StopRule
 from sweeplab.study import replicates as replicated
@@ -296,13 +297,16 @@ def missed_cell(args) -> dict:
 
 def plan_cell(args) -> dict:
     """"about N replicates" re-run: a study of `first` rounds on a truth (K = 3, B `effect`x faster, C = A); where its
-    verdict prints a count for B against the leader's rival, a fresh study of that many rounds on the same truth; it
-    decides when B's pair with that rival is clear of 0 (the fixed-size study's own level)."""
+    verdict prints a count for a pair with B, two fresh studies of that many rounds: one on the same truth, one on
+    the truth the line states (the pair's true difference the measured one, the others equal); each decides when
+    the pair's interval is clear of 0 (the fixed-size study's own level). Each share with its 95 % (Clopper-Pearson)
+    interval."""
     effect, sigma, first, studies, seed, model = args
     rng = np.random.default_rng([seed, int(effect * 100), int(sigma * 100), first, list(MODELS).index(model), 11])
     configs = [Config("A"), Config("B", speed=effect), Config("C")]
     noise = Noise(sigma=sigma, outliers=False, **MODELS[model])
-    printed = decided = counts = 0
+    printed = counts = decided_same = decided_stated = 0
+    measured_sum = 0.0
     for _ in range(studies):
         summary = summary_of(fixed_study(configs, noise, first, rng))
         plans = {pair: n for pair, n in summary.verdict.to_decide.items() if n is not None and "B" in pair.split(" vs ")}
@@ -311,13 +315,32 @@ def plan_cell(args) -> dict:
         pair, replicates = next(iter(plans.items()))
         printed += 1
         counts += replicates
-        again = summary_of(fixed_study(configs, noise, max(replicates, 2), rng))
         a, b = pair.split(" vs ")
-        if again.selection is not None and (a, b) in again.selection.comparisons:
-            comparison = again.selection.comparison(a, b)
-            decided += comparison.low > 0 or comparison.high < 0
+        measured = summary.selection.comparison(a, b).mean  # a's log advantage over b: the line's "measured"
+        measured_sum += abs(measured)
+        stated = [Config(c.name, speed=math.exp(measured) if c.name == a else 1.0) for c in configs]
+        decided_same += _pair_decided(configs, noise, replicates, rng, a, b)
+        decided_stated += _pair_decided(stated, noise, replicates, rng, a, b)
     return {"model": model, "effect": effect, "sigma": sigma, "first": first, "count printed": printed / studies,
-            "mean count": counts / max(printed, 1), "re-run decided": decided / max(printed, 1), "printed": printed}
+            "mean count": counts / max(printed, 1),
+            "measured difference": f"{math.exp(measured_sum / printed):.2f}x" if printed else "-",
+            "re-run on the same truth": _share(decided_same, printed),
+            "re-run on the measured difference": _share(decided_stated, printed), "printed": printed}
+
+
+def _pair_decided(configs, noise, replicates: int, rng, a: str, b: str) -> bool:
+    again = summary_of(fixed_study(configs, noise, max(replicates, 2), rng))
+    if again.selection is None or (a, b) not in again.selection.comparisons:
+        return False
+    comparison = again.selection.comparison(a, b)
+    return comparison.low > 0 or comparison.high < 0
+
+
+def _share(count: int, of: int) -> str:
+    if not of:
+        return "-"
+    interval = stats.binomtest(count, of).proportion_ci()
+    return f"{count / of:.1%} ({interval.low:.1%}-{interval.high:.1%})"
 
 
 def stopping_cell(args) -> dict:
@@ -386,9 +409,11 @@ def main() -> None:
               "rounds |\n|---|---|---|---|---|---|---|---|")
         run([(1.5, 0.1, args.studies, args.seed, args.model)], missed_cell, args.workers)
     elif args.experiment == "plan":
-        cells = [(effect, 0.1, first, args.studies, args.seed, args.model) for effect in (1.1, 1.3) for first in (3, 5)]
-        print("| model | true effect | σ | first rounds | a count printed | mean count | the re-run decided | studies "
-              "printed |\n|---|---|---|---|---|---|---|---|")
+        cells = [(effect, 0.1, first, args.studies, args.seed, args.model) for effect in (1.1, 1.3)
+                 for first in (3, 5, 8)]
+        print("| model | true effect | σ | first rounds | a count printed | mean count | the measured difference "
+              "(geometric mean) | re-run on the same truth: decided | re-run on the measured difference: decided | "
+              "studies printed |\n|---|---|---|---|---|---|---|---|---|---|")
         run(cells, plan_cell, args.workers)
     else:
         cells = [(at_target, 0.3, args.studies, args.seed) for at_target in (False, True)]

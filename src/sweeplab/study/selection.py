@@ -311,10 +311,11 @@ FEWEST_PAIRS_TO_PLAN = 5
 def replicates_to_decide(comparison: Comparison, confidence: float, configs: int, indifference: float = 1.0,
                          looks: Looks | None = None, optimistic: bool = True) -> int | None:
     """About how many pairs would decide this comparison (its interval clear of 0, or within the indifference zone
-    for the leader) in 80 % of studies, were the measured spread the truth and the difference as measured
-    (`optimistic`: one standard error larger, for replicates=auto's futility rule, which should not give up on a
-    real effect its first rounds drew small); None when that is more than MOST_REPLICATES_SUGGESTED or nothing was
-    measured."""
+    for the leader) in 80 % of studies, were the difference as measured: for replicates=auto's futility rule
+    (`optimistic`) one standard error larger, so it does not give up on a real effect its first rounds drew small,
+    at the measured spread; for the printed count (not `optimistic`) the difference as measured and the noise as
+    uncertain as the pairs measure it (expected_power). None when that is more than MOST_REPLICATES_SUGGESTED or
+    nothing was measured."""
     if comparison.sign_test and comparison.n >= 1:
         return _rounds_for_the_sign_test(comparison, confidence, configs, looks, optimistic)
     if not (comparison.n >= 2 and math.isfinite(comparison.sd)):
@@ -325,21 +326,41 @@ def replicates_to_decide(comparison: Comparison, confidence: float, configs: int
         return None
     if comparison.sd == 0:
         return max(comparison.n, 2)
+
     def level(n: int) -> float:
         return pair_level(confidence, configs, looks.share(n) if looks is not None else 1.0)
 
     power = float(_stats().norm.ppf(POWER))
 
     def decides(n: int) -> bool:
+        if not optimistic:
+            return expected_power(effect, comparison.sd, comparison.n, n, level(n)) >= POWER
         return effect * math.sqrt(n) / comparison.sd >= t_quantile(level(n), n - 1) + power
 
     low, high = max(2, comparison.n), MOST_REPLICATES_SUGGESTED
     if not decides(high):
         return None
-    while low < high:  # the left side grows and the quantile falls with n: the first n that decides, by bisection
+    while low < high:  # the power grows with n: the first n that decides, by bisection
         middle = (low + high) // 2
         low, high = (low, middle) if decides(middle) else (middle + 1, high)
     return low
+
+
+# The noise a printed count plans for: the spread its pairs measured is itself an estimate (on 5 pairs its standard
+# deviation is a third of it), and a power read at the measured spread alone falls short wherever the spread was
+# drawn small; the count's power is the mean over what the noise could be given the spread (a scaled inverse
+# chi-square with n − 1 degrees of freedom, at these quantiles).
+_SPREAD_QUANTILES = (np.arange(32) + 0.5) / 32
+
+
+def expected_power(effect: float, sd: float, measured_pairs: int, replicates: int, level: float) -> float:
+    """The share of fixed-size studies of `replicates` pairs whose one-sided t bound at `level` clears 0, were the
+    true difference `effect` and the noise's spread as uncertain as `sd` measured on `measured_pairs` pairs: the
+    noncentral t's power averaged over the spread's posterior (flat prior on its log)."""
+    df = measured_pairs - 1
+    spreads = sd * np.sqrt(df / stats.chi2.ppf(_SPREAD_QUANTILES, df))
+    critical = t_quantile(level, replicates - 1)
+    return float(np.mean(stats.nct.sf(critical, replicates - 1, effect * math.sqrt(replicates) / spreads)))
 
 
 def _rounds_for_the_sign_test(comparison: Comparison, confidence: float, configs: int, looks: Looks | None,

@@ -90,7 +90,7 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
         lines.append("quality within tolerance of the baseline not yet certain (interval straddles it): "
                      + ", ".join(f"{show(c.config)} {_difference_text(c)}" for c in unclear))
     to_decide = mcb.replicates_to_decide_open(selection, printed=True)
-    lines += [_to_decide_line(pair, n, show) for pair, n in to_decide.items()]
+    lines += [_to_decide_line(selection.comparison(*pair), n, show) for pair, n in to_decide.items()]
     lines += _exclusion_lines(left_out, undetermined, show)
     return Verdict(kind, tuple(c.config for c in tied), {c.config: c.speedup_to_target for c in tied}, undetermined,
                    "", tuple(lines), caveat, within=selection.indifference if selection.within else 1.0,
@@ -98,15 +98,18 @@ def decide(configs: Sequence[ConfigSummary], baseline: str, target_text: str, ta
                    left_out={**_left_out_words(left_out), **slower_than})
 
 
-def _to_decide_line(pair: tuple[str, str], replicates: int | None, show) -> str:
-    first, second = (show(c) for c in pair)
+def _to_decide_line(comparison: mcb.Comparison, replicates: int | None, show) -> str:
+    first, second = show(comparison.first), show(comparison.second)
     if replicates is None:
         return (f"to decide {first} against {second}: no difference measured to plan replicates from (its own 95 % "
                 f"interval includes none, on fewer than {mcb.FEWEST_PAIRS_TO_PLAN} pairs, or needs over "
                 f"{mcb.MOST_REPLICATES_SUGGESTED})")
-    return (f"to decide {first} against {second}: about {replicates} replicates would, were the measured difference "
-            f"and noise the truth (80 % power then; a measured difference is itself noisy: what such counts "
-            f"delivered when re-run is in docs/verdict.md; replicates={replicates})")
+    # the premise is printed with the count: the count is right for the difference it names, and no count read from a
+    # few pairs is right for a smaller truth (a true 1.1x measured large on 5 pairs: docs/verdict.md)
+    return (f"to decide {first} against {second}: about {replicates} replicates would decide it in "
+            f"{mcb.POWER * 100:.0f} % of studies were the true difference the measured {format_ratio(math.exp(abs(comparison.mean)))} (the noise as "
+            f"uncertain as {comparison.n} pairs measure it); a smaller one needs more, and a difference just clear of the "
+            f"noise on few pairs may be far smaller in truth (docs/verdict.md; replicates={replicates})")
 
 
 FEWEST_REPLICATES = 3

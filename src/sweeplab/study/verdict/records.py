@@ -234,8 +234,8 @@ class Verdict:
     (`reason` says why). "undecided" is no longer said: a quality not yet certain is its own line beside the speed
     answer. `lines`: its text, first line first. caveat: why this study cannot carry a verdict at all (fewer than 3
     replicates, a debug=smoke budget), the first line when set; "" otherwise. `to_decide`: for each comparison that
-    keeps it open, about how many replicates would decide it at the measured noise (None: more than 1,000 or no
-    difference measured)."""
+    keeps it open, about how many replicates would decide it in 80 % of studies were the measured difference the
+    truth, the noise as uncertain as its pairs measure it (None: more than 1,000 or no difference measured)."""
 
     kind: VerdictKind
     fastest: tuple[str, ...]
