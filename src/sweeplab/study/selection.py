@@ -358,9 +358,9 @@ def expected_power(effect: float, sd: float, measured_pairs: int, replicates: in
     true difference `effect` and the noise's spread as uncertain as `sd` measured on `measured_pairs` pairs: the
     noncentral t's power averaged over the spread's posterior (flat prior on its log)."""
     df = measured_pairs - 1
-    spreads = sd * np.sqrt(df / stats.chi2.ppf(_SPREAD_QUANTILES, df))
+    spreads = sd * np.sqrt(df / _stats().chi2.ppf(_SPREAD_QUANTILES, df))
     critical = t_quantile(level, replicates - 1)
-    return float(np.mean(stats.nct.sf(critical, replicates - 1, effect * math.sqrt(replicates) / spreads)))
+    return float(np.mean(_stats().nct.sf(critical, replicates - 1, effect * math.sqrt(replicates) / spreads)))
 
 
 def _rounds_for_the_sign_test(comparison: Comparison, confidence: float, configs: int, looks: Looks | None,
