@@ -174,3 +174,14 @@ def test_a_study_whose_data_path_is_missing_is_refused_before_its_sweep_run(tmp_
 
     with pytest.raises(ConfigError, match="data.path: .*no-such-data: no such file or directory"):
         settings.check_data_path(tmp_path / "no-such-data")
+
+
+def test_a_study_pickled_with_a_submitted_job_leaves_what_it_was_told_behind(mlflow_uri, tmp_path):
+    import pickle
+
+    parent = _replicated_sweep(mlflow_uri, tmp_path)
+    study = _study(tmp_path, parent)
+    for run in runs.job_runs(mlflow_uri, parent):
+        study.tell(recorded_outcome(mlflow_uri, run.run_id, 0.5))
+    copy = pickle.loads(pickle.dumps(study))
+    assert len(study.known().jobs) == 4 and copy.known().jobs == ()

@@ -80,8 +80,8 @@ class Study:
 
     def __getstate__(self) -> dict:
         """Pickled with a submitit job's Hydra context: without the sweep folder's lock, which stays with the process
-        holding it (an open lock is not picklable)."""
-        return {**self.__dict__, "_held": contextlib.ExitStack()}
+        holding it (an open lock is not picklable), and without what its jobs told it (no job reads it)."""
+        return {**self.__dict__, "_held": contextlib.ExitStack(), "_told": {}, "_earlier": None}
 
     # --- opening ----------------------------------------------------------------------------------------------------
     @classmethod
