@@ -25,14 +25,13 @@ def recorded_outcome(uri: str, run_id: str, objective: float | None) -> JobOutco
 
 def failed_outcome(exc: BaseException) -> JobOutcome:
     """What a sweep job that failed returns (sweeplab.engine.training.record_failed_job recorded its FAILED run)."""
-    return JobOutcome("FAILED", None, **place(), run_id=getattr(exc, "sweeplab_run_id", None))
+    return JobOutcome("FAILED", None, *place(), run_id=getattr(exc, "sweeplab_run_id", None))
 
 
-def place() -> dict[str, int | None]:
-    """The job's place in its study (configuration index, replicate, round) as the sweeplab sweeper set it."""
+def place() -> tuple[int | None, int | None, int | None]:
+    """The job's place in its study, (configuration index, replicate, round), as the sweeplab sweeper set it."""
     def placed(variable: str) -> int | None:
         value = os.environ.get(variable)
         return int(value) if value and value.lstrip("-").isdigit() else None
 
-    return {"config_index": placed(channels.CONFIG_INDEX_ENV), "replicate": placed(channels.REPLICATE_ENV),
-            "round": placed(channels.ROUND_ENV)}
+    return placed(channels.CONFIG_INDEX_ENV), placed(channels.REPLICATE_ENV), placed(channels.ROUND_ENV)

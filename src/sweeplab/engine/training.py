@@ -148,7 +148,7 @@ def run_job(cfg: DictConfig) -> JobOutcome:
     monitored, job, uri = _train(cfg, None)
     objective = JobOutcome.finite(monitored)
     if uri is None or job.run_id is None or job.sweep_dir is None:
-        return JobOutcome("FINISHED", objective, **place())
+        return JobOutcome("FINISHED", objective, *place())
     return recorded_outcome(uri, job.run_id, objective)
 
 
