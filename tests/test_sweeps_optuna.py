@@ -328,7 +328,7 @@ def test_a_search_through_submitit_submits_and_watches_its_jobs_as_the_grid_swee
                    "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep_dir}",
                    *smoke(demo_dir, "data.batch_size=16", "trainer.max_steps=2", "trainer.val_check_interval=2"))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "sweep: submitted jobs 0-1" in result.stdout  # submitit_jobs.submit, one array for the trial's replicates
+    assert "sweep: submitted jobs 0-1" in result.stdout  # slurm.submit, one array for the trial's replicates
     assert_one_sweep(mlflow_uri, 2, SEARCH)
     study = _study(sweep_dir)
     assert [t.state.name for t in study.trials] == ["COMPLETE"]

@@ -13,6 +13,7 @@ from sweeplab import CONF_DIR
 from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import exit_on_user_error, is_user_error, user_message
+from sweeplab.core.outcome import JobOutcome
 from sweeplab.engine import settings
 from sweeplab.runtime.availability import refuse_absent_backend
 from sweeplab.study import replicates
@@ -31,7 +32,7 @@ def _in_multirun() -> bool:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig) -> JobOutcome | None:
     wall.count_from_process_start()  # the job's wall breakdown starts with the process (a worker's too)
     quiet_libraries()  # again: a joblib/loky worker or a submitit job runs this function, not the module's top
     orphans.watch_launcher(channels.LAUNCHER_PID_ENV)  # a loky worker ends with the sweep that started it
@@ -50,19 +51,20 @@ def main(cfg: DictConfig) -> float | None:
         refuse_absent_backend(str(OmegaConf.select(cfg, "backend.name", default="")))
         # deferred: training imports torch and Lightning (seconds): a config error fails without them, and run() has
         # installed the signal handlers before they load
-        from sweeplab.engine.training import train
+        from sweeplab.engine.training import run_job
 
-        return train(cfg)
+        return run_job(cfg)  # what the job did, for its sweeper (Hydra's JobReturn.return_value)
     except Exception as exc:
         expected = is_user_error(exc)
         if _in_multirun():
+            from sweeplab.engine.outcome import failed_outcome
             from sweeplab.engine.training import record_failed_job
 
             # One failed job must not end the sweep: it is recorded as a FAILED run (reason in its `error` tag),
             # the other jobs run, the report lists it and the sweep's exit code says so.
             log.error("job failed: %s", user_message(exc) if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
             record_failed_job(cfg, exc)
-            return None
+            return failed_outcome(exc)
         exit_on_user_error(exc)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import lightning as L
@@ -109,13 +108,6 @@ class JobPlan:
     may_change_on_resume: frozenset[str] = frozenset()  # flattened keys a resume may change (tracking/resume.may_change)
 
 
-def check_data_path(path: Any) -> None:
-    """`data.path` (a data module's `path`, sweeplab.families.contract) names a file or directory that exists: a
-    missing one fails here, before a run exists, not when the data is first read."""
-    if path is not None and not Path(str(path)).exists():
-        raise ConfigError("data.path", f"{path}: no such file or directory")
-
-
 def _family_name(model: dict) -> str:
     """The model group's `family:`; one line saying what to add when the group has none (a family's own
     model/<name>.yaml must name its family: the record is found by that name, not by the file's)."""
@@ -192,7 +184,7 @@ def plan(cfg: DictConfig) -> JobPlan:
     rules.check_speed_switches(model_config, backend, compile_mode)
     container["data"] = family.data_group(container)  # what the family decides from the whole config is recorded
     datamodule = family.make_datamodule(container["data"], model_config)
-    check_data_path(getattr(datamodule, "path", None))
+    settings.check_data_path(getattr(datamodule, "path", None))
     if steps_per_batch > 1:
         rules.check_steps_per_batch(steps_per_batch, cuda_graph, container, trainer, checkpoint, guard, timing, tune,
                                     datamodule)

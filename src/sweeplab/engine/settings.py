@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sweeplab.core.config import check_values as check_against
@@ -182,3 +183,11 @@ def finite_number(value: Any, key: str) -> float | None:
     if not math.isfinite(number):
         raise ConfigError(key, f"expected a finite number, got {value!r}")
     return number
+
+
+def check_data_path(path: Any) -> None:
+    """`data.path` (a data module's `path`, sweeplab.families.contract) names a file or directory that exists: a
+    missing one fails here, before a run exists, not when the data is first read (the study checks it once for every
+    job, before its sweep run opens: sweeplab.sweep.checks)."""
+    if path is not None and not Path(str(path)).exists():
+        raise ConfigError("data.path", f"{path}: no such file or directory")

@@ -26,9 +26,11 @@ from sweeplab.core import channels, files, host_arch, interrupts, wall
 from sweeplab.core.channels import COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_FOLDER
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
+from sweeplab.core.outcome import JobOutcome
 from sweeplab.core.records import JOB, JobRun, merged
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock, resolve_model
+from sweeplab.engine.outcome import place, recorded_outcome
 from sweeplab.engine.plan import JobPlan, job_params, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
@@ -136,6 +138,22 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
     export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
 
     A stop request (sweeplab.core.interrupts) that came before the fit loop is checked between these stages."""
+    return _train(cfg, output_dir)[0]
+
+
+def run_job(cfg: DictConfig) -> JobOutcome:
+    """sweeplab.train's task function: run one job and return what it did (sweeplab.core.outcome), which Hydra hands
+    the sweeper. A tracked job of a sweep reads its own ended run back once (the run and its monitored metric's
+    history) so that its sweeper decides from what the report will read, without reading the store itself."""
+    monitored, job, uri = _train(cfg, None)
+    objective = JobOutcome.finite(monitored)
+    if uri is None or job.run_id is None or job.sweep_dir is None:
+        return JobOutcome("FINISHED", objective, *place())
+    return recorded_outcome(uri, job.run_id, objective)
+
+
+def _train(cfg: DictConfig, output_dir: Path | None) -> tuple[float | None, Job, str | None]:
+    """train(cfg)'s work: (the monitored metric, the job, the store's URI where the job was tracked, else None)."""
     wall.start_job()  # the job's wall breakdown (summary/wall_breakdown/*): the first job of a process from its start
     interrupts.check()
     p = plan(cfg)
@@ -159,7 +177,7 @@ def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
         if distributed.is_global_zero():  # the run is FINISHED: its folder keeps what is read again
             drop_training_state(job)
     interrupts.check()  # a stop recorded while the run was closed (mlflow_store.JobRun): the job exits with it
-    return monitored
+    return monitored, job, uri if tracked else None
 
 
 def measure(cfg: DictConfig, output_dir: Path) -> dict[str, float]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -196,14 +196,16 @@ def read_experiment(uri: str, experiment_name: str) -> Sweep:
     return sweep_from_runs(uri, found)
 
 
-def sweep_from_runs(uri: str | None, found: Iterable, parent=None) -> Sweep:
+def sweep_from_runs(uri: str | None, found: Iterable, parent=None,
+                    histories: Mapping[tuple[str, str], Sequence] | None = None) -> Sweep:
     """The record of job runs already fetched (a sweep's, an experiment's: RunRecords, or MLflow's runs, which are
     read into them); with `uri` each job's history of the monitored metric is read (once), without it the jobs have
-    no curves. Runs that are no job's (a sweep's or a configuration's) are left out."""
+    no curves but those in `histories` ((run id, metric) -> its points, as the jobs returned them to their
+    sweeper). Runs that are no job's (a sweep's or a configuration's) are left out."""
     records = [r if isinstance(r, RunRecord) else mlflow_store.record_of(r) for r in found]
     records = [r for r in records if mlflow_store.is_job_run(r)]
     metric, mode = monitored_metric(records)
-    jobs = tuple(_job(r, metric, uri) for r in records)
+    jobs = tuple(_job(r, metric, uri, (histories or {}).get((r.run_id, metric))) for r in records)
     families = tuple(sorted({j.family for j in jobs}))
     if parent is not None and not isinstance(parent, RunRecord):
         parent = mlflow_store.record_of(parent)
@@ -246,12 +248,12 @@ def samples_per_step(params: Mapping[str, str], tags: Mapping[str, str], metrics
         return None
 
 
-def _job(run: RunRecord, metric: str, uri: str | None) -> JobRecord:
+def _job(run: RunRecord, metric: str, uri: str | None, history: Sequence | None = None) -> JobRecord:
     record = JobRun.from_run(run)
     per_step = samples_per_step(run.params, run.tags, run.metrics)
     curve: tuple[verdict.ValidationPoint, ...] = ()
-    if uri is not None and per_step:
-        history = runs.metric_history(uri, run.run_id, metric)
+    if (uri is not None or history is not None) and per_step:
+        history = runs.metric_history(uri, run.run_id, metric) if history is None else history
         start_ms = run.start_ms or (history[0].timestamp_ms if history else 0)
         curve = tuple(verdict.ValidationPoint((m.step + 1) * per_step, m.value, (m.timestamp_ms - start_ms) / 1000)
                       for m in history if math.isfinite(m.value))

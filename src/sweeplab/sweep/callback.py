@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.core import channels
 from sweeplab.core.errors import UserError
+from sweeplab.core.outcome import JobOutcome
 from sweeplab.core.records import JOB, JobRun
 from sweeplab.runtime import distributed
 from sweeplab.study.rounds import sweeper_class
@@ -91,6 +92,8 @@ class MLflowSweepCallback(Callback):
         if run_id is None or job_return.status.name != "COMPLETED":
             return
         value = job_return.return_value
+        if isinstance(value, JobOutcome):  # sweeplab.train's jobs return what they did; another task its objective
+            value = value.objective
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return
         metric, mode = objective_of(config)

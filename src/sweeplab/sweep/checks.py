@@ -39,9 +39,7 @@ def check_study(config: DictConfig) -> None:
     verdict_options(config)
     check_every_configuration(config)
     if "data.path" not in swept:  # one missing path for every job: no sweep run at all
-        from sweeplab.engine.plan import check_data_path  # deferred: the engine imports Lightning (seconds)
-
-        check_data_path(OmegaConf.select(config, "data.path", default=None))
+        settings.check_data_path(OmegaConf.select(config, "data.path", default=None))
 
 
 MAX_CONFIGURATIONS_CHECKED = 512  # a larger grid: each swept value checked once, with the others at their first

@@ -19,8 +19,8 @@ whose intervals still straddle a decision (sweeplab.study.verdict.plan_replicate
 them, as every comparison pairs with it), until none does or the budget of rounds or seconds is spent.
 
 With a submitit launcher (hydra/launcher=slurm) the sweeper submits each launch as one array and watches its jobs
-itself (slurm.py, imported here as `submitit_jobs`): a job the scheduler cancels, times out or loses is noticed within seconds, recorded as a
-KILLED or FAILED run (sweeplab.sweep.lost_jobs), and the other jobs go on; the sweep then ends with the continue
+itself (sweeplab.sweep.slurm): a job the scheduler cancels, times out or loses is noticed within seconds, recorded
+as a KILLED or FAILED run (sweeplab.sweep.lost_jobs), and the other jobs go on; the sweep then ends with the continue
 command, and a job SLURM runs again (requeue, preemption, time limit) continues its own run.
 """
 
@@ -31,6 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Hydra's private API (hydra-core 1.3.8, pinned in pyproject.toml): Hydra has no public grid sweeper to build on, so
+# the grid is BasicSweeper's: its constructor and setup (config, launcher, hydra_context), `_parse_config` (the
+# sweeper's params as overrides), `split_arguments` (the grid, in its order) and `split_overrides_to_chunks`
+# (max_batch_size). tests/test_hydra_private.py fails when an upgrade changes any of them.
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
@@ -38,9 +42,8 @@ from omegaconf import OmegaConf
 from sweeplab.core.errors import UserError
 from sweeplab.study import replicates as replicated
 from sweeplab.study import rounds
-from sweeplab.sweep import launchers, packing
-from sweeplab.sweep import slurm as submitit_jobs
-from sweeplab.sweep.study import Study, next_job_number
+from sweeplab.sweep import launchers, packing, slurm
+from sweeplab.sweep.study import Study, conducted, next_job_number
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +64,11 @@ class SweeplabSweeper(BasicSweeper):
         """Open the study (or reopen it: resume=true), run its rounds, finish it: its report, best and counts; however
         the rounds end (an interrupt, a failure outside the jobs), its sweep run is closed with the reason."""
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
-        if self.leave and not submitit_jobs.outlives_this_process(self.launcher):  # before the sweep run exists
+        if self.leave and not slurm.outlives_this_process(self.launcher):  # before the sweep run exists
             raise UserError("hydra.sweeper.leave=true submits the study and exits: it needs hydra/launcher=slurm, "
                             "whose jobs run on without this process")
-        self.study = Study.open(self.config)
-        try:
+        with conducted(self.config) as self.study:
             returns = self._rounds(arguments)
-        except BaseException as exc:
-            self.study.end(exc)
-            raise
-        self.study.finish()
         return returns
 
     def _rounds(self, arguments: list[str]) -> list:
@@ -93,7 +91,7 @@ class SweeplabSweeper(BasicSweeper):
 
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
-            submitit_jobs.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
+            slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)
@@ -127,7 +125,7 @@ class SweeplabSweeper(BasicSweeper):
         """The jobs of this round that replicates=auto runs, or why it stops; the decisions still open are logged."""
         if round_number < auto.first:
             return replicated.auto_round(round_jobs, [], auto, round_number, elapsed_s)
-        more, plan = rounds.undecided_configurations(self.study.read(), self.study.options)
+        more, plan = rounds.undecided_configurations(self.study.known(), self.study.options)
         jobs, stop = replicated.auto_round(round_jobs, more, auto, round_number, elapsed_s,
                                            plan.rounds_needed if plan is not None else 0)
         for decision in plan.open_decisions if plan is not None else ():
@@ -139,7 +137,7 @@ class SweeplabSweeper(BasicSweeper):
 
     def _without_the_clearly_lost(self, round_jobs: list) -> list:
         """stop.behind: the round without the configurations stopped behind in enough rounds (study/rounds.py)."""
-        lost = rounds.stopped_for_good(self.study.read())
+        lost = rounds.stopped_for_good(self.study.known())
         if lost:
             log.info("sweep: stop.behind: no more rounds for configurations %s (stopped behind their round's leader "
                      "in %d rounds)", sorted(lost), rounds.ROUNDS_BEHIND_FOR_GOOD)
@@ -182,21 +180,27 @@ class SweeplabSweeper(BasicSweeper):
 
     def _run(self, batch: list, first_number: int, planned: list) -> list:
         """Launch a batch and wait for it. With a submitit launcher (SLURM) the sweeper submits and watches the jobs
-        itself (submitit_jobs): a job the scheduler ends is recorded in MLflow and the others go on."""
-        if not submitit_jobs.drives(self.launcher):
+        itself (sweeplab.sweep.slurm): a job the scheduler ends is recorded in MLflow and the others go on."""
+        if not slurm.drives(self.launcher):
             results = self.launcher.launch(batch, initial_job_idx=first_number)
             for result in results:
-                _ = result.return_value  # a job that raised raises here, as under BasicSweeper
+                self.study.tell(result.return_value)  # a job that raised raises here, as under BasicSweeper
             return results
         placed = {first_number + i: job for i, job in enumerate(planned)}
-        submitted = submitit_jobs.submit(self.launcher, batch, first_number)
+        submitted = slurm.submit(self.launcher, batch, first_number)
         if self.leave:
             self.study.left_jobs.extend(f"job {job.number}: {job.scheduler_id}" for job in submitted)
             return []
-        results = submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
-        for result in results:
-            if not isinstance(result._return_value, submitit_jobs.LostJobError):
-                _ = result.return_value
+        lost_numbers: set[int] = set()
+
+        def on_lost(lost: slurm.LostJob) -> None:  # recorded as it is seen; the study goes on
+            lost_numbers.add(lost.number)
+            self.study.record_lost(lost, placed[lost.number])
+
+        results = slurm.watch(submitted, on_lost)
+        for job, result in zip(submitted, results):
+            if job.number not in lost_numbers:
+                self.study.tell(result.return_value)  # a job that raised raises here
         return results
 
     def _launch_round(self, round_jobs: list, next_index: int, returns: list, round_size: int) -> int:

@@ -18,12 +18,15 @@ class LauncherCan:
     """side_by_side: runs a launch's jobs at once on this host (`n_jobs` of them); assigns_gpus: gives each job GPUs
     of its own (the lanes); outlives_sweeper: its jobs run on when the sweeping process exits (a cluster's queue);
     submits: the sweeper submits its jobs and watches them itself (sweep/slurm.py), so a job it loses is recorded by
-    the watch, and no job dies with the sweeping process unrecorded."""
+    the watch, and no job dies with the sweeping process unrecorded; cluster: the submitit cluster it submits to
+    (`submitit.AutoExecutor(cluster=...)`: the plugin keeps it in a private class attribute, read nowhere here;
+    tests/test_launchers.py checks the two agree)."""
 
     side_by_side: bool = False
     assigns_gpus: bool = False
     outlives_sweeper: bool = False
     submits: bool = False
+    cluster: str | None = None
 
 
 _SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher"
@@ -31,8 +34,8 @@ LAUNCHERS: dict[str, LauncherCan] = {
     "hydra._internal.core_plugins.basic_launcher.BasicLauncher": LauncherCan(),
     "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": LauncherCan(side_by_side=True),
     "sweeplab.sweep.lanes.GpuLanesJoblibLauncher": LauncherCan(side_by_side=True, assigns_gpus=True),
-    f"{_SUBMITIT}.LocalLauncher": LauncherCan(submits=True),
-    f"{_SUBMITIT}.SlurmLauncher": LauncherCan(outlives_sweeper=True, submits=True),
+    f"{_SUBMITIT}.LocalLauncher": LauncherCan(submits=True, cluster="local"),
+    f"{_SUBMITIT}.SlurmLauncher": LauncherCan(outlives_sweeper=True, submits=True, cluster="slurm"),
 }
 UNKNOWN = LauncherCan()  # a launcher not in the table: one job at a time, dying with the sweep, as the basic one
 

@@ -2,8 +2,7 @@
 out of memory): recorded as a local job that was stopped or failed would be, so the study's counts, report and
 continue command see it.
 
-The sweeplab sweeper calls `record` as soon as its watch sees the job end (sweep/slurm.py,
-the sweepers' `submitit_jobs`). The job's run is found by its scheduler id (tag `slurm_job_id`, written by the job at its start)
+The sweeplab sweeper calls `record` as soon as its watch sees the job end (sweep/slurm.py). The job's run is found by its scheduler id (tag `slurm_job_id`, written by the job at its start)
 and ended KILLED (cancelled, timed out, preempted) or FAILED (any other end) with the scheduler's state in its
 `slurm_end` tag (and `error`, where the job could not close its run itself); a job that never started gets a run of that status, nested under the sweep, with its place in the study.
 The study (sweep.study.Study.record_lost) counts it: its sweep run ends FAILED, its `lost_jobs` tag names them, and

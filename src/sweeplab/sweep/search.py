@@ -7,9 +7,11 @@ a key), and each of its replicates runs as a job with seed `seed + r` (sweeplab.
 variables with the trial number as their configuration index). `n_jobs` trials are asked at once and all their jobs
 go to the launcher in one launch, round after round within it (replicate 0 of each trial, then replicate 1 in reverse,
 ...), as the grid sweeper orders a round; the launcher decides how many run side by side. A submitit launcher's jobs
-are submitted and watched as the grid sweeper does it (slurm.py, imported as `submitit_jobs`): a job the scheduler ends fails its replicate.
+are submitted and watched as the grid sweeper does it (sweeplab.sweep.slurm): a job the scheduler ends fails its
+replicate.
 
-What Optuna is told, per trial, from what its jobs returned (the best monitored metric, as `launch` gives it back):
+What Optuna is told, per trial, from what its jobs returned (sweeplab.core.outcome.JobOutcome, as `launch` gives it
+back: its best monitored metric, its stop; the search reads no store between its launches):
 - COMPLETE with the median of its replicates' values (the verdict's per-configuration `final_metric` point,
   verdict.median_of_values; with 2 replicates their mean); its user attributes keep each replicate's value, the 95 %
   interval (`objective_interval`), the Hydra job number of each replicate (`jobs`) and how many failed.
@@ -48,14 +50,13 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError, UserError
-from sweeplab.policies.stopping import StopConfig
+from sweeplab.core.outcome import JobOutcome
 from sweeplab.study import replicates as replicated
 from sweeplab.study.rounds import job_states
 from sweeplab.study.verdict import median_of_values
-from sweeplab.sweep import journal, launchers
-from sweeplab.sweep import slurm as submitit_jobs
+from sweeplab.sweep import journal, launchers, slurm
 from sweeplab.sweep.best import SearchBest
-from sweeplab.sweep.study import Study, next_job_number
+from sweeplab.sweep.study import Study, conducted, next_job_number
 from sweeplab.tracking.naming import hydra_quote, sweep_id
 
 log = logging.getLogger(__name__)
@@ -219,17 +220,18 @@ class TrialOutcome:
         return median_of_values(self.finite)
 
 
-def returned_value(result) -> float | None:
-    """A job's returned objective, or None: it failed (sweeplab's jobs return None; another exception is logged)
-    or returned no finite number."""
+def job_outcome(result) -> JobOutcome | None:
+    """What a job returned (sweeplab.core.outcome: its objective, its stop, its run), or None: it raised (logged) or
+    returned nothing a trial can use. A plain number (another task function's objective) is its objective."""
     try:
         value = result.return_value
-    except Exception as exc:  # the launcher's record of a job that raised
+    except Exception as exc:  # the launcher's record of a job that raised (a scheduler's lost job among them)
         log.error("job failed: %s: %s", type(exc).__name__, exc)
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    if isinstance(value, JobOutcome):
+        return value
+    objective = JobOutcome.finite(value)
+    return JobOutcome("FINISHED", objective) if objective is not None else None
 
 
 # --- the sweeper ----------------------------------------------------------------------------------------------
@@ -277,13 +279,8 @@ class OptunaSearch(Sweeper):
         trials end (an interrupt, a failure outside the jobs), its sweep run is closed with the reason."""
         assert self.config is not None and self.launcher is not None
         plan = self._plan(arguments)  # before the sweep run exists: a mistake is one line and leaves nothing
-        self.study = Study.open(self.config)
-        try:
+        with conducted(self.config) as self.study:
             returns = self._search(plan)
-        except BaseException as exc:
-            self.study.end(exc)
-            raise
-        self.study.finish()
         return returns
 
     def _plan(self, arguments: list[str]) -> SearchPlan:
@@ -331,9 +328,9 @@ class OptunaSearch(Sweeper):
                  f"{len(interrupted)} interrupted" if plan.continued else "")
         states, record = None, None
         if plan.continued:
-            submitit_jobs.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
+            slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
             self.next_job = next_job_number(sweep_dir)
-            record = self.study.read()
+            record = self.study.known()  # read once, when the study was reopened
             states = job_states(record)
         returns = []
         for start in range(0, len(interrupted), self.n_jobs):
@@ -423,41 +420,28 @@ class OptunaSearch(Sweeper):
             self.next_job += len(batch)
         outcomes = {n: TrialOutcome(dict(known_values.get(n, {})), {}) for n in numbers}
         for job, result in zip(jobs, results):
-            outcomes[job.config_index].values[job.replicate] = returned_value(result)
+            returned = job_outcome(result)
+            outcomes[job.config_index].values[job.replicate] = returned.objective if returned is not None else None
+            if returned is not None:
+                self.study.tell(returned)
+                if returned.finished and returned.stop_reason:  # a stop rule ended it (policies/stopping.py)
+                    outcomes[job.config_index].stops[job.replicate] = returned.stop_reason
         for number in numbers:
             for replicate in range(plan.replicates):
                 outcomes[number].values.setdefault(replicate, None)
-        for (number, replicate), reason in self._stop_reasons(numbers).items():
-            outcomes[number].stops[replicate] = reason
         for number in numbers:
             tell(optuna_study, number, outcomes[number])
         return results
 
     def _launch(self, batch: list, jobs: list) -> list:
         """Launch a batch and wait for it. With a submitit launcher (SLURM, local) the search submits and watches the
-        jobs itself, as the grid sweeper does (submitit_jobs): a job the scheduler ends is recorded as a KILLED or
+        jobs itself, as the grid sweeper does (sweeplab.sweep.slurm): a job the scheduler ends is recorded as a KILLED or
         FAILED run and counts as a failed replicate, the others go on; SLURM running a job again continues its run."""
-        if not submitit_jobs.drives(self.launcher):
+        if not slurm.drives(self.launcher):
             return list(self.launcher.launch(batch, initial_job_idx=self.next_job))
         placed = {self.next_job + i: job for i, job in enumerate(jobs)}
-        submitted = submitit_jobs.submit(self.launcher, batch, self.next_job)
-        return submitit_jobs.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
-
-    def _stop_reasons(self, numbers: Sequence[int]) -> dict[tuple[int, int], str]:
-        """(trial, replicate) -> the stop rule that ended its finished job early (policies/stopping.py), from the
-        study's record; read only when a stop rule is on."""
-        assert self.config is not None and self.study is not None
-        stop = OmegaConf.select(self.config, "stop")
-        if not (StopConfig(**OmegaConf.to_container(stop, resolve=True)) if stop else StopConfig()).enabled:
-            return {}  # which rules are on: StopConfig's one answer, as the jobs' rules read it
-        try:
-            record = self.study.read()
-        except Exception as exc:  # the trials are still told what their jobs returned
-            log.warning("search: could not read the stop rules' decisions from MLflow (no trial pruned): %s", exc)
-            return {}
-        wanted = set(numbers)
-        return {(job.config_index, job.replicate): job.stop_reason for job in (record.jobs if record else ())
-                if job.finished and job.stop_reason and job.config_index in wanted and job.replicate is not None}
+        submitted = slurm.submit(self.launcher, batch, self.next_job)
+        return slurm.watch(submitted, lambda lost: self.study.record_lost(lost, placed[lost.number]))
 
 
 def trial_id(study: Any, number: int) -> int:

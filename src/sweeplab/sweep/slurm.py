@@ -142,7 +142,7 @@ def executor(launcher: Any) -> Any:
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
 
-    kind, params = launcher._EXECUTOR, launcher.params
+    kind, params = launchers.can(launcher).cluster, launcher.params
     init_keys = {"max_num_timeout"}
     built = submitit.AutoExecutor(cluster=kind, folder=params["submitit_folder"],
                                   **{f"{kind}_{k}": v for k, v in params.items() if k in init_keys})
@@ -171,10 +171,11 @@ def submit(launcher: Any, batch: Sequence[Sequence[str]], initial_job_idx: int) 
     with append_no_follow(sweep_dir / channels.SUBMITTED_JOBS_FILE, "the submitted-jobs record") as record:  # what is out and where, for a later command
         for job in submitted:
             record.write(json.dumps({"number": job.number, "scheduler_id": job.scheduler_id,
-                                     "cluster": launcher._EXECUTOR, "folder": launcher.params["submitit_folder"],
+                                     "cluster": launchers.can(launcher).cluster,
+                                     "folder": launcher.params["submitit_folder"],
                                      "overrides": list(job.overrides)}) + "\n")
     log.info("sweep: submitted jobs %s as %s (%s)", _span(numbers), ", ".join(s.scheduler_id for s in submitted),
-             launcher._EXECUTOR)
+             launchers.can(launcher).cluster)
     return submitted
 
 
@@ -312,8 +313,9 @@ def _outcome(job: SubmittedJob, on_lost: Callable[[LostJob], None]) -> JobReturn
 
 def _lost(job: SubmittedJob, state: str, reason: str, on_lost: Callable[[LostJob], None]) -> JobReturn:
     on_lost(LostJob(job.number, job.scheduler_id, state, job.overrides, reason))
-    return JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED,
-                     _return_value=LostJobError(f"job {job.number} ({job.scheduler_id}) ended {state}"))
+    lost = JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED)
+    lost.return_value = LostJobError(f"job {job.number} ({job.scheduler_id}) ended {state}")  # raised when read
+    return lost
 
 
 def _span(numbers: Sequence[int]) -> str:

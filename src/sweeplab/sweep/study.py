@@ -24,11 +24,14 @@ outside its jobs (a misspelt swept key found when the sweeper checks its first b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,15 +39,17 @@ from sweeplab.core import bytecode, channels, interrupts, wall
 from sweeplab.core.errors import UserError, is_user_error, user_message
 from sweeplab.core.files import hold_run_lock, write_text_atomic
 from sweeplab.core.interrupts import is_interrupt
+from sweeplab.core.outcome import JobOutcome
 from sweeplab.core.records import SWEEP, SWEEP_ROLE, JobRun, SweepRun, merged
 from sweeplab.report import ui_links
 from sweeplab.report.tables import sweep_report
 from sweeplab.study.record import VerdictOptions
 from sweeplab.study.rounds import job_states, planned_jobs, runs_replicates, verdict_options
-from sweeplab.study.sweep import Sweep, read_sweep
+from sweeplab.study.sweep import Sweep, read_sweep, sweep_from_runs
 from sweeplab.sweep import best, launchers, lost_jobs
 from sweeplab.sweep.checks import check_study, one_line_error, tracking_settings
 from sweeplab.tracking import mlflow_store, naming, runs
+from sweeplab.tracking.mlflow_store import RunRecord
 from sweeplab.tracking.resume import close_abandoned_runs
 
 log = logging.getLogger(__name__)
@@ -70,11 +75,13 @@ class Study:
         # local launchers' jobs end with this process; those the sweeper submits are watched, and close their own runs
         self._jobs_die_with_the_study = not launchers.can(OmegaConf.select(config, "hydra.launcher")).submits
         self._held = contextlib.ExitStack()  # the sweep folder's lock, for the study's life in this process
+        self._told: dict[str, JobOutcome] = {}  # run id -> what its job returned (tell)
+        self._earlier: Sweep | None = None  # a continued study's jobs before this process, read when it reopened
 
     def __getstate__(self) -> dict:
         """Pickled with a submitit job's Hydra context: without the sweep folder's lock, which stays with the process
-        holding it (an open lock is not picklable)."""
-        return {**self.__dict__, "_held": contextlib.ExitStack()}
+        holding it (an open lock is not picklable), and without what its jobs told it (no job reads it)."""
+        return {**self.__dict__, "_held": contextlib.ExitStack(), "_told": {}, "_earlier": None}
 
     # --- opening ----------------------------------------------------------------------------------------------------
     @classmethod
@@ -114,6 +121,7 @@ class Study:
                 raise UserError("resume=true with -m continues a sweep of hydra/sweeper=sweeplab or optuna only (this "
                                 "sweeper cannot skip the jobs that finished)")
             self.parent_run_id = reopen_sweep(self.uri, self.sweep_dir, overrides)
+            self._earlier = self.read()  # the jobs it ran before, read once: the rounds learn the rest from the jobs
         else:
             self.parent_run_id = self._create_run(experiment_id, overrides)
         channels.open_sweep = self
@@ -151,13 +159,35 @@ class Study:
         return run_id
 
     # --- between rounds ---------------------------------------------------------------------------------------------
+    def tell(self, outcome: Any) -> None:
+        """What a job returned (its launch's `JobReturn.return_value`, sweeplab.core.outcome): the study's record of it.
+        Anything else (a job of another task function, a scheduler's lost job) tells nothing."""
+        if isinstance(outcome, JobOutcome) and outcome.recorded:
+            self._told[outcome.run_id] = outcome  # a job run again into its run (SLURM's requeue) replaces it
+
+    def known(self) -> Sweep | None:
+        """The study's record so far, from what its jobs returned (a continued study's earlier jobs: as read once when
+        it was reopened), with the report's formulas (sweeplab.study.sweep); it reads no store. None without a sweep
+        run (logger.enabled=false)."""
+        if self.parent_run_id is None:
+            return None
+        told = [RunRecord(o.run_id, o.experiment_id, o.status, o.start_ms, o.end_ms, "active", o.params, o.tags,
+                          o.metrics) for o in self._told.values()]
+        histories = {(o.run_id, o.monitor): o.history for o in self._told.values() if o.monitor}
+        told_sweep = sweep_from_runs(None, told, histories=histories)
+        if self._earlier is None:
+            return told_sweep
+        jobs = [job for job in self._earlier.jobs if job.run_id not in self._told] + list(told_sweep.jobs)
+        return dataclasses.replace(self._earlier, jobs=tuple(sorted(jobs, key=lambda job: job.start_ms or 0)))
+
     def read(self) -> Sweep | None:
-        """The study's record so far (its jobs' runs); None without a sweep run (logger.enabled=false)."""
+        """The study's record as the store holds it (its jobs' runs); None without a sweep run. Read once, by a
+        continued study when it is reopened; the rounds ask `known()`."""
         return read_sweep(self.uri, self.parent_run_id) if self.parent_run_id else None
 
     def job_states(self) -> dict[tuple[int, int], str]:
         """(configuration index, replicate) -> "finished" | "interrupted" for the jobs the study has run."""
-        return job_states(self.read())
+        return job_states(self.known())
 
     def record_lost(self, lost, planned=None, counted: bool = True) -> None:
         """A job the scheduler ended before it could (slurm.LostJob): its run ended KILLED or FAILED, the
@@ -284,6 +314,20 @@ class Study:
         if status == "KILLED" and self.continue_command:  # interrupted in a job, between two, or in the report
             print(f"sweep interrupted; its finished jobs are kept. Continue it with: {self.continue_command}",
                   file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def conducted(config: DictConfig) -> Iterator[Study]:
+    """The study of a sweeper that holds its own (`holds_study`: the grid sweeper, the search): opened (or reopened:
+    resume=true) on entry, finished after the body's last round; however the body ends (an interrupt, a failure
+    outside the jobs), its sweep run is closed with the reason."""
+    study = Study.open(config)
+    try:
+        yield study
+    except BaseException as exc:
+        study.end(exc)
+        raise
+    study.finish()
 
 
 def end_open_study(exc: BaseException) -> None:
