@@ -348,6 +348,34 @@ def test_the_shape_warm_up_of_a_run_longer_than_an_epoch_does_not_walk_every_ste
     assert shapes >= {tuple(b["input_ids"].shape) for b in data.shape_warmup_batches(3)}  # a short run: its own
 
 
+@pytest.mark.slow  # a job to its third step: 1-3 min on the busy machine (fast sibling: the test above)
+def test_a_job_of_10_to_the_12_planned_steps_trains_at_once_and_stops_at_a_sigterm(demo_dir, mlflow_uri, tmp_path):
+    """trainer.max_steps=1000000000000 was accepted, then silence: the shape warm-up walked one batch per planned
+    step with no safe point, and a SIGTERM 75 s later printed an "Exception ignored ... Traceback". A real job: it
+    reaches its third step, a real SIGTERM ends it at once (exit 143, no traceback), its run KILLED."""
+    paused = tmp_path / "paused"
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *_smoke(demo_dir, "trainer.max_steps=1000000000000"),
+                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_AT_STEP": "3",
+                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 400  # on the busy machine a smoke job reaches its first steps in 20-90 s
+        while not paused.exists():
+            assert job.poll() is None and time.monotonic() < deadline, "no step 3 yet"
+            time.sleep(0.2)
+        job.send_signal(signal.SIGTERM)
+        out, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+    (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    assert run.info.status == "KILLED" and run.data.params["trainer.max_steps"] == "1000000000000"
+
+
 # --- 6: the store's own disk fills during a job (a real tmpfs) ----------------------------------------------------
 
 
