@@ -447,6 +447,29 @@ def test_sqlites_full_disk_is_the_environments_answer_naming_the_store(tmp_path)
         assert errors.user_message(exc) == f"{tmp_path / 'mlflow.db'}: No space left on device (the MLflow store's sqlite database)"
 
 
+def _study_whose_disk_fills_in(study: list[str], stage: str, disk: Path, tmp_path: Path) -> tuple[int, str]:
+    """`python -m sweeplab.train STUDY`, paused in `stage` (SWEEPLAB_FAULT_PAUSE_IN) while `disk` is filled to its
+    last block, then let go: its exit status and what it printed (stdout and stderr)."""
+    paused = tmp_path / "paused"
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": stage, "SWEEPLAB_FAULT_PAUSE_S": "600",
+                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 500
+        while not paused.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
+            time.sleep(0.2)
+        _fill(disk)
+        paused.unlink()
+        out, _ = job.communicate(timeout=400)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    return job.returncode, out
+
+
 # --- 5 and 17: the sweep folder's disk fills as the report is written, then space is freed and the study continued --
 
 
@@ -457,25 +480,9 @@ def test_a_report_a_full_disk_refused_leaves_the_study_unfinished_and_its_contin
     0-byte PNGs were left). The study ends FAILED naming the path, prints its continue command, leaves no partial
     file; once space is freed the continue writes the report and ends the study FINISHED."""
     sweep_dir = small_disk / "sweep"
-    paused = tmp_path / "paused"
     study = ["-m", "hydra/sweeper=sweeplab", *_smoke(demo_dir, "trainer.max_steps=2"), f"hydra.sweep.dir={sweep_dir}"]
-    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": "report", "SWEEPLAB_FAULT_PAUSE_S": "600",
-                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
-    try:
-        deadline = time.monotonic() + 500
-        while not paused.exists():
-            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
-            time.sleep(0.2)
-        _fill(small_disk)
-        paused.unlink()
-        _, err = job.communicate(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-    assert job.returncode not in (0, None), err[-3000:]
+    returncode, err = _study_whose_disk_fills_in(study, "report", small_disk, tmp_path)
+    assert returncode not in (0, None), err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert "its report could not be written" in err and str(sweep_dir) in err and "No space left on device" in err
     assert "finish the study with: python -m sweeplab.train -m" in err, err[-3000:]
@@ -576,26 +583,10 @@ def test_a_job_that_met_a_full_disk_names_the_path_and_the_continue_supersedes_i
     """The sweep folder's disk fills as job 1 sets up: its line named no path; once space is freed the continue ran
     the job but kept the stale FAILED run: "1 of 3 jobs FAILED" for a 2-job study, the study FAILED, every time."""
     sweep_dir = small_disk / "sweep"
-    paused = tmp_path / "paused"
     smoke = [o for o in _smoke(demo_dir, "trainer.max_steps=2") if not o.startswith("data.batch_size=")]
     study = ["-m", "hydra/sweeper=sweeplab", "data.batch_size=8,16", *smoke, f"hydra.sweep.dir={sweep_dir}"]
-    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": "setup@2", "SWEEPLAB_FAULT_PAUSE_S": "600",
-                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
-    try:
-        deadline = time.monotonic() + 500
-        while not paused.exists():
-            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
-            time.sleep(0.2)
-        _fill(small_disk)
-        paused.unlink()
-        out, _ = job.communicate(timeout=400)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-    assert job.returncode not in (0, None), out[-3000:]
+    returncode, out = _study_whose_disk_fills_in(study, "setup@2", small_disk, tmp_path)  # the second job's set-up
+    assert returncode not in (0, None), out[-3000:]
     failed = [line for line in out.splitlines() if "job failed: " in line]
     assert failed and "No space left on device" in failed[0], out[-3000:]
     assert f"{sweep_dir}/" in failed[0] and "writing a file" not in failed[0], failed[0]
