@@ -172,6 +172,48 @@ def test_no_lock_or_record_sweeplab_creates_is_written_through_a_link(tmp_path, 
     assert (victim.read_text() == "keep me\n") if planted == "file" else not victim.exists()
 
 
+def test_a_link_where_hydra_writes_a_jobs_config_is_refused_before_hydra_writes(tmp_path):
+    """Hydra writes .hydra/*.yaml and the job's log with a plain `open`: a link planted there had its target
+    overwritten with the job's config. A real process; refused before Hydra (and torch) run."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").symlink_to(victim)
+    result, _ = _train([*_smoke(tmp_path / "no-data"), f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    _one_line(result.stderr, f"{run_dir / '.hydra' / 'config.yaml'}: is a symbolic link, and Hydra writes there")
+    assert victim.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("planted", ["train.log", ".hydra", ".hydra/overrides.yaml", "sweep:multirun.yaml",
+                                     "sweep:1", "sweep:0/.hydra/hydra.yaml", "sweep:0/train.log"])
+def test_no_file_hydra_writes_in_a_run_or_sweep_folder_goes_through_a_link(tmp_path, planted):
+    """Every path Hydra writes in a job's folder or a sweep's (a continued study's job folders are there already),
+    checked by the callback that runs before Hydra writes; the link's target is never touched."""
+    from sweeplab.engine.output_check import WritableOutputDir
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me\n")
+    folder = tmp_path / ("sweep" if planted.startswith("sweep:") else "run")
+    link = folder / planted.removeprefix("sweep:")
+    (folder / "0" / ".hydra").mkdir(parents=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.exists():
+        link.rmdir()
+    link.symlink_to(victim if link.name in (".hydra", "1") else victim / "precious.txt")
+    config = compose_train([f"hydra.run.dir={folder}", f"hydra.sweep.dir={folder}", "hydra.job.name=train"],
+                           return_hydra_config=True)  # as `python -m sweeplab.train` names the job
+    with pytest.raises(SystemExit) as ended:
+        (WritableOutputDir().on_multirun_start if folder.name == "sweep" else WritableOutputDir().on_run_start)(config)
+    assert ended.value.code == 2
+    assert sorted(p.name for p in victim.iterdir()) == ["precious.txt"]
+    assert (victim / "precious.txt").read_text() == "keep me\n"
+    link.unlink()
+    (WritableOutputDir().on_multirun_start if folder.name == "sweep" else WritableOutputDir().on_run_start)(config)
+
+
 # --- 3 and 10: the Optuna journal, read and checked before anything is written -------------------------------------
 
 
@@ -306,6 +348,34 @@ def test_the_shape_warm_up_of_a_run_longer_than_an_epoch_does_not_walk_every_ste
     assert shapes >= {tuple(b["input_ids"].shape) for b in data.shape_warmup_batches(3)}  # a short run: its own
 
 
+@pytest.mark.slow  # a job to its third step: 1-3 min on the busy machine (fast sibling: the test above)
+def test_a_job_of_10_to_the_12_planned_steps_trains_at_once_and_stops_at_a_sigterm(demo_dir, mlflow_uri, tmp_path):
+    """trainer.max_steps=1000000000000 was accepted, then silence: the shape warm-up walked one batch per planned
+    step with no safe point, and a SIGTERM 75 s later printed an "Exception ignored ... Traceback". A real job: it
+    reaches its third step, a real SIGTERM ends it at once (exit 143, no traceback), its run KILLED."""
+    paused = tmp_path / "paused"
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *_smoke(demo_dir, "trainer.max_steps=1000000000000"),
+                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_AT_STEP": "3",
+                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 400  # on the busy machine a smoke job reaches its first steps in 20-90 s
+        while not paused.exists():
+            assert job.poll() is None and time.monotonic() < deadline, "no step 3 yet"
+            time.sleep(0.2)
+        job.send_signal(signal.SIGTERM)
+        out, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+    (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
+    assert run.info.status == "KILLED" and run.data.params["trainer.max_steps"] == "1000000000000"
+
+
 # --- 6: the store's own disk fills during a job (a real tmpfs) ----------------------------------------------------
 
 
@@ -377,6 +447,29 @@ def test_sqlites_full_disk_is_the_environments_answer_naming_the_store(tmp_path)
         assert errors.user_message(exc) == f"{tmp_path / 'mlflow.db'}: No space left on device (the MLflow store's sqlite database)"
 
 
+def _study_whose_disk_fills_in(study: list[str], stage: str, disk: Path, tmp_path: Path) -> tuple[int, str]:
+    """`python -m sweeplab.train STUDY`, paused in `stage` (SWEEPLAB_FAULT_PAUSE_IN) while `disk` is filled to its
+    last block, then let go: its exit status and what it printed (stdout and stderr)."""
+    paused = tmp_path / "paused"
+    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": stage, "SWEEPLAB_FAULT_PAUSE_S": "600",
+                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 500
+        while not paused.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
+            time.sleep(0.2)
+        _fill(disk)
+        paused.unlink()
+        out, _ = job.communicate(timeout=400)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    return job.returncode, out
+
+
 # --- 5 and 17: the sweep folder's disk fills as the report is written, then space is freed and the study continued --
 
 
@@ -387,25 +480,9 @@ def test_a_report_a_full_disk_refused_leaves_the_study_unfinished_and_its_contin
     0-byte PNGs were left). The study ends FAILED naming the path, prints its continue command, leaves no partial
     file; once space is freed the continue writes the report and ends the study FINISHED."""
     sweep_dir = small_disk / "sweep"
-    paused = tmp_path / "paused"
     study = ["-m", "hydra/sweeper=sweeplab", *_smoke(demo_dir, "trainer.max_steps=2"), f"hydra.sweep.dir={sweep_dir}"]
-    job = subprocess.Popen([PY, "-m", "sweeplab.train", *study], cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "SWEEPLAB_FAULT_PAUSE_IN": "report", "SWEEPLAB_FAULT_PAUSE_S": "600",
-                                "SWEEPLAB_FAULT_PAUSED_FILE": str(paused)})
-    try:
-        deadline = time.monotonic() + 500
-        while not paused.exists():
-            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
-            time.sleep(0.2)
-        _fill(small_disk)
-        paused.unlink()
-        _, err = job.communicate(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-    assert job.returncode not in (0, None), err[-3000:]
+    returncode, err = _study_whose_disk_fills_in(study, "report", small_disk, tmp_path)
+    assert returncode not in (0, None), err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert "its report could not be written" in err and str(sweep_dir) in err and "No space left on device" in err
     assert "finish the study with: python -m sweeplab.train -m" in err, err[-3000:]
@@ -420,6 +497,108 @@ def test_a_report_a_full_disk_refused_leaves_the_study_unfinished_and_its_contin
     assert continued.returncode == 0, continued.stderr[-3000:]
     assert (sweep_dir / "report.md").is_file()
     assert client.get_run(sweep_run.info.run_id).info.status == "FINISHED"
+
+
+# --- 5 and 19: a full disk inside a write Hydra or a library makes names the file ---------------------------------
+
+
+def test_a_full_disk_at_hydras_own_config_write_names_the_file(small_disk, tmp_path):
+    """Hydra writes .hydra/config.yaml before the job's function runs; its OSError carries no file name, and the
+    line said "writing a file: No space left on device". A real process on a real full tmpfs; it never reaches
+    torch (nor the data, which is not there)."""
+    _fill(small_disk)
+    run_dir = small_disk / "run"
+    result, _ = _train([*_smoke(tmp_path / "no-data"), f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    _one_line(result.stderr, f"error: {run_dir / '.hydra' / 'config.yaml'}: No space left on device")
+
+
+def _unbuffered_write(path: Path) -> None:
+    with open(path, "wb", buffering=0) as f:
+        f.write(b"\0" * 4096)
+
+
+def test_a_full_disk_inside_a_librarys_write_names_the_file_it_was_writing(small_disk):
+    """A library's `f.write` or `f.close` (yaml, json, Hydra, logging) raises ENOSPC without a file name, and
+    torch.save wraps it in a RuntimeError: the line names the file from the failing frames."""
+    import json
+
+    import yaml
+
+    from sweeplab.core import errors
+
+    _fill(small_disk)
+    writes = {
+        "a.yaml": lambda path: yaml.safe_dump({"x": "y" * 100_000}, path.open("w")),
+        "b.json": lambda path: path.write_text(json.dumps(["z" * 100_000])),
+        "c.bin": _unbuffered_write,
+    }
+    for name, write in writes.items():
+        path = small_disk / name
+        try:
+            try:
+                write(path)
+            except OSError as exc:
+                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos") from exc
+        except RuntimeError as exc:
+            assert errors.is_user_error(exc)
+            assert errors.user_message(exc) == f"{path}: No space left on device"
+        else:
+            raise AssertionError(f"{name} was written on a full disk")
+
+
+def test_a_job_that_failed_before_training_and_was_run_again_is_no_failed_job_of_the_study():
+    """The continue ran the job a full disk had failed at its start, but the report still counted the stale FAILED
+    run: "1 of 3 jobs FAILED" for a 2-job study. It is superseded, as a KILLED one is; one never run again, or that
+    failed again, is not."""
+    from sweeplab.core.records import JOB
+    from sweeplab.report.tables import build_rows
+    from sweeplab.study.sweep import sweep_from_runs
+    from sweeplab.tracking.mlflow_store import RunRecord
+
+    def job(run_id, status, index, params):
+        tags = {JOB.name: run_id, JOB.family: "textbridge", JOB.config_index: str(index), JOB.replicate: "0"}
+        if status == "FAILED":
+            tags[JOB.error] = "/d/sweep/1/.hydra/config.yaml: No space left on device"
+        return RunRecord(run_id, "1", status, 1, 2, "active", params, tags, {})
+
+    done = [job("bs=8", "FINISHED", 0, {"data.batch_size": "8"}), job("bs=16", "FINISHED", 1, {"data.batch_size": "16"})]
+    # failed before its run existed (no params), or after (its setup met the full disk)
+    for stale in (job("textbridge (failed before training)", "FAILED", 1, {}),
+                  job("bs=16 at setup", "FAILED", 1, {"data.batch_size": "16"})):
+        sweep = sweep_from_runs(None, [done[0], stale, done[1]])
+        rows, _, failed = build_rows(sweep)
+        assert failed == 0 and rows[1]["status"].startswith("FAILED, then run again: /d/sweep/1/.hydra"), rows[1]
+        assert sweep.run_again() == {stale.run_id}
+        _, _, failed = build_rows(sweep_from_runs(None, [done[0], stale]))
+        assert failed == 1
+        again = job("bs=16 failed again", "FAILED", 1, {"data.batch_size": "16"})
+        _, _, failed = build_rows(sweep_from_runs(None, [done[0], stale, again]))
+        assert failed == 2
+
+
+@pytest.mark.slow  # a two-job study, its second job on a full disk, its continue: 3-6 min on the busy machine
+def test_a_job_that_met_a_full_disk_names_the_path_and_the_continue_supersedes_it(demo_dir, mlflow_uri, small_disk,
+                                                                                   tmp_path):
+    """The sweep folder's disk fills as job 1 sets up: its line named no path; once space is freed the continue ran
+    the job but kept the stale FAILED run: "1 of 3 jobs FAILED" for a 2-job study, the study FAILED, every time."""
+    sweep_dir = small_disk / "sweep"
+    smoke = [o for o in _smoke(demo_dir, "trainer.max_steps=2") if not o.startswith("data.batch_size=")]
+    study = ["-m", "hydra/sweeper=sweeplab", "data.batch_size=8,16", *smoke, f"hydra.sweep.dir={sweep_dir}"]
+    returncode, out = _study_whose_disk_fills_in(study, "setup@2", small_disk, tmp_path)  # the second job's set-up
+    assert returncode not in (0, None), out[-3000:]
+    failed = [line for line in out.splitlines() if "job failed: " in line]
+    assert failed and "No space left on device" in failed[0], out[-3000:]
+    assert f"{sweep_dir}/" in failed[0] and "writing a file" not in failed[0], failed[0]
+
+    (small_disk / "filler").unlink()
+    continued, _ = _train([*study, "resume=true"], tmp_path, timeout=500)
+    assert continued.returncode == 0, continued.stdout[-3000:] + continued.stderr[-3000:]
+    assert "FAILED" not in continued.stdout.split("## sweep")[0], continued.stdout[-3000:]
+    client = MlflowClient(mlflow_uri)
+    (sweep_run,) = client.search_runs(["1"], "tags.`sweeplab.role` = 'sweep'")
+    assert sweep_run.info.status == "FINISHED"
+    assert sweep_run.data.metrics.get("jobs_failed", 0) == 0, sweep_run.data.metrics
 
 
 # --- 8, 11, 20: the UI and the report ------------------------------------------------------------------------------
@@ -502,6 +681,78 @@ def test_a_report_of_a_folder_whose_sweep_marker_is_empty_is_one_line(mlflow_uri
     assert result.returncode == 2, result.stderr[-3000:]
     _one_line(result.stderr, f"{folder / 'mlflow_parent_run_id'} is empty")
     assert not list(folder.glob("report.*"))
+
+
+# --- 15: a report over job runs deleted in MLflow names them --------------------------------------------------------
+
+
+def _report_lines(uri: str, sweep_dir: Path, cwd: Path) -> str:
+    """`python -m sweeplab.report --multirun-dir DIR` in its own process: what it printed (exit 0 asserted)."""
+    result = subprocess.run([PY, "-m", "sweeplab.report", "--multirun-dir", str(sweep_dir)], cwd=cwd,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_a_report_over_job_runs_deleted_in_mlflow_names_them_and_draws_no_verdict_from_the_rest(mlflow_uri, tmp_path,
+                                                                                                  capsys):
+    """Two of four job runs deleted in the MLflow UI: the report said "one replicate: no verdict ... run
+    replicates=3", never named the deleted runs and rewrote the sweep run's description from the two left. A real
+    store, the runs deleted as the UI's trash does (the store's delete_run; `mlflow runs delete` and the report's
+    own process in the slow sibling)."""
+    from sweeplab.report import __main__ as report_cli
+    from sweeplab.report import tables as report
+    from test_report import make_sweep
+
+    parent = make_sweep(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    client.set_terminated(parent, "FINISHED")
+    jobs = [run.info.run_id for run in client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent}'",
+                                                          order_by=["attributes.start_time ASC"])]
+    assert len(jobs) == 4
+    client.delete_run(jobs[1])
+    client.delete_run(jobs[2])
+    sweep_dir = tmp_path / "multirun" / "sweep"
+    assert report_cli.main(["--multirun-dir", str(sweep_dir)]) == 0
+    printed = capsys.readouterr().out
+    line = f"2 of 4 jobs' runs are deleted in MLflow: job1 bs=32 cpu ({jobs[1]}), job2 bs=64 cuda ({jobs[2]}); "
+    assert line in printed and "`mlflow runs restore --run-id <id>`" in printed, printed[-3000:]
+    assert (sweep_dir / "report.md").read_text().startswith(line)
+    assert "one replicate: no verdict" not in printed
+    assert "mlflow.note.content" not in client.get_run(parent).data.tags  # not rewritten from the two left
+
+    client.restore_run(jobs[1])
+    client.restore_run(jobs[2])
+    restored = report.sweep_report(mlflow_uri, parent, tmp_path / "again")
+    assert "deleted" not in restored.markdown and len(restored.sweep.jobs) == 4
+    assert "mlflow.note.content" in client.get_run(parent).data.tags  # the verdict's lines, from all four
+
+
+@pytest.mark.slow  # a 4-job study, MLflow's command line twice, the report: 2-5 min on the busy machine
+def test_a_study_two_of_whose_job_runs_mlflow_deleted_is_reported_with_them_named(demo_dir, mlflow_uri, tmp_path):
+    """The issue's case as a user meets it: a replicated study, two of its job runs deleted with `mlflow runs
+    delete`, then `python -m sweeplab.report --multirun-dir`."""
+    sweep_dir = tmp_path / "sweep"
+    smoke = [o for o in _smoke(demo_dir, "trainer.max_steps=2") if not o.startswith("data.batch_size=")]
+    study, _ = _train(["-m", "hydra/sweeper=sweeplab", "replicates=2", "data.batch_size=8,16", *smoke,
+                       f"hydra.sweep.dir={sweep_dir}"], tmp_path, timeout=500)
+    assert study.returncode == 0, study.stderr[-3000:]
+    client = MlflowClient(mlflow_uri)
+    parent = (sweep_dir / "mlflow_parent_run_id").read_text().strip()
+    description = client.get_run(parent).data.tags["mlflow.note.content"]
+    jobs = [run for run in client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent}'")
+            if run.data.tags.get("sweeplab.role") not in ("sweep", "configuration")]
+    assert len(jobs) == 4
+    for run in jobs[:2]:
+        deleted = subprocess.run([PY, "-m", "mlflow", "runs", "delete", "--run-id", run.info.run_id], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri})
+        assert deleted.returncode == 0, deleted.stderr[-2000:]
+    printed = _report_lines(mlflow_uri, sweep_dir, tmp_path)
+    assert "2 of 4 jobs' runs are deleted in MLflow: " in printed, printed[-3000:]
+    assert all(run.info.run_id in printed for run in jobs[:2])
+    assert "one replicate: no verdict" not in printed
+    assert client.get_run(parent).data.tags["mlflow.note.content"] == description
 
 
 # --- 18: a pickled Python-2 name of code is refused as code ------------------------------------------------------

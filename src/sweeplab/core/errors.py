@@ -9,6 +9,7 @@ exception's chain: torch.save, for one, reports a full disk as a RuntimeError wh
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 import traceback
@@ -80,7 +81,22 @@ def user_message(exc: BaseException) -> str:
     if isinstance(exc, (UserError, FileNotFoundError)) or (os_error := environment_error(exc)) is None:
         return str(exc)
     where = " -> ".join(str(name) for name in (os_error.filename, os_error.filename2) if name is not None)
-    return f"{where or 'writing a file'}: {os_error.strerror or errno.errorcode.get(os_error.errno, '?')}"
+    return f"{where or file_being_written(os_error, exc) or 'writing a file'}: " \
+           f"{os_error.strerror or errno.errorcode.get(os_error.errno, '?')}"
+
+
+def file_being_written(*raised: BaseException) -> str | None:
+    """The file a failed write was writing, where its OSError names none: a write or flush of an open file (Hydra's
+    .hydra/*.yaml, a library's `f.write`) raises ENOSPC with no filename. Read from the failing frames' locals, the
+    innermost first: the first file object open for writing that has a path."""
+    for exc in (e for first in raised for e in exception_chain(first)):
+        for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
+            for value in list(frame.f_locals.values()):
+                mode, name = getattr(value, "mode", None), getattr(value, "name", None)
+                if (isinstance(value, io.IOBase) and isinstance(mode, str) and set(mode) & set("wax+")
+                        and isinstance(name, (str, bytes)) and name):
+                    return os.fsdecode(name)
+    return None
 
 
 def report_user_error(exc: BaseException) -> int:

@@ -10,7 +10,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -117,6 +117,16 @@ def open_no_follow(path: str | os.PathLike, flags: int, what: str, mode: int = 0
             raise UserError(f"{path}: is a symbolic link, not {what}; sweeplab never writes through a link in a "
                             "shared folder: remove the link and run again") from None
         raise
+
+
+def refuse_links(paths: Iterable[str | os.PathLike], writer: str) -> None:
+    """Files another program writes without O_NOFOLLOW (Hydra's .hydra/*.yaml and job log, in a folder others may
+    write): a symbolic link at any of them is refused in one line before that program runs, as `open_no_follow`
+    refuses one where sweeplab writes. `writer`: who would write through it, for the line."""
+    for path in paths:
+        if Path(path).is_symlink():
+            raise UserError(f"{path}: is a symbolic link, and {writer} writes there without checking (its target "
+                            "would be overwritten): remove the link and run again")
 
 
 @contextmanager

@@ -166,14 +166,12 @@ def build_rows(sweep: Sweep, baseline: str | None = None) -> tuple[list[dict[str
     base_rate = sweep.jobs[base_index].run.samples_per_sec if base_index is not None else None
     metric = sweep.metric  # the one metric the report judges, plots and tabulates: the jobs' own monitored metric
     rows, failed = [], 0
-    # a job that failed before training (a full disk at its start) and that a continued study then ran to its end
-    # is superseded, as a KILLED one is: not a failed job of the study
-    run_again = {(j.config_index, j.replicate) for j in sweep.jobs if j.finished and j.config_index is not None}
+    run_again = sweep.run_again()  # superseded by the continued study's run of the same job
     for i, job in enumerate(sweep.jobs):
         m, record = job.metrics, job.run
         status = job.status
         reason = record.slurm_end or record.error or ""  # the scheduler's word first
-        if status == "FAILED" and not job.params and (job.config_index, job.replicate) in run_again:
+        if job.run_id in run_again:
             status = f"FAILED, then run again: {reason[:50]}"
         elif status == "FAILED":
             failed += 1
@@ -413,8 +411,8 @@ def write_report(sweep: Sweep, out_dir: Path | None, title: str, baseline: str |
                  running: tuple[str, ...] = ()) -> Report:
     """report.md (the verdict's lines first, then the jobs that never ran, the per-configuration table, one row per
     job), report.csv (a `row` column: job | configuration), the plots and report.html (sweeplab.report.html: the
-    same tables and the plots, on one page). `running`: the lines of a sweep not over yet (`still_running`), said
-    first and in place of a verdict read from part of its jobs."""
+    same tables and the plots, on one page). `running`: the lines said first and in place of a verdict read from
+    part of its jobs (a sweep not over yet: `still_running`; job runs deleted in MLflow: `jobs_deleted`)."""
     rows, columns, failed = build_rows(sweep, baseline)
     columns += report_apple.ane_column(sweep.jobs, rows)  # exported runs: their Neural Engine readiness
     base_index = pick_baseline(sweep, baseline)
@@ -541,6 +539,20 @@ def jobs_never_run(sweep: Sweep) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def jobs_deleted(sweep: Sweep) -> tuple[str, ...]:
+    """The line of a sweep some of whose job runs were deleted in MLflow (its UI's trash): how many, which, and how
+    to bring them back; said in place of a verdict, which the jobs left could only answer wrongly (one replicate
+    where there were two, a configuration missing). Nothing when none was deleted."""
+    if not sweep.deleted:
+        return ()
+    total = len(sweep.jobs) + len(sweep.deleted)
+    shown = ", ".join(f"{run.name} ({run.run_id})" for run in sweep.deleted[:6]) + (
+        f" and {len(sweep.deleted) - 6} more" if len(sweep.deleted) > 6 else "")
+    return (f"{len(sweep.deleted)} of {total} jobs' runs are deleted in MLflow: {shown}; no verdict from the "
+            f"{len(sweep.jobs)} left: restore them with `mlflow runs restore --run-id <id>` (each) and run the "
+            "report again",)
+
+
 def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: str | None = None,
                  options: VerdictOptions | None = None) -> Report:
     """The report of a sweep, read once (sweeplab.study.sweep.read_sweep; the record is `Report.sweep`):
@@ -552,10 +564,12 @@ def sweep_report(uri: str, parent_run_id: str, out_dir: Path | None, baseline: s
 def report_of(sweep: Sweep, out_dir: Path | None, baseline: str | None = None,
               options: VerdictOptions | None = None, running: tuple[str, ...] = ()) -> Report:
     """sweep_report of a sweep already read; `running`: still_running's lines (a report asked for from outside the
-    sweep's process: no verdict recorded until the sweep's own report)."""
+    sweep's process: no verdict recorded until the sweep's own report). Job runs deleted in MLflow: jobs_deleted's
+    line in place of the verdict, and the sweep run's description left as it was."""
     # the sweep's one name (naming.sweep_id), as its run name and its jobs' tag say it
     title = f"sweep {sweep.run.sweep_id or sweep.parent.run_id[:8]}"
-    report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep), running)
+    report = write_report(sweep, out_dir, title, baseline, options, jobs_never_run(sweep),
+                          (*running, *jobs_deleted(sweep)))
     if report.verdict is not None:
         config_runs.record_verdict(sweep, report.verdict.lines, report.verdict.summary, report_figures.family_labels(sweep))
     return report

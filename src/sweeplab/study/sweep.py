@@ -112,6 +112,7 @@ class Sweep:
     mode: verdict.Mode = "min"
     parent: RunRecord | None = None  # the sweep's own run
     families: tuple[str, ...] = field(default=())
+    deleted: tuple[RunRecord, ...] = ()  # its job runs deleted in MLflow since (the UI's trash): not in `jobs`
 
     @cached_property
     def run(self) -> SweepRun:
@@ -123,6 +124,14 @@ class Sweep:
     def replicated(self) -> bool:
         """The jobs carry the sweeplab sweeper's configuration and replicate tags."""
         return any(j.config is not None and j.replicate is not None for j in self.jobs)
+
+    def run_again(self) -> frozenset[str]:
+        """The runs of FAILED jobs that a continued study then ran again to their end (a full disk at the job's
+        start, freed since): superseded, as a KILLED one is, and no failed job of the study. A job that failed
+        again, or was never run again, is not among them."""
+        finished = {(j.config_index, j.replicate) for j in self.jobs if j.finished and j.config_index is not None}
+        return frozenset(j.run_id for j in self.jobs
+                         if j.status == "FAILED" and j.config_index is not None and (j.config_index, j.replicate) in finished)
 
     def config_indices(self) -> dict[str, int]:
         """configuration -> its index in the sweep's grid."""
@@ -182,10 +191,11 @@ def _rows(usable: list[JobRecord], jobs: tuple[JobRecord, ...]) -> str:
 
 
 def read_sweep(uri: str, parent_run_id: str) -> Sweep:
-    """A sweep's record: its parent run, then its job runs (one search), then each job's monitored metric (one
-    history each)."""
+    """A sweep's record: its parent run, then its job runs (one search; those deleted in MLflow since set apart in
+    `deleted`), then each job's monitored metric (one history each)."""
     parent = runs.fetch(uri, parent_run_id)
-    return sweep_from_runs(uri, runs.job_runs(uri, parent_run_id, parent.experiment_id), parent=parent)
+    return sweep_from_runs(uri, runs.job_runs(uri, parent_run_id, parent.experiment_id, with_deleted=True),
+                           parent=parent)
 
 
 def read_experiment(uri: str, experiment_name: str) -> Sweep:
@@ -201,15 +211,17 @@ def sweep_from_runs(uri: str | None, found: Iterable, parent=None,
     """The record of job runs already fetched (a sweep's, an experiment's: RunRecords, or MLflow's runs, which are
     read into them); with `uri` each job's history of the monitored metric is read (once), without it the jobs have
     no curves but those in `histories` ((run id, metric) -> its points, as the jobs returned them to their
-    sweeper). Runs that are no job's (a sweep's or a configuration's) are left out."""
+    sweeper). Runs that are no job's (a sweep's or a configuration's) are left out; those deleted in MLflow are set
+    apart (`Sweep.deleted`)."""
     records = [r if isinstance(r, RunRecord) else mlflow_store.record_of(r) for r in found]
-    records = [r for r in records if mlflow_store.is_job_run(r)]
+    deleted = tuple(r for r in records if mlflow_store.is_job_run(r) and r.lifecycle_stage == "deleted")
+    records = [r for r in records if mlflow_store.is_job_run(r) and r.lifecycle_stage != "deleted"]
     metric, mode = monitored_metric(records)
     jobs = tuple(_job(r, metric, uri, (histories or {}).get((r.run_id, metric))) for r in records)
     families = tuple(sorted({j.family for j in jobs}))
     if parent is not None and not isinstance(parent, RunRecord):
         parent = mlflow_store.record_of(parent)
-    return Sweep(uri, jobs, metric, mode, parent, families)
+    return Sweep(uri, jobs, metric, mode, parent, families, deleted)
 
 
 def monitored_metric(runs: list[RunRecord]) -> tuple[str, verdict.Mode]:

@@ -297,8 +297,8 @@ class Study:
         if parent is None:
             return
         try:
-            if sweep is not None and status != "KILLED":
-                statuses = [job.status for job in sweep.jobs]
+            if sweep is not None and status != "KILLED":  # a FAILED job run again since is the study's job once
+                statuses = [job.status for job in sweep.jobs if job.run_id not in sweep.run_again()]
             else:
                 if status == "KILLED" and self._jobs_die_with_the_study:
                     # joblib's workers are terminated with the launching process before they can close their runs

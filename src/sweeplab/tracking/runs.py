@@ -38,25 +38,34 @@ def fetch(uri: str, run_id: str) -> RunRecord:
 
 
 def search(uri: str, experiment_ids: Sequence[str], filter_string: str = "", newest_first: bool = False,
-           max_results: int = MAX_RESULTS) -> list[RunRecord]:
-    """Runs of the experiments matching an MLflow search filter, in the order they started (newest first if asked)."""
+           max_results: int = MAX_RESULTS, with_deleted: bool = False) -> list[RunRecord]:
+    """Runs of the experiments matching an MLflow search filter, in the order they started (newest first if asked);
+    `with_deleted`: the runs deleted in MLflow (its UI's trash, `mlflow runs delete`) too, by their
+    `lifecycle_stage`."""
+    from mlflow.entities import ViewType
+
     runs = mlflow_store.client(uri).search_runs(
         list(experiment_ids), filter_string=filter_string, max_results=max_results,
+        run_view_type=ViewType.ALL if with_deleted else ViewType.ACTIVE_ONLY,
         order_by=[f"attributes.start_time {'DESC' if newest_first else 'ASC'}"])
     return [mlflow_store.record_of(run) for run in runs]
 
 
-def children(uri: str, parent_run_id: str, experiment_id: str | None = None, role: str | None = None) -> list[RunRecord]:
+def children(uri: str, parent_run_id: str, experiment_id: str | None = None, role: str | None = None,
+             with_deleted: bool = False) -> list[RunRecord]:
     """The runs nested under `parent_run_id` (those of one role: `records.CONFIGURATION_ROLE`), in the order they
-    started; `experiment_id` where the caller has it saves a look-up."""
+    started; `experiment_id` where the caller has it saves a look-up; `with_deleted`: those deleted in MLflow too."""
     if experiment_id is None:
         experiment_id = fetch(uri, parent_run_id).experiment_id
-    return search(uri, [experiment_id], mlflow_store.children_filter(parent_run_id, role))
+    return search(uri, [experiment_id], mlflow_store.children_filter(parent_run_id, role), with_deleted=with_deleted)
 
 
-def job_runs(uri: str, parent_run_id: str, experiment_id: str | None = None) -> list[RunRecord]:
-    """A sweep's job runs (its children but its configuration runs), in the order they started."""
-    return [run for run in children(uri, parent_run_id, experiment_id) if mlflow_store.is_job_run(run)]
+def job_runs(uri: str, parent_run_id: str, experiment_id: str | None = None,
+             with_deleted: bool = False) -> list[RunRecord]:
+    """A sweep's job runs (its children but its configuration runs), in the order they started; `with_deleted`:
+    those deleted in MLflow too (their `lifecycle_stage` is "deleted")."""
+    return [run for run in children(uri, parent_run_id, experiment_id, with_deleted=with_deleted)
+            if mlflow_store.is_job_run(run)]
 
 
 def configuration_runs(uri: str, parent_run_id: str, experiment_id: str | None = None) -> list[RunRecord]:
