@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cluster
 
 HOLD_ENV = "SWEEPLAB_CLUSTER_HOLD"  # the job name of the held study: set only inside the nested run
 # the nested run's own limit in the LIMIT_S case: its pytest starting, the held sweep starting and submitting its job
-# took 25-40 s at load 2-4 on this 2-core machine; at four times that the job is still out when the limit comes
+# took about 95 s at load 13-16 on this 2-core machine (the tests under nice 10)
 NESTED_LIMIT_S = 150
 ROOT = Path(__file__).resolve().parents[2]
 
