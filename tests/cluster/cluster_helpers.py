@@ -127,9 +127,9 @@ def squeue(name: str, states: str = "R") -> list[str]:
 
 def running_with_a_checkpoint(name: str, sweep_dir: Path, job: str | None = None) -> str | None:
     """A running job of the study's first array (`job`, or any) whose folder holds a last checkpoint (its array
-    index is its Hydra job number there), or None."""
+    index is its Hydra job number there; a study of one job is submitted as a plain job: folder 0), or None."""
     for job_id in squeue(name) if job is None else [job]:
-        if (sweep_dir / job_id.partition("_")[2] / "checkpoints" / "last.ckpt").is_file():
+        if (sweep_dir / (job_id.partition("_")[2] or "0") / "checkpoints" / "last.ckpt").is_file():
             return job_id
     return None
 
