@@ -24,7 +24,10 @@ started() { echo "$1 $2" >> "$PIDS"; }
 host=$(hostname -s)
 cpus=$(nproc)
 mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
-sed "s/@HOST@/$host/g; s/@CPUS@/$cpus/; s/@MEM_MB@/$mem_mb/" "$HERE/slurm.conf.in" > /etc/slurm/slurm.conf
+# written beside it and renamed: every squeue and sbatch reads it, and a run nested in another's tests (their daemons
+# running) starts here; written in place, a squeue at that moment failed on an empty file, and a kill then left it so
+sed "s/@HOST@/$host/g; s/@CPUS@/$cpus/; s/@MEM_MB@/$mem_mb/" "$HERE/slurm.conf.in" > /etc/slurm/.slurm.conf.new
+mv -f /etc/slurm/.slurm.conf.new /etc/slurm/slurm.conf
 install -m 600 "$HERE/slurmdbd.conf" /etc/slurm/slurmdbd.conf
 mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/lib/munge /var/log/munge
 

@@ -39,9 +39,13 @@ marked() {  # pids carrying the run's mark, but this script, its callers and its
     tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF "SWEEPLAB_CLUSTER_RUN=$RUN" && echo "$pid"
   done
 }
-run_jobs() {  # ids of the SLURM jobs working under $CLUSTER_DIR (squeue's %Z: the job's working directory)
+run_jobs() {  # ids of the SLURM jobs working under $CLUSTER_DIR (squeue's %Z: the job's working directory); squeue
+  # asked again for up to 30 s while it fails (at load 13-16 a call failed while the controller was busy: read as
+  # "no job", the run's jobs were left queued)
   command -v squeue >/dev/null || return 0
-  squeue -h -o "%i %Z" 2>/dev/null | awk -v dir="$CLUSTER_DIR/" 'index($2 "/", dir) == 1 {print $1}'
+  local out="" _
+  for _ in $(seq 1 30); do out=$(squeue -h -o "%i %Z" 2>/dev/null) && break; sleep 1; done
+  awk -v dir="$CLUSTER_DIR/" 'index($2 "/", dir) == 1 {print $1}' <<<"$out"
 }
 
 # 1. the tests

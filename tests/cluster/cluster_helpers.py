@@ -99,25 +99,37 @@ def wait_for(condition, timeout: float, what: str, sweep: Sweep | None = None, p
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def _squeue(*args: str) -> str:
+    """squeue's output, asked again for up to 30 s while it fails: at load 13-16 on this 2-core machine one call in
+    a test's hundreds failed (exit 1) while the controller was busy, and the test stopped half-way."""
+    deadline = time.monotonic() + 30
+    while True:
+        result = subprocess.run(["squeue", "-h", *args], capture_output=True, text=True)
+        if result.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if result.returncode != 0:
+        raise AssertionError(f"squeue {' '.join(args)} failed for 30 s: {result.stderr.strip()}")
+    return result.stdout
+
+
 def jobs_under(folder: Path) -> list[str]:
     """Ids of the queued or running jobs working under `folder` (squeue's %Z: the job's working directory)."""
-    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
-    return [job for job, _, workdir in (line.partition(" ") for line in out.splitlines())
+    return [job for job, _, workdir in (line.partition(" ") for line in _squeue("-o", "%i %Z").splitlines())
             if (workdir + "/").startswith(f"{folder}/")]
 
 
 def squeue(name: str, states: str = "R") -> list[str]:
     """Ids of the jobs named `name` in these states (`<array id>_<index>`)."""
-    out = subprocess.run(["squeue", "-h", "-r", "-n", name, "-t", states, "-o", "%i"], capture_output=True,
-                         text=True, check=True).stdout
+    out = _squeue("-r", "-n", name, "-t", states, "-o", "%i")
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def running_with_a_checkpoint(name: str, sweep_dir: Path, job: str | None = None) -> str | None:
     """A running job of the study's first array (`job`, or any) whose folder holds a last checkpoint (its array
-    index is its Hydra job number there), or None."""
+    index is its Hydra job number there; a study of one job is submitted as a plain job: folder 0), or None."""
     for job_id in squeue(name) if job is None else [job]:
-        if (sweep_dir / job_id.partition("_")[2] / "checkpoints" / "last.ckpt").is_file():
+        if (sweep_dir / (job_id.partition("_")[2] or "0") / "checkpoints" / "last.ckpt").is_file():
             return job_id
     return None
 

@@ -1,7 +1,8 @@
 """Studies on a real SLURM (hydra/launcher=slurm) writing to an MLflow server on PostgreSQL: a replicated study that
-loses a job to `scancel` and is finished by its printed continue command, a job requeued mid-fit, a job at its time
-limit, a replicates=auto study, a study submitted and left then finished by a later command, and the
-`postgresql://` store as users write it. Each outcome is read from the store."""
+loses a running and a pending job to `scancel` and is finished by its printed continue command, a node failure SLURM
+requeues, a job requeued mid-fit beside a job at its time limit (two studies at once), a replicates=auto study, a
+study submitted and left then finished by a later command (compared with the replicates=auto study's first rounds),
+and the `postgresql://` store as users write it. Each outcome is read from the store."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -134,65 +136,71 @@ def test_a_node_failure_slurm_requeues_is_watched_to_the_end(cluster, experiment
         _assert_each_step_once(uri, run)
 
 
-def test_a_requeued_job_continues_its_own_run_from_its_checkpoint(cluster, experiment, demo_dir, tmp_path):
-    uri, name = cluster["uri"], f"requeue-{experiment}"
-    paused = tmp_path / "paused"
-    sweep = start_sweep(tmp_path, [*slurm(cluster, name), *tiny(demo_dir, experiment, "data.batch_size=8,16"),
-                                   f"hydra.sweep.dir={tmp_path / 'sweep'}"], uri, pause(tmp_path, 60))
-    wait_for(paused.exists, 300, "a job to reach its pause", sweep)
-    job_id = wait_for(lambda: running_with_a_checkpoint(name, tmp_path / "sweep"), 60, "a job with a checkpoint")
-    subprocess.run(["scontrol", "requeue", job_id], check=True)
-    paused.unlink()  # the job stops at its next step (SIGTERM), KILLED, and SLURM starts it again
-    while sweep.process.poll() is None:  # the other job, and the requeued one again: no more pauses
-        if restarts(job_id) >= 1 and paused.exists():
-            paused.unlink(missing_ok=True)
-        time.sleep(0.5)
-    assert sweep.wait(600) == 0, sweep.output[-4000:]
-
-    (parent,), jobs = sweep_runs(uri, experiment)
-    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 2
-    assert len(jobs) == 2 and all(r.info.status == "FINISHED" for r in jobs)  # no second run for the requeued job
-    (requeued,) = [r for r in jobs if r.data.tags["slurm_job_id"] == job_id]
-    assert int(requeued.data.tags["slurm_restarts"]) >= 1 and "resumed_from" in requeued.data.tags
-    for run in jobs:
-        _assert_each_step_once(uri, run)
-
-
-def test_a_job_at_its_time_limit_is_requeued_by_submitit_and_continues_its_own_run(
-        cluster, experiment, demo_dir, tmp_path):
-    uri, name = cluster["uri"], f"timeout-{experiment}"
-    paused = tmp_path / "paused"
+def test_a_requeued_job_and_a_job_at_its_time_limit_each_continue_their_own_run(cluster, experiment, demo_dir,
+                                                                               tmp_path):
+    """Two one-job studies side by side (the node runs two jobs at once; the time limit's two minutes are waited for
+    once): one job `scontrol requeue`d mid-fit, one paused until its time limit's signal, requeued by submitit."""
+    uri = cluster["uri"]
+    requeue, timeout = tmp_path / "requeue", tmp_path / "timeout"  # each study's folder, pause file and job name
+    requeue.mkdir()
+    timeout.mkdir()
     # 2 minutes, the USR2 warning 30 s before (SLURM may send it up to a minute early), one requeue allowed
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=1"]
-    sweep = start_sweep(tmp_path, [*slurm(cluster, name, *limits), *tiny(demo_dir, experiment)], uri,
-                        pause(tmp_path, 150))
-    wait_for(paused.exists, 300, "the job to reach its pause", sweep)
-    (job_id,) = wait_for(lambda: squeue(name), 30, "the running job")
-    while sweep.process.poll() is None:  # paused until the time limit's signal; once started again, no pause
-        if restarts(job_id) >= 1 and paused.exists():
-            paused.unlink(missing_ok=True)
+    timed = start_sweep(timeout, [*slurm(cluster, f"timeout-{experiment}", *limits),
+                                  *tiny(demo_dir, f"{experiment}-timeout")], uri, pause(timeout, 150))
+    requeued = start_sweep(requeue, [*slurm(cluster, f"requeue-{experiment}"), *tiny(demo_dir, f"{experiment}-requeue"),
+                                     f"hydra.sweep.dir={requeue / 'sweep'}"], uri, pause(requeue, 150))
+    timed_id = job_id = None  # whichever job pauses first is handled first: the node may run them one at a time
+    deadline = time.monotonic() + 900
+    while timed.process.poll() is None or requeued.process.poll() is None:
+        assert time.monotonic() < deadline, (timed.output[-2000:], requeued.output[-2000:])
+        if timed_id is None and (timeout / "paused").exists() and (running := squeue(f"timeout-{experiment}")):
+            (timed_id,) = running  # paused until its time limit's signal
+        if job_id is None and (requeue / "paused").exists():
+            job_id = running_with_a_checkpoint(f"requeue-{experiment}", requeue / "sweep")
+            if job_id is not None:
+                subprocess.run(["scontrol", "requeue", job_id], check=True)
+                (requeue / "paused").unlink()  # it stops at its next step (SIGTERM), KILLED; SLURM starts it again
+        for job, folder in ((job_id, requeue), (timed_id, timeout)):
+            if job is not None and restarts(job) >= 1 and (folder / "paused").exists():
+                (folder / "paused").unlink(missing_ok=True)  # started again: no more pauses
         time.sleep(0.5)
-    assert sweep.wait(600) == 0, sweep.output[-4000:]
+    assert job_id is not None and timed_id is not None, (timed.output[-2000:], requeued.output[-2000:])
+    assert requeued.wait(60) == 0, requeued.output[-4000:]
+    assert timed.wait(60) == 0, timed.output[-4000:]
 
-    (parent,), (job,) = sweep_runs(uri, experiment)
+    (parent,), (job,) = sweep_runs(uri, f"{experiment}-requeue")  # no second run for the requeued job
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 1
+    assert job.info.status == "FINISHED" and job.data.tags["slurm_job_id"] == job_id
+    assert int(job.data.tags["slurm_restarts"]) >= 1 and "resumed_from" in job.data.tags
+    _assert_each_step_once(uri, job)
+    (parent,), (job,) = sweep_runs(uri, f"{experiment}-timeout")
     assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 1
     assert job.info.status == "FINISHED" and job.data.tags["slurm_restarts"] == "1"
     assert "resumed_from" in job.data.tags
     _assert_each_step_once(uri, job)
 
 
-def test_a_replicates_auto_study_submits_one_array_per_round_and_finishes(cluster, experiment, demo_dir, tmp_path):
-    uri = cluster["uri"]
+@pytest.fixture(scope="module")
+def auto_study(cluster, demo_dir, tmp_path_factory):
+    """A blocking replicates=auto study (two rounds first, at most three) of the configurations the left study
+    runs, run once: its test reads its rounds, and its first two rounds (replicates 0 and 1, seeds 0 and 1) are
+    the uninterrupted run the left study's objectives are compared with."""
+    experiment = f"cluster-auto-{uuid.uuid4().hex[:8]}"
     study = [*slurm(cluster, f"auto-{experiment}"),
              *tiny(demo_dir, experiment, "data.batch_size=8,16", "replicates=auto", "replicates_auto.first=2",
                    "replicates_auto.most=3")]
-    sweep = run_sweep(tmp_path, study, uri)
+    sweep = run_sweep(tmp_path_factory.mktemp("auto"), study, cluster["uri"])
     assert sweep.process.returncode == 0, sweep.output[-4000:]
-    (parent,), jobs = sweep_runs(uri, experiment)
+    return sweep_runs(cluster["uri"], experiment)
+
+
+def test_a_replicates_auto_study_submits_one_array_per_round_and_finishes(auto_study):
+    (parent,), jobs = auto_study
     assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == len(jobs)
     assert all(r.info.status == "FINISHED" for r in jobs) and 4 <= len(jobs) <= 6
     arrays = {r.data.tags["round"]: r.data.tags["slurm_job_id"].partition("_")[0] for r in jobs}
-    assert len(set(arrays.values())) == len(arrays)  # one array per round
+    assert len(arrays) >= 2 and len(set(arrays.values())) == len(arrays)  # one array per round
     placed = [(r.data.tags["config_index"], r.data.tags["replicate"]) for r in jobs]
     assert len(placed) == len(set(placed))  # each job of the study once
 
@@ -208,8 +216,8 @@ def test_postgresql_uri_as_users_write_it(cluster, experiment, demo_dir, tmp_pat
     assert run.info.status == "FINISHED" and logged_steps(cluster["postgres"], run.info.run_id)
 
 
-def test_a_study_submitted_and_left_is_finished_later_with_the_verdict_of_a_blocking_run(
-        cluster, experiment, demo_dir, tmp_path):
+def test_a_study_submitted_and_left_is_finished_later_with_the_objectives_of_a_blocking_run(
+        cluster, experiment, demo_dir, tmp_path, auto_study):
     uri, name = cluster["uri"], f"leave-{experiment}"
     study = ["data.batch_size=8,16", "replicates=2"]
     # two of its tasks at a time: the others are still pending when the submitting process has left
@@ -248,16 +256,15 @@ def test_a_study_submitted_and_left_is_finished_later_with_the_verdict_of_a_bloc
     for run in jobs:
         _assert_each_step_once(uri, run)
 
-    blocking = run_sweep(tmp_path, [*slurm(cluster, f"block-{experiment}"),
-                                    *tiny(demo_dir, f"{experiment}-blocking", *study),
-                                    f"hydra.sweep.dir={tmp_path / 'blocking'}"], uri)
-    assert blocking.process.returncode == 0, blocking.output[-4000:]
-    (blocked,), blocked_jobs = sweep_runs(uri, f"{experiment}-blocking")
+    # the same jobs trained to the same place as the blocking replicates=auto study's first two rounds (not the
+    # verdicts: a speed verdict on this loaded 2-core host read "fastest" for one study and "tie" for another when
+    # a job of one ran minutes later, at another load)
+    (blocked,), blocked_jobs = auto_study
 
     def results(runs):
         return {(r.data.tags["config"], r.data.tags["replicate"]): round(r.data.metrics["objective"], 6) for r in runs}
 
-    assert results(jobs) == results(blocked_jobs)  # the same jobs trained to the same place
-    # (not the verdicts: a speed verdict on this loaded 2-core host read "fastest" for one and "tie" for the other
-    # when a job of one ran minutes later, at another load)
+    reference = results(blocked_jobs)
+    assert set(results(jobs)) <= set(reference), (sorted(results(jobs)), sorted(reference))
+    assert results(jobs) == {key: reference[key] for key in results(jobs)}
     assert blocked.info.status == parent.info.status == "FINISHED"
