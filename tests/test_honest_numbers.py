@@ -63,6 +63,7 @@ def _job(demo_dir, cost: FirstShapeCost, *overrides: str, max_steps: int = 40) -
     return timer.summary, task
 
 
+@pytest.mark.slow  # ~30 s-2 min: two jobs timed in one process (fast sibling: the shape warm-up tests)
 def test_the_first_job_in_a_process_is_as_fast_as_a_job_that_pays_no_first_shape_cost(demo_dir):
     cold, _ = _job(demo_dir, FirstShapeCost())  # the first job of a sweep: every shape is new to the process
     free, _ = _job(demo_dir, FirstShapeCost(first_shape_seconds=0.0))
@@ -76,6 +77,7 @@ def test_the_first_job_in_a_process_is_as_fast_as_a_job_that_pays_no_first_shape
     assert 1 < cold["summary/batch_shapes"] <= 64 // 8  # buckets: a few multiples of data.pad_multiple
 
 
+@pytest.mark.slow  # ~15-50 s: the control of the test above
 def test_per_batch_widths_would_make_the_first_job_pay_in_its_timed_steps(demo_dir):
     """The same check with data.pad_to=batch (the old default): too many widths to warm up, so the first job meets
     new ones inside its timed steps and the run says so."""

@@ -58,6 +58,7 @@ def test_an_mlx_run_matches_the_cpu_run_and_is_recorded_the_same_way(demo_dir, m
         assert torch.load(run.data.tags["checkpoint"], weights_only=True)[CHECKSUM_KEY]["algorithm"] == CHECKSUM_ALGORITHM
 
 
+@pytest.mark.slow  # ~15-55 s: a paGating run on MLX and on the CPU (fast sibling: the TextBridge one above)
 def test_the_lm_logs_alpha_as_the_lightning_path_does(demo_dir, mlflow_uri):
     overrides = ["model=pagating_lm", "debug=smoke", "model.alpha=cosine", "logger.system_metrics_after_s=null",
                  "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=2",

@@ -234,7 +234,9 @@ def assert_curves_match(mlx_losses: list[float], torch_losses: list[float]) -> N
 
 
 @pytest.mark.parametrize("compiled", [False, COMPILED])
-@pytest.mark.parametrize("name,freeze", [("adamw", "none"), ("adam_l2", "none"), ("adamw", "trunk_except_last")])
+@pytest.mark.parametrize("name,freeze", [("adamw", "none"),  # the others ~10-50 s each here: slow
+                                         pytest.param("adam_l2", "none", marks=pytest.mark.slow),
+                                         pytest.param("adamw", "trunk_except_last", marks=pytest.mark.slow)])
 def test_textbridge_loss_curve_matches(name, freeze, compiled):
     cfg = OptimConfig(**{**OPTIM.__dict__, "name": name})
     model, port = textbridge_pair(freeze=freeze)
@@ -246,7 +248,8 @@ def test_textbridge_loss_curve_matches(name, freeze, compiled):
 
 
 @pytest.mark.parametrize("compiled", [False, COMPILED])
-@pytest.mark.parametrize("alpha", [0.3, "learnable", "cosine"])
+@pytest.mark.parametrize("alpha", [0.3, pytest.param("learnable", marks=pytest.mark.slow),  # ~10-50 s each here
+                                   pytest.param("cosine", marks=pytest.mark.slow)])  # (their gradients: fast, above)
 def test_gpt_loss_curve_matches(alpha, compiled):
     model, port = gpt_pair(alpha=alpha, unit_options={"schedule_steps": STEPS})
     batches = lm_batches()

@@ -345,6 +345,7 @@ def test_the_probe_stops_after_the_largest_configuration_where_it_fills_the_gpu(
     assert packing.choose(probe, 1, 4).lanes_per_gpu == 1
 
 
+@pytest.mark.slow  # ~15-75 s: two real smoke fits in the probe (fast siblings: the probe's unit tests with a fake allocator)
 def test_the_probe_measures_every_configuration_alone_where_the_gpu_stays_idle(monkeypatch, tmp_path, demo_dir):
     probe = _probe(monkeypatch, tmp_path, demo_dir, busy=20)
     assert sorted(probe.step_time_s) == [0, 1] and all(t > 0 for t in probe.step_time_s.values())

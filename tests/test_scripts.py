@@ -38,6 +38,7 @@ def _verdict_simulation():
     return verdict_simulation
 
 
+@pytest.mark.slow  # ~20 s-2 min: 800 simulated studies (fast siblings: test_verdict's A/A sweeps, the 2x cell below)
 def test_aa_studies_order_nothing_on_the_cheap_paths():
     """scripts/verdict_simulation.py (docs/verdict.md's 2,000-study tables) at a size a test can run, through the
     project's verdict, stop rule and replicates=auto: identical configurations with the default target, with an

@@ -60,6 +60,7 @@ def _assert_same_curve(curve: LossRecorder, eager: LossRecorder, rtol: float = 1
     torch.testing.assert_close(torch.tensor(curve.lrs), torch.tensor(eager.lrs))
 
 
+@pytest.mark.slow  # ~1-4 min with its set-up: a CUDA-graph step path run on the CPU against the plain one
 def test_cuda_graph_step_path_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch, graph_path_on_cpu):
     monkeypatch.chdir(tmp_path)
     curve = _curve(demo_dir, monkeypatch, "cuda_graph=true")
@@ -67,6 +68,7 @@ def test_cuda_graph_step_path_keeps_the_loss_curve(eager_curve, demo_dir, tmp_pa
     _assert_same_curve(curve, eager_curve)
 
 
+@pytest.mark.slow  # ~30 s-2.5 min: two 40-step runs on the CPU
 def test_fused_optimizer_keeps_the_loss_curve(eager_curve, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _assert_same_curve(_curve(demo_dir, monkeypatch, "optim.implementation=fused"), eager_curve)
