@@ -301,26 +301,6 @@ def test_the_lightning_side_counts_samples_with_the_timers_samples_per_step():
     assert seen == [640, 480.0]
 
 
-@pytest.mark.parametrize(("stop", "reads"), [({}, 0), ({"patience": 3}, 1), ({"behind": 2.0}, 1),
-                                             ({"at_target": True}, 1)])
-def test_the_search_asks_for_the_stop_decisions_whenever_stopconfig_says_a_rule_is_on(stop, reads):
-    """The Optuna search's "is any stop rule on" is StopConfig's own answer (no copy of it over the raw config), so
-    a rule StopConfig turns on is never silently without Optuna pruning."""
-    import dataclasses
-    from types import SimpleNamespace
-
-    from omegaconf import OmegaConf
-
-    from sweeplab.sweep.search import OptunaSearch
-
-    search = OptunaSearch(None, None, None, 1, 1, None)
-    search.config = OmegaConf.create({"stop": {**dataclasses.asdict(stopping.StopConfig()), **stop}})
-    calls = []
-    search.study = SimpleNamespace(read=lambda: calls.append(1))
-    assert search._stop_reasons([0]) == {}
-    assert len(calls) == reads
-
-
 # --- each rule owns its settings: one class and one entry in the registry -------------------------------------------
 
 
