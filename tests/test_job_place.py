@@ -124,3 +124,15 @@ def test_a_real_sweep_job_records_the_place_its_config_gives(demo_dir, mlflow_ur
     (job,) = [r for r in runs if r.data.tags.get("sweeplab.role") != "sweep"]
     assert {k: job.data.tags.get(k) for k in ("round", "config_index", "replicate")} == {
         "round": "0", "config_index": "0", "replicate": "0"}
+
+
+def test_the_line_that_starts_a_job_names_its_configs_place(monkeypatch):
+    """The sweep callback's "configuration 1, replicate 0" (Hydra hands on_job_start the job's whole config)."""
+    from sweeplab.sweep.callback import _placement
+
+    monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "5")
+    monkeypatch.setenv(channels.REPLICATE_ENV, "4")
+    placed = [f"hydra.job.env_set.{channels.CONFIG_INDEX_ENV}=1", f"hydra.job.env_set.{channels.REPLICATE_ENV}=0"]
+    assert _placement(compose_train(["replicates=2", *placed], return_hydra_config=True)) == "configuration 1, replicate 0"
+    assert _placement(compose_train(["replicates=2"], return_hydra_config=True)) == ""
+    assert _placement(compose_train(placed, return_hydra_config=True)) == ""  # one replicate: nothing to tell apart

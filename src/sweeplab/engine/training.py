@@ -89,7 +89,7 @@ def scheduler_record() -> JobRun:
                   slurm_array_index=index or None)
 
 
-def _replicate_record(p: JobPlan, sweep_dir: str | None, place: JobPlace) -> JobRun:
+def _replicate_record(p: JobPlan, sweep_dir: str | None, place: JobPlace = NOWHERE) -> JobRun:
     """What the verdict groups and pairs a sweep job by (sweeplab.study.replicates): its configuration (the swept values,
     the same in every replicate), seed, host, and its place (core/place.py: the replicate, round, configuration index
     and concurrency the sweeplab sweeper composed into this job's config). None outside a sweep."""
