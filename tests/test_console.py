@@ -70,17 +70,16 @@ def test_the_progress_line_counts_jobs_from_zero_and_names_configuration_and_rep
     assert progress_line(11, "1000 20", 1100.0).startswith("sweep: job 11 (the 12th of 20; ")
 
 
-def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir, monkeypatch):
+def test_a_replicates_run_name_says_which_replicate_it_is(demo_dir):
     from conftest import smoke_config
-    from sweeplab.core.channels import REPLICATE_ENV
     from sweeplab.engine.plan import plan
     from sweeplab.tracking.naming import run_name
 
-    monkeypatch.setenv(REPLICATE_ENV, "2")
     replicated = smoke_config(demo_dir, "replicates=3")
-    assert " rep=2 " in f" {run_name(plan(replicated), replicated)} "
+    assert " rep=2 " in f" {run_name(plan(replicated), replicated, 2)} "
+    assert " rep=0 " in f" {run_name(plan(replicated), replicated, 0)} "  # replicate 0 is a replicate too
     single = smoke_config(demo_dir)
-    assert "rep=" not in run_name(plan(single), single)
+    assert "rep=" not in run_name(plan(single), single, 2)
 
 
 def test_coremltools_int64_note_is_dropped_and_its_other_warnings_stay(caplog):

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from conftest import smoke_config
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError
+from sweeplab.core.place import JobPlace
 from sweeplab.core.records import JOB
 from sweeplab.engine.plan import plan
 from sweeplab.engine.training import train
@@ -65,10 +66,9 @@ def test_a_job_of_a_round_stops_behind_the_posted_leader(demo_dir, mlflow_uri, t
     that has not reached it stops as behind at its first validation; its time to target is then censored."""
     sweep_dir = tmp_path / "sweep"  # round 1: round 0 trains to the end for the quality (stop.quality_round)
     stopping.RoundBoard(sweep_dir / "stop" / "round-1.json").post(0.001, "0")
-    monkeypatch.setenv(channels.ROUND_ENV, "1")
-    monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "1")
     monkeypatch.setattr("sweeplab.engine.training._hydra_runtime", lambda: (tmp_path / "out", str(sweep_dir)))
-    train(smoke_config(demo_dir, "stop.behind=2", "report.target=0.999"))  # a smoke run never reaches it
+    # a smoke run never reaches it
+    train(smoke_config(demo_dir, "stop.behind=2", "report.target=0.999"), place=JobPlace(config_index=1, round=1))
     (run,) = MlflowClient(mlflow_uri).search_runs(["1"])
     assert run.info.status == "FINISHED" and run.data.tags[JOB.stop_reason] == "behind"
     assert run.data.tags[JOB.stop_step] == "10"
@@ -134,23 +134,20 @@ def test_the_leader_posts_its_curve_past_its_target_and_a_better_slower_learner_
     assert slow.at_validation(0.50, 4.0, samples_seen=400) == "behind"
 
 
-def test_the_quality_round_is_never_stopped(tmp_path, monkeypatch):
+def test_the_quality_round_is_never_stopped(tmp_path):
     """stop.quality_round: round 0 trains every configuration to its last step, so every configuration's quality is
     measured once even when its other jobs stop at the target or behind."""
-    from sweeplab.core import channels
-
-    for round_, expected in (("0", None), ("1", "behind")):
+    for round_, expected in ((0, None), (1, "behind")):
         stopping.RoundBoard(tmp_path / "stop" / f"round-{round_}.json").post(1.0, "0", [(100, 0.5)])
-        monkeypatch.setenv(channels.ROUND_ENV, round_)
-        monkeypatch.setenv(channels.CONFIG_INDEX_ENV, "1")
-        rule = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, behind=1.5), 0.5, "max", tmp_path)
+        rule = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, behind=1.5), 0.5, "max", tmp_path,
+                                              JobPlace(config_index=1, round=round_))
         assert rule.at_validation(0.1, 3.0, samples_seen=300) == expected
         assert rule.at_validation(0.9, 4.0, samples_seen=400) in (None, "target")
+    round_zero = JobPlace(config_index=1, round=0)
     off = stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True, quality_round=False), 0.5, "max",
-                                         tmp_path)
-    monkeypatch.setenv(channels.ROUND_ENV, "0")
+                                         tmp_path, round_zero)
     assert stopping.StopRule.for_this_job(stopping.StopConfig(at_target=True), 0.5, "max",
-                                          tmp_path).at_validation(0.9, 1.0, 100) is None
+                                          tmp_path, round_zero).at_validation(0.9, 1.0, 100) is None
     assert off.at_validation(0.9, 1.0, 100) == "target"
 
 

@@ -14,6 +14,7 @@ from sweeplab.core import bytecode, channels, cli, interrupts, orphans, wall
 from sweeplab.core.console import quiet_libraries
 from sweeplab.core.errors import exit_on_user_error, is_user_error, user_message
 from sweeplab.core.outcome import JobOutcome
+from sweeplab.core.place import JobPlace
 from sweeplab.engine import settings
 from sweeplab.runtime.availability import refuse_absent_backend
 from sweeplab.study import replicates
@@ -22,6 +23,17 @@ from sweeplab.sweep.study import end_open_study
 
 log = logging.getLogger("sweeplab")
 quiet_libraries()
+
+
+def job_place() -> JobPlace:
+    """This job's place in its study, read once, here: from its config as Hydra composed it (`hydra.job.env_set`, where
+    the sweeplab sweeper writes it; conf/train.yaml declares it empty), which Hydra also sets in the job's environment
+    for its children (DDP ranks, which Lightning starts as single runs: empty there, as before). Only the lane comes
+    from the environment: the lanes launcher's worker sets it there before each job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    env_set = dict(HydraConfig.get().job.env_set or {}) if HydraConfig.initialized() else {}
+    return JobPlace.of_env_set({**env_set, channels.LANE_ENV: os.environ.get(channels.LANE_ENV)})
 
 
 def _in_multirun() -> bool:
@@ -44,6 +56,7 @@ def main(cfg: DictConfig) -> JobOutcome | None:
     if os.environ.get(channels.LAUNCHER_PID_ENV) == str(os.getpid()):
         bytecode.warn_once(log)
 
+    place = job_place()
     try:
         settings.check_config(cfg)  # every setting's value, in milliseconds, before the heavy imports
         replicates.replicates_setting(cfg)  # a single job's too: replicates=sometimes means nothing anywhere
@@ -53,7 +66,7 @@ def main(cfg: DictConfig) -> JobOutcome | None:
         # installed the signal handlers before they load
         from sweeplab.engine.training import run_job
 
-        return run_job(cfg)  # what the job did, for its sweeper (Hydra's JobReturn.return_value)
+        return run_job(cfg, place)  # what the job did, for its sweeper (Hydra's JobReturn.return_value)
     except Exception as exc:
         expected = is_user_error(exc)
         if _in_multirun():
@@ -63,8 +76,8 @@ def main(cfg: DictConfig) -> JobOutcome | None:
             # One failed job must not end the sweep: it is recorded as a FAILED run (reason in its `error` tag),
             # the other jobs run, the report lists it and the sweep's exit code says so.
             log.error("job failed: %s", user_message(exc) if expected else f"{type(exc).__name__}: {exc}", exc_info=not expected)
-            record_failed_job(cfg, exc)
-            return failed_outcome(exc)
+            record_failed_job(cfg, exc, place)
+            return failed_outcome(exc, place)
         exit_on_user_error(exc)
 
 

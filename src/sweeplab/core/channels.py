@@ -61,12 +61,13 @@ OPTUNA_RESULTS_FILE = "optimization_results.yaml"
 
 # A replicated sweep's place of each job (sweeplab.study.replicates): its replicate r (seed `seed + r`), the round it ran
 # in, its configuration's index in the grid (0: the baseline of the verdict), and how many jobs the launcher ran at
-# once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job, which Hydra's
-# run_job sets in the job's own process wherever the launcher runs it; read by training.run_tags, which records
-# them as the run's tags `replicate`, `round`, `config_index`, `concurrent_jobs`, by the stop rules
-# (policies/stopping: the round's board, the baseline, the quality round) and by the sweep callback's line that starts
-# a job ("configuration 1, replicate 2"). The environment: the overrides of one batch reach joblib workers and
-# submitit jobs, a Python object from the sweeper would not.
+# once on its host. Written by the sweeplab sweeper as `hydra.job.env_set` overrides of each job (part of the job's
+# config wherever the launcher runs it: in process, joblib workers, submitit jobs; Hydra also sets them in the job's
+# environment, which its children inherit). The job reads them once, from that config, into a core/place.JobPlace
+# (sweeplab.train.job_place; no other module reads them from os.environ: tests/test_job_place.py) and hands it to
+# training's run tags `replicate`, `round`, `config_index`, `concurrent_jobs`, the stop rules (policies/stopping: the
+# round's board, the baseline, the quality round) and its outcome; the sweep callback's line that starts a job
+# ("configuration 1, replicate 2") reads the same config.
 REPLICATE_ENV = "SWEEPLAB_REPLICATE"
 ROUND_ENV = "SWEEPLAB_ROUND"
 CONFIG_INDEX_ENV = "SWEEPLAB_CONFIG_INDEX"

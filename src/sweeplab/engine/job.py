@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from sweeplab.callbacks.faults import pause_in
 from sweeplab.core import files, interrupts, wall
 from sweeplab.core.files import hold_run_lock, run_lock_is_free
+from sweeplab.core.place import NOWHERE, JobPlace
 from sweeplab.core.records import JOB, JobRun
 from sweeplab.engine.plan import JobPlan, model_params
 from sweeplab.export import export_after_training
@@ -47,6 +48,7 @@ class Job:
     logger: Any = None  # tracking.run_logger.ResumingMLFlowLogger
     resume_ckpt: Path | None = None
     sweep_dir: Path | None = None  # the sweep's directory, for a job of a sweep
+    place: JobPlace = NOWHERE  # its place in the study (core/place.py), as sweeplab.train read it from its config
 
     @property
     def run_id(self) -> str | None:

@@ -218,7 +218,7 @@ __all__ = ["LoggedLossProgressBar", "fit", "fresh_compiler"]
 def _stop_callback(job: Job, timer: ThroughputTimer) -> StopWhatIsDecided:
     """stop.at_target / stop.behind (policies/stopping.py), with this job's round board and its place in the grid."""
     p = job.plan
-    rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir)
+    rule = stopping.StopRule.for_this_job(p.stop, p.stop_target, p.family.monitor_mode, job.sweep_dir, job.place)
 
     def record(stopped: JobRun) -> None:
         if job.run is not None:

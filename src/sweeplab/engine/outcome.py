@@ -3,10 +3,8 @@ so a test reads a run back as a job does without importing one."""
 
 from __future__ import annotations
 
-import os
-
-from sweeplab.core import channels
 from sweeplab.core.outcome import JobOutcome, Validation
+from sweeplab.core.place import JobPlace
 from sweeplab.core.records import JobRun
 from sweeplab.tracking import runs
 
@@ -23,15 +21,8 @@ def recorded_outcome(uri: str, run_id: str, objective: float | None) -> JobOutco
                       dict(run.metrics), record.monitor, history)
 
 
-def failed_outcome(exc: BaseException) -> JobOutcome:
+def failed_outcome(exc: BaseException, place: JobPlace) -> JobOutcome:
     """What a sweep job that failed returns (sweeplab.engine.training.record_failed_job recorded its FAILED run)."""
-    return JobOutcome("FAILED", None, *place(), run_id=getattr(exc, "sweeplab_run_id", None))
+    return JobOutcome("FAILED", None, place.config_index, place.replicate, place.round,
+                      run_id=getattr(exc, "sweeplab_run_id", None))
 
-
-def place() -> tuple[int | None, int | None, int | None]:
-    """The job's place in its study, (configuration index, replicate, round), as the sweeplab sweeper set it."""
-    def placed(variable: str) -> int | None:
-        value = os.environ.get(variable)
-        return int(value) if value and value.lstrip("-").isdigit() else None
-
-    return placed(channels.CONFIG_INDEX_ENV), placed(channels.REPLICATE_ENV), placed(channels.ROUND_ENV)

@@ -22,15 +22,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab.callbacks.checkpoints import best_files
-from sweeplab.core import channels, files, host_arch, interrupts, wall
+from sweeplab.core import files, host_arch, interrupts, wall
 from sweeplab.core.channels import COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_FOLDER
 from sweeplab.core.errors import ConfigError, UserError
 from sweeplab.core.files import check_writable_dir
 from sweeplab.core.outcome import JobOutcome
+from sweeplab.core.place import NOWHERE, JobPlace
 from sweeplab.core.records import JOB, JobRun, merged
 from sweeplab.engine import lightning_fit
 from sweeplab.engine.job import FitResult, Job, finish, hold_run_lock, resolve_model
-from sweeplab.engine.outcome import place, recorded_outcome
+from sweeplab.engine.outcome import recorded_outcome
 from sweeplab.engine.plan import JobPlan, job_params, plan
 from sweeplab.runtime import backends, devices, distributed
 from sweeplab.tasks.checkpoint import read_checkpoint
@@ -52,7 +53,7 @@ def _hydra_runtime() -> tuple[Path, str | None]:
         return Path.cwd() / "outputs", None
 
 
-def run_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
+def run_record(p: JobPlan, sweep_dir: str | None, place: JobPlace = NOWHERE) -> JobRun:
     """What a new job run says about itself (its tags), as it is opened."""
     return merged(
         JobRun(
@@ -72,7 +73,7 @@ def run_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
         backends.mps_fallback_record(p.backend),
         host_arch.host_record(),
         _preset_record(),
-        _replicate_record(p, sweep_dir),
+        _replicate_record(p, sweep_dir, place),
         scheduler_record(),
     )
 
@@ -88,23 +89,18 @@ def scheduler_record() -> JobRun:
                   slurm_array_index=index or None)
 
 
-def _replicate_record(p: JobPlan, sweep_dir: str | None) -> JobRun:
+def _replicate_record(p: JobPlan, sweep_dir: str | None, place: JobPlace = NOWHERE) -> JobRun:
     """What the verdict groups and pairs a sweep job by (sweeplab.study.replicates): its configuration (the swept values,
-    the same in every replicate), seed, host, and the replicate, round, configuration index and concurrency the
-    sweeplab sweeper set in this job's environment. None outside a sweep."""
+    the same in every replicate), seed, host, and its place (core/place.py: the replicate, round, configuration index
+    and concurrency the sweeplab sweeper composed into this job's config). None outside a sweep."""
     if sweep_dir is None:
         return JobRun()
-
-    def placed(variable: str) -> str | None:  # set by the sweeplab sweeper in this job's environment
-        return os.environ.get(variable) or None
-
     gpus = distributed.job_gpus(p.backend)  # the GPU(s) it ran on (joblib_gpus: rotated per round)
     return JobRun(config=naming.config_key(), seed=p.container.get(JOB.seed, 0),  # the config key the tag records
                   host=platform.node(),
-                  replicate=placed(channels.REPLICATE_ENV), round=placed(channels.ROUND_ENV),
-                  config_index=placed(channels.CONFIG_INDEX_ENV), concurrent_jobs=placed(channels.CONCURRENT_JOBS_ENV),
-                  gpu=",".join(gpus) if gpus else None, lanes_per_gpu=placed(channels.LANES_PER_GPU_ENV),
-                  solo_step_time_s=placed(channels.SOLO_STEP_TIME_ENV), lane=placed(channels.LANE_ENV))
+                  replicate=place.replicate, round=place.round, config_index=place.config_index,
+                  concurrent_jobs=place.concurrent_jobs, gpu=",".join(gpus) if gpus else None,
+                  lanes_per_gpu=place.lanes_per_gpu, solo_step_time_s=place.solo_step_time_s, lane=place.lane)
 
 
 def _preset_record() -> JobRun:
@@ -133,26 +129,28 @@ def share_compile_cache(sweep_dir: str | None, scope: str = "study") -> None:
         os.environ[COMPILE_CACHE_DIR_ENV] = str(Path(sweep_dir).resolve() / COMPILE_CACHE_FOLDER)
 
 
-def train(cfg: DictConfig, output_dir: Path | None = None) -> float | None:
+def train(cfg: DictConfig, output_dir: Path | None = None, place: JobPlace = NOWHERE) -> float | None:
     """Run one job; returns the monitored validation metric (what a sweeper optimises). `output_dir` (checkpoints,
-    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own.
+    export) defaults to Hydra's job dir; callers outside Hydra (profile, bench) pass their own. `place`: the job's
+    place in its study (core/place.py), none for a job that is not a sweep's.
 
     A stop request (sweeplab.core.interrupts) that came before the fit loop is checked between these stages."""
-    return _train(cfg, output_dir)[0]
+    return _train(cfg, output_dir, place)[0]
 
 
-def run_job(cfg: DictConfig) -> JobOutcome:
+def run_job(cfg: DictConfig, place: JobPlace = NOWHERE) -> JobOutcome:
     """sweeplab.train's task function: run one job and return what it did (sweeplab.core.outcome), which Hydra hands
     the sweeper. A tracked job of a sweep reads its own ended run back once (the run and its monitored metric's
-    history) so that its sweeper decides from what the report will read, without reading the store itself."""
-    monitored, job, uri = _train(cfg, None)
+    history) so that its sweeper decides from what the report will read, without reading the store itself. `place`: the
+    job's place in its study, as sweeplab.train read it from the job's config (core/place.py)."""
+    monitored, job, uri = _train(cfg, None, place)
     objective = JobOutcome.finite(monitored)
     if uri is None or job.run_id is None or job.sweep_dir is None:
-        return JobOutcome("FINISHED", objective, *place())
+        return JobOutcome("FINISHED", objective, place.config_index, place.replicate, place.round)
     return recorded_outcome(uri, job.run_id, objective)
 
 
-def _train(cfg: DictConfig, output_dir: Path | None) -> tuple[float | None, Job, str | None]:
+def _train(cfg: DictConfig, output_dir: Path | None, place: JobPlace = NOWHERE) -> tuple[float | None, Job, str | None]:
     """train(cfg)'s work: (the monitored metric, the job, the store's URI where the job was tracked, else None)."""
     wall.start_job()  # the job's wall breakdown (summary/wall_breakdown/*): the first job of a process from its start
     interrupts.check()
@@ -169,7 +167,7 @@ def _train(cfg: DictConfig, output_dir: Path | None) -> tuple[float | None, Job,
     wall.mark("resume_check")
     job = Job(p, target.output_dir if target is not None else output_dir,
               resume_ckpt=target.checkpoint if target is not None else None,
-              sweep_dir=Path(sweep_dir) if sweep_dir is not None else None)
+              sweep_dir=Path(sweep_dir) if sweep_dir is not None else None, place=place)
     check_writable_dir(job.output_dir / "checkpoints")  # before the run exists, not at the first checkpoint
     interrupts.check()
     with _one_process(job, target, uri):  # one process per run, before the run is opened or continued
@@ -245,9 +243,10 @@ def _check_still_unfinished(job: Job, target: resume.ResumePoint, uri: str) -> N
 
 def _train_tracked(job: Job, target: resume.ResumePoint | None, cfg: DictConfig, uri: str, sweep_dir: str | None):
     p = job.plan
-    record = run_record(p, sweep_dir)  # the device's name (on CUDA: its initialisation) and the git commit, before
+    record = run_record(p, sweep_dir, job.place)  # the device's name (on CUDA: its initialisation) and the git commit, before
     wall.mark("run_tags")  # MLflow's
-    record = merged(record, JobRun(name=naming.run_name(p, cfg), parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
+    record = merged(record, JobRun(name=naming.run_name(p, cfg, job.place.replicate),
+                                   parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
                                    config_params=job_params(p)))
     with wall.clock().within("mlflow"):
         job.run = mlflow_store.JobRun(uri, p.logger.experiment_name, record,
@@ -408,7 +407,7 @@ def _run_of_checkpoint(point: resume.ResumePoint, checkpoint: dict, p: JobPlan, 
     return dataclasses.replace(point, extends=run_id)
 
 
-def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
+def record_failed_job(cfg: DictConfig, exc: BaseException, place: JobPlace = NOWHERE) -> None:
     """Make sure a failed sweep job has a FAILED MLflow run, also when it failed before its run existed."""
     if getattr(exc, "sweeplab_run_id", None):  # JobRun already marked its run FAILED
         return
@@ -422,8 +421,7 @@ def record_failed_job(cfg: DictConfig, exc: BaseException) -> None:
         record = JobRun(name=naming.failed_job_name(family), family=family, sweep_id=naming.sweep_id(sweep_dir),
                         parent_run_id=mlflow_store.read_parent_run_id(sweep_dir),
                         # which job it was: a continued study that runs that job again supersedes this run
-                        replicate=os.environ.get(channels.REPLICATE_ENV) or None,
-                        config_index=os.environ.get(channels.CONFIG_INDEX_ENV) or None)
+                        replicate=place.replicate, config_index=place.config_index)
         mlflow_store.JobRun(uri, logger.get("experiment_name", "sweeplab"), record).fail(exc)
     except Exception as again:
         log.warning("could not record the failed job in MLflow: %s", again)

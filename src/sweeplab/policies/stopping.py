@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol
@@ -44,6 +43,7 @@ from annotated_types import Ge, Gt
 from sweeplab.core import channels
 from sweeplab.core.errors import ConfigError
 from sweeplab.core.files import write_text_atomic
+from sweeplab.core.place import JobPlace
 from sweeplab.core.records import SWEEP
 
 
@@ -71,12 +71,11 @@ class RoundBoard:
     path: Path
 
     @classmethod
-    def of_this_job(cls, sweep_dir: str | Path | None) -> RoundBoard | None:
+    def of_this_job(cls, sweep_dir: str | Path | None, place: JobPlace) -> RoundBoard | None:
         """The board of this job's round (None outside a replicated sweep)."""
-        round_ = os.environ.get(channels.ROUND_ENV, "")
-        if sweep_dir is None or not round_.isdigit():
+        if sweep_dir is None or place.round is None or place.round < 0:
             return None
-        return cls(Path(sweep_dir) / channels.ROUND_BOARD_FILE.format(round=round_))
+        return cls(Path(sweep_dir) / channels.ROUND_BOARD_FILE.format(round=place.round))
 
     def _read(self) -> dict:
         try:
@@ -400,12 +399,12 @@ class StopRule:
 
     @classmethod
     def for_this_job(cls, stop: Any, target: float | None, mode: str,
-                     sweep_dir: str | Path | None) -> StopRule:
-        """The rules of the job this process runs: its round's board, its place in the grid (index 0, or none: the
-        baseline), and whether it is in the quality round."""
-        index = os.environ.get(channels.CONFIG_INDEX_ENV, "")
-        in_quality_round = stop.quality_round and os.environ.get(channels.ROUND_ENV, "") == "0"
-        return cls(stop, target, mode, RoundBoard.of_this_job(sweep_dir), is_baseline=index in ("", "0"),
+                     sweep_dir: str | Path | None, place: JobPlace) -> StopRule:
+        """The rules of the job `place` says (core/place.py): its round's board, its place in the grid (index 0, or
+        none: the baseline), and whether it is in the quality round."""
+        in_quality_round = bool(stop.quality_round) and place.round == 0
+        index = "" if place.config_index is None else str(place.config_index)
+        return cls(stop, target, mode, RoundBoard.of_this_job(sweep_dir, place), is_baseline=place.is_baseline,
                    config_index=index, measures_quality=in_quality_round)
 
     def at_validation(self, value: float, training_seconds: float | None, samples_seen: float = 0.0) -> str | None:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeplab.core import channels
 from sweeplab.core.errors import UserError
 from sweeplab.core.outcome import JobOutcome
+from sweeplab.core.place import JobPlace
 from sweeplab.core.records import JOB, JobRun
 from sweeplab.runtime import distributed
 from sweeplab.study.rounds import sweeper_class
@@ -107,12 +108,14 @@ class MLflowSweepCallback(Callback):
 
 
 def _placement(config: DictConfig) -> str:
-    """"configuration 1, replicate 2" for a job of a replicated sweep (the sweeplab sweeper sets both in the job's
-    environment); "" otherwise."""
+    """"configuration 1, replicate 2" for a job of a replicated sweep (the sweeplab sweeper composes both into the
+    job's config, `hydra.job.env_set`: core/place.py); "" otherwise."""
     if config.get("replicates", 1) == 1:
         return ""
-    index, replicate = os.environ.get(channels.CONFIG_INDEX_ENV), os.environ.get(channels.REPLICATE_ENV)
-    return f"configuration {index}, replicate {replicate}" if index and replicate else ""
+    place = JobPlace.of_env_set(OmegaConf.select(config, "hydra.job.env_set", default=None))
+    if place.config_index is None or place.replicate is None:
+        return ""
+    return f"configuration {place.config_index}, replicate {place.replicate}"
 
 
 def _in_multirun() -> bool:

@@ -7,7 +7,7 @@ barrier at the end of a round that would idle the GPUs of the round's fast jobs.
 a configuration is compared with the baseline's job of the same round, which ran at about the same time beside the
 same number of jobs. Every job gets its replicate, round, configuration index, how many jobs ran at once on its
 host and, where each job has GPUs of its own (hydra/launcher=joblib_gpus), its GPU slot, rotated per round
-(replicates.gpu_slot), through `hydra.job.env_set` (channels.REPLICATE_ENV ...); training.run_tags records them.
+(replicates.gpu_slot), through `hydra.job.env_set` (channels.REPLICATE_ENV ...), which each job reads from its config (core/place.py).
 With replicates=1 the jobs are the BasicSweeper's, in its order, with the same overrides.
 
 `-m ... resume=true` continues the sweep in `hydra.sweep.dir` (sweeplab.sweep.study.Study.open): its finished jobs are

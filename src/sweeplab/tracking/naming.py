@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sweeplab import CONF_DIR
-from sweeplab.core.channels import REPLICATE_ENV, SWEPT_KEYS_ENV
+from sweeplab.core.channels import SWEPT_KEYS_ENV
 from sweeplab.core.labels import label
 from sweeplab.core.records import JOB
 
@@ -154,9 +154,9 @@ def _conf_default(group_file: str, key: str) -> Any:
         return None
 
 
-def run_name(p, cfg: DictConfig) -> str:
+def run_name(p, cfg: DictConfig, replicate: int | None = None) -> str:
     """A job's run name (p: its training.JobPlan): swept keys first (and in a replicated sweep the replicate,
-    `rep=1`, counted from 0 as its tag), then the family and its own keys, a non-default model size or step budget,
+    `rep=1`, counted from 0 as its tag; the job's place, core/place.py), then the family and its own keys, a non-default model size or step budget,
     and the backend's settings."""
     family_parts = {k: v for k, v in p.family.run_name_parts(cfg).items() if v}
     swept = _swept_values()
@@ -165,8 +165,8 @@ def run_name(p, cfg: DictConfig) -> str:
         if key not in _NAMED_AT_THE_END:
             short = label(key, p.family.labels)
             parts.append(family_parts.pop(key, None) or f"{short}={name_value(value)}")
-    if cfg.get("replicates", 1) != 1 and os.environ.get(REPLICATE_ENV):  # the replicates of a configuration apart
-        parts.append(f"rep={os.environ[REPLICATE_ENV]}")
+    if cfg.get("replicates", 1) != 1 and replicate is not None:  # the replicates of a configuration apart
+        parts.append(f"rep={replicate}")
     parts.append(p.family.name)
     size = OmegaConf.select(cfg, "model.size")
     if "model.size" not in swept and size is not None and size != _conf_default(f"model/{p.family.name}.yaml", "size"):
