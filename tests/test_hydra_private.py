@@ -54,3 +54,16 @@ def test_each_submitit_launchers_row_names_the_cluster_the_plugin_submits_to(nam
 
     cls = getattr(submitit_launcher, name)
     assert launchers.can(cls).cluster == cls._EXECUTOR  # the plugin's private name for it: read here only
+
+
+def test_the_grid_sweeper_sets_what_basic_sweepers_init_sets_and_survives_a_second_plugin_scan():
+    """SweeplabSweeper.__init__ sets BasicSweeper's attributes itself (its __init__'s super(BasicSweeper, self) refused
+    every sweeper made after a second plugin scan: Hydra executes hydra._internal.core_plugins again, in place)."""
+    import importlib
+
+    module_name, _, class_name = BASIC_SWEEPER.rpartition(".")
+    module = importlib.import_module(module_name)
+    basic = getattr(module, class_name)(None, {"a": "1,2"})
+    importlib.reload(module)  # what a second scan does to the module the grid sweeper's base class came from
+    ours = SweeplabSweeper(None, {"a": "1,2"})
+    assert {k: v for k, v in vars(ours).items() if k in vars(basic)} == vars(basic)

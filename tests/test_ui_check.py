@@ -23,7 +23,7 @@ def test_every_sweeplab_name_the_check_reads_exists():
     names = ui_check.sweeplab_names(SCRIPT.read_text(encoding="utf-8"))
     # the names it reads through imports, through modules and through records, however deep
     assert "sweeplab.report.saved_view.SECTION_NAME" in names
-    assert "sweeplab.core.records.CONFIGURATION.verdict_order" in names
+    assert "sweeplab.core.records.CONFIGURATION.curve" in names
     assert "sweeplab.tracking.mlflow_store.latest_sweep" in names
     ui_check.check_names()  # raises CheckFailed naming any that is gone
 

@@ -35,6 +35,16 @@ def runs_replicates(config: DictConfig) -> bool:
     return bool(getattr(sweeper_class(config), "runs_replicates", False))
 
 
+def expands_a_grid(cls: type | None) -> bool:
+    """The sweeper class is Hydra's BasicSweeper or built on it (the sweeplab sweeper). By name: Hydra's plugin scan
+    executes hydra._internal.core_plugins again, in place, in a process that scans twice (tests), so a sweeper class
+    made before holds an earlier BasicSweeper object than the module's, and issubclass said no."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    basic = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
+    return cls is not None and any(f"{base.__module__}.{base.__qualname__}" == basic for base in cls.__mro__)
+
+
 def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the sweeper will launch: the product of the swept values (a grid sweeper) times the replicates
     (the sweeplab sweeper), `n_trials` times the replicates (Optuna); None when it cannot be told in advance."""
@@ -44,11 +54,7 @@ def planned_jobs(config: DictConfig) -> int | None:
     sweeper = OmegaConf.select(config, "hydra.sweeper")
     if sweeper is None:
         return None
-    cls = sweeper_class(config)
-    # by name: Hydra's plugin scan executes hydra._internal.core_plugins again in a process that scans twice (tests),
-    # so a sweeper class made before holds an earlier BasicSweeper object than the module's
-    basic = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
-    if cls is not None and any(f"{base.__module__}.{base.__qualname__}" == basic for base in cls.__mro__):
+    if expands_a_grid(sweeper_class(config)):
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
         grid = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))

@@ -15,7 +15,7 @@ from sweeplab.core.errors import UserError
 from sweeplab.engine import settings
 from sweeplab.families import missing_config_hint
 from sweeplab.study import replicates
-from sweeplab.study.rounds import runs_replicates, sweeper_class, verdict_options
+from sweeplab.study.rounds import expands_a_grid, runs_replicates, sweeper_class, verdict_options
 from sweeplab.tracking import mlflow_store, naming
 
 
@@ -52,11 +52,9 @@ def check_every_configuration(config: DictConfig) -> None:
     recomposes its node: the keys under it are each job's plan's to check. A search's space is its sampler's."""
     import itertools
 
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    cls = sweeper_class(config)
-    if cls is None or not issubclass(cls, BasicSweeper):
+    if not expands_a_grid(sweeper_class(config)):
         return
     parser = OverridesParser.create()
     params = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
