@@ -204,6 +204,7 @@ def _duplicates(paths: list[Path]) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # ~30 s here: pylint's duplicate-code pass over src/, which `make lint` runs too
 def test_no_code_is_written_twice_outside_the_mlx_ports():
     result = _duplicates([SRC / "sweeplab"])
     assert "R0801" not in result.stdout, result.stdout[-4000:]

@@ -186,6 +186,7 @@ def test_steps_per_batch_name_the_first_non_finite_step_inside_a_batch(demo_dir,
         assert calls["steps"] == list(range(k, 16, k))  # stopped in the batch whose last step ends the interval
 
 
+@pytest.mark.slow  # ~30 s here: a kill and a resume (fast sibling: the raw loop's same k steps)
 def test_a_run_of_several_steps_per_batch_resumes_to_the_same_steps(demo_dir, monkeypatch, tmp_path):
     """Stopped by a failure at step 20 (last.ckpt of step 16), resumed from that checkpoint: steps 16-39, an epoch's
     end among them, train on the same batches with the same losses as the uninterrupted run (the sampler's state is

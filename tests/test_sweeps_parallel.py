@@ -47,6 +47,7 @@ def assert_one_sweep(uri: str, n_jobs: int, experiment: str = "sweeplab"):
     return parent, children
 
 
+@pytest.mark.slow  # ~50 s here: a joblib sweep with fake GPUs (fast siblings: tests/test_gpu_lanes.py)
 # in the default suite: the one real joblib sweep there (its workers unpickle main() from `python -m sweeplab.train`)
 def test_joblib_gpu_sweep_on_a_fresh_store_one_parent_own_gpu_per_worker(demo_dir, mlflow_uri, tmp_path):
     """4 jobs, 2 joblib workers, fresh sqlite store; two (pretend) GPUs: each worker holds one of its own."""
