@@ -41,7 +41,8 @@ def test_a_replicated_decoder_sweep_reports_each_configuration(demo_dir, mlflow_
         assert {"train/step_time_s", "summary/samples_per_sec", "val/loss", "val/token_acc"} <= set(run.data.metrics)
     report = (tmp_path / "sweep" / "report.md").read_text()
     # the per-configuration table (n = 2 each) and a verdict over the decoder's monitored metric, the validation loss
-    assert "| data.batch_size=8 (baseline) | 2 |" in report and "| data.batch_size=16 | 2 |" in report, report
+    assert "comparisons with bs=8 (the baseline)" in report and "every configuration: n 2" in report, report
+    assert "| bs=8 |" in report and "| bs=16 |" in report, report
     assert "val/loss ≤" in report.split("### per configuration")[0], report
 
 
