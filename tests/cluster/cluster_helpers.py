@@ -14,6 +14,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from sweeplab.tracking import mlflow_store
+
 
 def slurm(cluster: dict[str, str], name: str, *overrides: str) -> list[str]:
     """hydra/launcher=slurm sized for this node (2 CPUs, no GPU): one CPU per job, so two run at once."""
@@ -165,8 +167,8 @@ def sweep_runs(uri: str, experiment: str):
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], max_results=1000) if found else []
     parents = [r for r in runs if r.data.tags.get("sweeplab.role") == "sweep"]
-    jobs = [r for r in runs if r.data.tags.get("sweeplab.role") not in ("sweep", "configuration")
-            and r.data.tags.get("mlflow.parentRunId")]
+    # a job's run: not the sweep's, a configuration's or the chart's target line (mlflow_store.is_job_run, one rule)
+    jobs = [r for r in runs if mlflow_store.is_job_run(r) and r.data.tags.get("mlflow.parentRunId")]
     return parents, jobs
 
 
