@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_train
 from sweeplab.core.errors import UserError
+from sweeplab.tracking import mlflow_store
 from test_bad_inputs_round4 import _one_line
 from test_reliability_round5 import _heavy, _train
 
@@ -741,7 +742,7 @@ def test_a_study_two_of_whose_job_runs_mlflow_deleted_is_reported_with_them_name
     parent = (sweep_dir / "mlflow_parent_run_id").read_text().strip()
     description = client.get_run(parent).data.tags["mlflow.note.content"]
     jobs = [run for run in client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent}'")
-            if run.data.tags.get("sweeplab.role") not in ("sweep", "configuration")]
+            if mlflow_store.is_job_run(run)]
     assert len(jobs) == 4
     for run in jobs[:2]:
         deleted = subprocess.run([PY, "-m", "mlflow", "runs", "delete", "--run-id", run.info.run_id], cwd=tmp_path,
