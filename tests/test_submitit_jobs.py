@@ -46,3 +46,35 @@ def test_a_study_pickles_while_it_holds_the_sweep_folder(tmp_path):
         copy = cloudpickle.loads(cloudpickle.dumps(callback))
         study._held.close()
     assert copy.study.continue_command == study.continue_command
+
+
+def test_a_job_read_as_ended_but_queued_again_is_still_watched(tmp_path):
+    """submitit's requeue at a job's time limit: its step reads FAILED (srun exit 255) while SLURM queues the same id
+    PENDING again; the watch read that FAILED as the job's end and lost a job that went on to run (the cluster suite's
+    time-limit case). Still queued: watched on; COMPLETING: its end read once it has left the queue."""
+    from types import SimpleNamespace
+
+    from sweeplab.sweep import slurm
+
+    class SlurmJob:  # the watch tells submitit's SLURM jobs by their class name
+        def __init__(self, job_id, state):
+            self.job_id, self.state = job_id, state
+            self.paths = SimpleNamespace(result_pickle=tmp_path / f"{job_id}_result.pkl")
+            self.watcher = SimpleNamespace(_finished={job_id})
+            self.asked = 0
+
+        def done(self, force_check=False):
+            self.asked += 1
+            return False  # asked afresh: running again
+
+    timed_out = SlurmJob("126", "FAILED")
+    assert slurm.requeued(timed_out, {"126": "PENDING"})
+    assert slurm.requeued(timed_out, {"126": "RUNNING"})
+    assert slurm.requeued(timed_out, {}) and timed_out.asked == 1  # left the queue: its end asked afresh
+    assert "126" not in timed_out.watcher._finished
+    ending = SlurmJob("127", "CANCELLED")
+    assert slurm.requeued(ending, {"127": "COMPLETING"}) and ending.asked == 0
+    assert not slurm.requeued(ending, {})  # gone: its end stands
+    ran = SlurmJob("128", "COMPLETED")
+    ran.paths.result_pickle.write_bytes(b"")
+    assert not slurm.requeued(ran, {"128": "COMPLETING"})  # a result: ended

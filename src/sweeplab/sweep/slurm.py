@@ -277,13 +277,17 @@ def gone_before_starting(job: SubmittedJob, queued: dict[str, str] | None, missi
 
 
 def requeued(job: Any, queued: dict[str, str] | None) -> bool:
-    """A job submitit reads as ended by a node failure (REQUEUED_ENDS) without a result, still in the controller's
-    queue: SLURM requeued it (`JobRequeue=1`) and the same id runs again. Once it has left the queue its end is read
-    afresh (submitit stops asking about a job it saw end)."""
+    """A job submitit reads as ended without a result, still in the controller's queue: SLURM requeued it (a node
+    failure, REQUEUED_ENDS, with `JobRequeue=1`; or submitit's requeue at the time limit) and the same id runs again.
+    Once it has left the queue its end is read afresh (submitit stops asking about a job it saw end)."""
     if queued is None or job.paths.result_pickle.exists() or job.__class__.__name__ != "SlurmJob":
         return False
     job_id = str(job.job_id)
-    if job_id in queued and (job_id in _requeued or str(job.state).split()[0] in REQUEUED_ENDS):
+    if queued.get(job_id) == "COMPLETING":  # its end is being recorded: read it once it has left the queue
+        return True
+    # queued again under the same id: after a node failure (REQUEUED_ENDS), or after submitit requeued it at its
+    # time limit (its step then reads FAILED, exit 255, for a moment while the job waits PENDING again)
+    if job_id in queued:
         if job_id not in _requeued:
             log.info("sweep: scheduler job %s ended %s and SLURM queued it again (%s): still watching it", job_id,
                      job.state, queued[job_id])
