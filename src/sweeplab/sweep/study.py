@@ -298,7 +298,9 @@ class Study:
             return
         try:
             if sweep is not None and status != "KILLED":  # a FAILED job run again since is the study's job once
-                statuses = [job.status for job in sweep.jobs if job.run_id not in sweep.run_again()]
+                # one status a run: a continued study's record may hold a job read at its reopening and told again
+                statuses = list({job.run_id: job.status for job in sweep.jobs
+                                 if job.run_id not in sweep.run_again()}.values())
             else:
                 if status == "KILLED" and self._jobs_die_with_the_study:
                     # joblib's workers are terminated with the launching process before they can close their runs
