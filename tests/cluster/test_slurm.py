@@ -247,7 +247,9 @@ def test_a_study_submitted_and_left_is_finished_later_with_the_objectives_of_a_b
     print(f"finish command: the task cancelled while pending noticed {noticed - watching:.1f} s after it started")
     assert noticed - watching < NOTICE_LIMIT_S + 60  # its start (imports, the store) and a minute
     (parent,), runs = sweep_runs(uri, experiment)
-    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 4
+    seen = [(r.info.run_id[:8], r.info.status, r.data.tags.get("config_index"), r.data.tags.get("replicate"),
+             r.data.tags.get("slurm_job_id")) for r in runs]
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 4, (seen, finished.output[-6000:])
     assert not {"left_jobs", "lost_jobs", "error"} & set(parent.data.tags)  # moved to its history
     assert "left_jobs: " in parent.data.tags["earlier"] and pending in parent.data.tags["earlier"]
     jobs = [r for r in runs if r.info.status == "FINISHED"]

@@ -99,7 +99,8 @@ class SweeplabSweeper(BasicSweeper):
 
         returns, next_index, started = [], 0, time.monotonic()
         if self.config.get("resume") is True:
-            slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
+            if slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False)):
+                self.study.read_earlier_jobs_again()  # those ended since the study was reopened
             planned, next_index = self._continued(planned, sweep_dir)
         stops_behind = OmegaConf.select(self.config, "stop.behind") is not None
         round_size = max((len(round_jobs) for round_jobs in planned), default=1)

@@ -328,7 +328,8 @@ class OptunaSearch(Sweeper):
                  f"{len(interrupted)} interrupted" if plan.continued else "")
         states, record = None, None
         if plan.continued:
-            slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False))
+            if slurm.watch_still_out(sweep_dir, lambda lost: self.study.record_lost(lost, counted=False)):
+                self.study.read_earlier_jobs_again()  # those ended since the study was reopened
             self.next_job = next_job_number(sweep_dir)
             record = self.study.known()  # read once, when the study was reopened
             states = job_states(record)

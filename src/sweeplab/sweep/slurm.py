@@ -179,33 +179,40 @@ def submit(launcher: Any, batch: Sequence[Sequence[str]], initial_job_idx: int) 
     return submitted
 
 
-def still_out(sweep_dir: Path) -> list[SubmittedJob]:
-    """The SLURM jobs this sweep submitted (channels.SUBMITTED_JOBS_FILE) that have not ended: a study left running
-    (`hydra.sweeper.leave=true`), or whose launching process died. submitit's Job, re-made from its id and folder."""
-    import submitit
-
+def submitted_before(sweep_dir: Path) -> list[dict]:
+    """The SLURM jobs an earlier process of this sweep submitted (channels.SUBMITTED_JOBS_FILE), as recorded."""
     path = Path(sweep_dir) / channels.SUBMITTED_JOBS_FILE
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return [record for record in records if record.get("cluster") == "slurm"]  # a local job dies with its process
+
+
+def still_out(sweep_dir: Path) -> list[SubmittedJob]:
+    """The SLURM jobs this sweep submitted that have not ended: a study left running (`hydra.sweeper.leave=true`),
+    or whose launching process died. submitit's Job, re-made from its id and folder."""
+    import submitit
+
     out: list[SubmittedJob] = []
     queued = queued_states()
-    for record in records:
-        if record.get("cluster") != "slurm":  # a local job does not outlive the process that started it
-            continue
+    for record in submitted_before(sweep_dir):
         job = submitit.SlurmJob(folder=record["folder"], job_id=record["scheduler_id"])
         if not job.done(force_check=not out) or requeued(job, queued):
             out.append(SubmittedJob(int(record["number"]), tuple(record["overrides"]), job))
     return out
 
 
-def watch_still_out(sweep_dir: Path, on_lost: Callable[[LostJob], None]) -> None:
+def watch_still_out(sweep_dir: Path, on_lost: Callable[[LostJob], None]) -> bool:
     """A continued study's jobs still queued or running on SLURM (it was left running, or its launching process died)
     watched to their end before anything is planned, so that none is submitted twice; a lost one goes to `on_lost`
-    (and is run again like any interrupted job)."""
+    (and is run again like any interrupted job). True when an earlier process submitted SLURM jobs: what the study
+    read of them when it was reopened may be out of date (a job ended since), it reads them again."""
+    if not submitted_before(sweep_dir):
+        return False
     out = still_out(sweep_dir)
     if out:
         log.info("sweep: %d jobs of this study are still out (%s): watching them first", len(out),
                  ", ".join(job.scheduler_id for job in out))
         watch(out, on_lost)
+    return True
 
 
 def watch(submitted: Sequence[SubmittedJob], on_lost: Callable[[LostJob], None],

@@ -185,6 +185,13 @@ class Study:
         continued study when it is reopened; the rounds ask `known()`."""
         return read_sweep(self.uri, self.parent_run_id) if self.parent_run_id else None
 
+    def read_earlier_jobs_again(self) -> None:
+        """A continued study's earlier jobs read again (once more): jobs an earlier process left on the scheduler
+        and that ended since the study was reopened (watched to their end, or ended before the watch began) wrote
+        their runs after the first read, and were told to no process of this study."""
+        if self.parent_run_id is not None:
+            self._earlier = self.read()
+
     def job_states(self) -> dict[tuple[int, int], str]:
         """(configuration index, replicate) -> "finished" | "interrupted" for the jobs the study has run."""
         return job_states(self.known())
