@@ -85,8 +85,15 @@ def in_sweep(uri: str, parent: str, out: str) -> None:
 
     client = mlflow_store.client(uri)
     tags = client.get_run(parent).data.tags
-    # what the sweep was run with (the callback reads it from the config; the CLI from these tags)
-    options = tables.asked_of_the_sweep(argparse.Namespace(target=None, quality_tolerance=None, baseline=None), tags)
+    # what the sweep was run with (the callback reads it from the config; the CLI from its run's record)
+    asked = argparse.Namespace(target=None, quality_tolerance=None, baseline=None, indifference=None)
+    if hasattr(tables, "asked_of_the_sweep"):  # a tree from before the CLI read the sweep run's typed record
+        options = tables.asked_of_the_sweep(asked, tags)
+    else:
+        from sweeplab.report.__main__ import asked_of_the_sweep
+        from sweeplab.study.sweep import read_sweep
+
+        options = asked_of_the_sweep(asked, read_sweep(uri, parent).run)
     wall, cpu = time.perf_counter(), time.process_time()
     report = tables.sweep_report(uri, parent, Path(out), options=options)
     for path in report.files:
@@ -149,9 +156,12 @@ def main() -> int:
     for (mode, name), rows in times.items():
         print(f"{mode:8s} {name:24s} {statistics.median(r[0] for r in rows):14.2f} "
               f"{statistics.median(r[1] for r in rows):13.2f}  {', '.join(f'{r[2]:.1f}' for r in rows)}")
-    outs = [work / f"out-{mode}-{name.split()[0]}" for mode in ("cli", "in-sweep") for name in trees]
-    differ = sorted({f"{o.name}/{f}" for o in outs[1:] for f in ("report.md", "report.csv")
-                     if (outs[0] / f).read_bytes() != (o / f).read_bytes()})
+    # each way against itself: the CLI, asked while the sweep's run is RUNNING, says so instead of a verdict
+    differ = []
+    for mode in ("cli", "in-sweep"):
+        first, *others = [work / f"out-{mode}-{name.split()[0]}" for name in trees]
+        differ += [f"{o.name}/{f}" for o in others for f in ("report.md", "report.csv")
+                   if (first / f).read_bytes() != (o / f).read_bytes()]
     print("report.md, report.csv: " + (f"DIFFER: {', '.join(differ)}" if differ else "identical"))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

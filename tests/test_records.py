@@ -35,3 +35,12 @@ def test_a_record_written_in_one_batch_reads_back_the_same(mlflow_uri, monkeypat
     assert read.jobs_done == 3 and read.jobs_failed is None
     assert read == SweepRun(**{**written.__dict__, "name": read.name})  # MLflow names an unnamed run itself
 
+
+
+def test_negative_integers_read_back_as_written():
+    """Lightning's -1s (`trainer.max_steps=-1`: no step limit; `trainer.devices=-1`: every device) are numbers, not
+    missing values; a value that is no integer reads as none."""
+    run = mlflow_store.RunRecord("r", "0", "FINISHED", 0, 0, "active",
+                                 {JOB.max_steps: "-1", JOB.devices: "-1", JOB.batch_size: "1.5"}, {JOB.seed: "-7"}, {})
+    read = JobRun.from_run(run)
+    assert (read.max_steps, read.devices, read.seed, read.batch_size) == (-1, -1, -7, None)

@@ -269,3 +269,18 @@ def test_a_run_read_by_key_is_refused(tmp_path):
         script.write("\nwall = sweep.parent.metrics.get('sweep/process_wall_s')\n")
     found = _runs_read_by_key(src, scripts)
     assert found[0] == f"report/tables.py:{lines + 2}" and found[1].startswith("study_cost.py:") and len(found) == 2
+
+
+def test_jobs_stopped_early_with_no_last_step_recorded_get_a_note_not_a_division_by_zero(mlflow_uri, tmp_path):
+    """stop.* stopped a job of a sweep whose jobs recorded no trainer.max_steps: the verdict says what it cannot
+    count instead of failing the report."""
+    from sweeplab.study.record import sweep_verdict
+    from sweeplab.tracking import runs
+
+    parent = _replicated_sweep(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    stopped = next(r for r in runs.children(mlflow_uri, parent) if r.tags.get(JOB.replicate) == "1")
+    client.set_tag(stopped.run_id, JOB.stop_reason, "behind")
+    client.set_tag(stopped.run_id, JOB.stop_step, "10")
+    lines = sweep_verdict(read_sweep(mlflow_uri, parent)).lines
+    assert any("what it saved is not known" in line for line in lines), lines

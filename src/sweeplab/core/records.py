@@ -111,7 +111,10 @@ def _parsed(text: Any, kind: Kind, to: Any) -> Any:
     if to is int:
         if kind == "metric":
             return int(text)
-        return int(text) if str(text).isdigit() else None
+        try:
+            return int(str(text))  # "-1" too; "1.5" and "x" read as none
+        except ValueError:
+            return None
     try:
         return float(text)
     except (TypeError, ValueError):

@@ -154,9 +154,13 @@ def sweep_verdict(sweep: Sweep, options: VerdictOptions = VerdictOptions()) -> V
     notes = [*summary.notes]
     if (saved := sweep.stopping_saved()) is not None:
         samples, total, seconds = saved
-        notes.append(f"stopping what was decided (stop.*) saved {samples:,.0f} of the {total:,.0f} training samples "
-                     f"the jobs would have trained to their last step ({samples / total:.0%}), about {seconds:,.0f} s of "
-                     "training")
+        if total:
+            notes.append(f"stopping what was decided (stop.*) saved {samples:,.0f} of the {total:,.0f} training "
+                         f"samples the jobs would have trained to their last step ({samples / total:.0%}), about "
+                         f"{seconds:,.0f} s of training")
+        else:  # no job recorded trainer.max_steps (a run trained to max_epochs, or by a family without it)
+            notes.append("stopping what was decided (stop.*) stopped jobs early; what it saved is not known: no job "
+                         "recorded its last step (trainer.max_steps)")
         notes.append("Pareto front (speedup to target x final metric, point estimates): "
                      + ", ".join(names.get(c, c) for c in verdict.speed_quality_front(summary)))
     legend = label_legend(names, labels)
