@@ -234,8 +234,8 @@ class Verdict:
     (`reason` says why). "undecided" is no longer said: a quality not yet certain is its own line beside the speed
     answer. `lines`: its text, first line first. caveat: why this study cannot carry a verdict at all (fewer than 3
     replicates, a debug=smoke budget), the first line when set; "" otherwise. `to_decide`: for each comparison that
-    keeps it open, about how many replicates would decide it in 80 % of studies were the measured difference the
-    truth, the noise as uncertain as its pairs measure it (None: more than 1,000 or no difference measured)."""
+    keeps it open, the replicates a fixed-size study would need to decide it and their assurance
+    (selection.PrintedCount; None: no difference measured)."""
 
     kind: VerdictKind
     fastest: tuple[str, ...]
@@ -245,7 +245,7 @@ class Verdict:
     lines: tuple[str, ...]
     caveat: str = ""
     within: float = 1.0
-    to_decide: Mapping[str, int | None] = field(default_factory=dict)
+    to_decide: Mapping[str, mcb.PrintedCount | None] = field(default_factory=dict)
     # configuration -> why it is left out, in a few words ("slower than bs=32 α=1", "quality lost beyond tolerance")
     left_out: Mapping[str, str] = field(default_factory=dict)
 
