@@ -38,6 +38,17 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     )
 
 
+def spread_url(uri: str, base: str, parent_id: str) -> str | None:
+    """Where every replicate's curve of a replicated sweep is (its spread view, in chart mode: sweeplab.report.
+    saved_view.spread_state); None for a sweep whose report wrote none (no replicates, an older report, another
+    MLflow)."""
+    parent = mlflow_store.read_run(uri, parent_id, "sweep")
+    key = saved_view.spread_view_id(parent_id)
+    if not saved_view.view_supported() or saved_view.read_view(uri, parent.experiment_id, key) is None:
+        return None
+    return saved_view.view_url(base, parent.experiment_id, key, "CHART")
+
+
 def sweep_line(uri: str, parent_id: str) -> str:
     """The sweep's closing line: where its comparison is in the UI (where the UI's address is known), else how to
     get that address."""
