@@ -196,8 +196,10 @@ def spread_view(uri: str, parent: RunRecord, job_runs: Sequence[JobRecord], moni
     configuration's colour and the target line; its id. None under an MLflow whose UI sweeplab has not checked."""
     if not saved_view.view_supported():
         return None
-    state = saved_view.spread_state(mlflow_store.spread_filter(parent.run_id), monitored,
-                                    metric_keys=sorted({key for job in job_runs for key in job.metrics}))
+    # every metric the view's runs log: the jobs', and the target line's median-curve keys (the comparison's chart)
+    logged = {key for job in job_runs for key in job.metrics}
+    logged |= {key_of(CONFIGURATION.curve, monitored), CONFIGURATION.curve_seconds}
+    state = saved_view.spread_state(mlflow_store.spread_filter(parent.run_id), monitored, metric_keys=sorted(logged))
     name = saved_view.spread_view_name(SweepRun.from_run(parent).sweep_id or parent.run_id[:8], monitored)
     return saved_view.write_comparison_view(uri, parent.experiment_id, parent.run_id, name, state,
                                             saved_view.spread_view_id(parent.run_id))
