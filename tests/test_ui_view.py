@@ -286,3 +286,7 @@ def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_tar
     url = ui_links.spread_url(mlflow_uri, "http://ui", parent)
     assert url == (f"http://ui/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey="
                    f"sweeplab-{parent}-spread&compareRunsMode=CHART")
+    from sweeplab import ui  # make ui prints it under the comparison's address
+
+    found = ui.find_url(mlflow_uri, "http://ui", parent)
+    assert found[2] == url and ui.sweep_line(mlflow_uri, "http://ui", found).splitlines()[-1].endswith(url)
