@@ -27,7 +27,10 @@ visit: sweeplab.tracking.ui_server):
   (sweeplab.tracking.ui_server);
 - the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curves and one target
   line (a run of its own draws it), a legend naming every configuration's curve and the target once, the section's
-  pointer to report.html wholly shown.
+  pointer to report.html wholly shown;
+- the spread view (`make ui`'s second address, every replicate): one line per job in its configuration's colour (as
+  many colours as configurations, read from the drawn lines) and one target line, a legend naming every job and the
+  target once, its section's title wholly shown.
 
 Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
 its verdict (`#verdict`) and its table (`#configurations`) without scrolling, and a browser that chose GenAI (stored
