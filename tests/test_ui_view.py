@@ -253,7 +253,7 @@ def test_the_spread_view_draws_every_replicate_by_step_and_hides_every_other_met
     assert saved_view.spread_view_id("abc") == "sweeplab-abc-spread" != saved_view.view_id("abc")
 
 
-def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_target_once(mlflow_uri):
+def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_target_once(mlflow_uri, monkeypatch):
     from sweeplab.report import tables as report
     from sweeplab.study.record import VerdictOptions
     from test_report_figures import recorded_sweep, synthetic_jobs
@@ -290,3 +290,7 @@ def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_tar
 
     found = ui.find_url(mlflow_uri, "http://ui", parent)
     assert found[2] == url and ui.sweep_line(mlflow_uri, "http://ui", found).splitlines()[-1].endswith(url)
+    monkeypatch.setenv("SWEEPLAB_UI_URL", "http://ui")  # the sweep's closing lines, where the UI's address is known
+    assert ui_links.sweep_line(mlflow_uri, parent).splitlines() == [
+        f"the comparison in the MLflow UI: {ui_links.sweep_url(mlflow_uri, 'http://ui', parent)}",
+        f"every replicate's curve (the spread): {url}"]

@@ -50,13 +50,15 @@ def spread_url(uri: str, base: str, parent_id: str) -> str | None:
 
 
 def sweep_line(uri: str, parent_id: str) -> str:
-    """The sweep's closing line: where its comparison is in the UI (where the UI's address is known), else how to
-    get that address."""
+    """The sweep's closing line: where its comparison is in the UI (where the UI's address is known; its spread view's
+    address on a second line where its report wrote one), else how to get that address."""
     base = mlflow_store.ui_base(uri)
     fallback = f"the comparison in the MLflow UI: `make ui` prints its address (sweep run {parent_id})"
     if base is None:
         return fallback
     try:
-        return f"the comparison in the MLflow UI: {sweep_url(uri, base, parent_id)}"
+        line = f"the comparison in the MLflow UI: {sweep_url(uri, base, parent_id)}"
+        spread = spread_url(uri, base, parent_id)
+        return line + (f"\nevery replicate's curve (the spread): {spread}" if spread else "")
     except Exception:  # a line of the sweep's closing output: never the reason it fails
         return fallback
