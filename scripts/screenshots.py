@@ -8,7 +8,8 @@ its address alone (no clicks) in headless Chromium at 1600x1000, a fresh profile
 `make ui` prints (ui-runs.png), its chart view (ui-charts.png), one job's run page (ui-run.png), the compare view of
 the jobs (ui-compare.png) and of the configuration runs (ui-compare-configurations.png), samples/s and val/cos of every job (ui-samples-per-sec.png, ui-val-cos.png) and the
 sweep's report in MLflow's artifact view (ui-report.png: report.html, else report.md); the comparison and its charts
-again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png). Needs what
+again at a laptop's 1280x800, in another fresh profile (ui-runs-1280.png, ui-charts-1280.png); a replicated sweep's
+spread view (every replicate's curve) at both sizes (ui-spread.png, ui-spread-1280.png). Needs what
 `make ui-check` needs (`apt-get install chromium chromium-driver`).
 """
 
@@ -75,7 +76,9 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
     configurations = json.dumps([r.run_id for r in config_runs.configuration_runs(uri, parent_id)])
     sweep_dir = SweepRun.from_run(parent).sweep_dir or ""
     report = "report.html" if Path(sweep_dir, "report.html").is_file() else "report.md"
+    spread = ui_links.spread_url(uri, base, parent_id)  # every replicate's curve: a replicated sweep's report's view
     return {
+        **({"ui-spread.png": spread} if spread else {}),
         "ui-runs.png": ui_links.sweep_url(uri, base, parent_id),
         "ui-charts.png": ui_links.sweep_url(uri, base, parent_id, mode="CHART"),
         "ui-run.png": mlflow_store.run_url(base, experiment_id, best.run_id),
@@ -88,7 +91,8 @@ def views(uri: str, base: str, parent_id: str) -> dict[str, str]:
 
 
 LAPTOP = (1280, 800)
-LAPTOP_VIEWS = {"ui-runs.png": "ui-runs-1280.png", "ui-charts.png": "ui-charts-1280.png"}
+LAPTOP_VIEWS = {"ui-runs.png": "ui-runs-1280.png", "ui-charts.png": "ui-charts-1280.png",
+                "ui-spread.png": "ui-spread-1280.png"}
 
 
 def shoot(uri: str, out: Path, wait_s: float) -> None:
@@ -98,7 +102,7 @@ def shoot(uri: str, out: Path, wait_s: float) -> None:
     port = free_port()
     server = start_ui(uri, port)
     addresses = views(uri, f"http://127.0.0.1:{port}", parent_id)
-    shots = [(VIEWPORT, addresses), (LAPTOP, {LAPTOP_VIEWS[name]: addresses[name] for name in LAPTOP_VIEWS})]
+    shots = [(VIEWPORT, addresses), (LAPTOP, {LAPTOP_VIEWS[name]: addresses[name] for name in LAPTOP_VIEWS if name in addresses})]
     try:
         for viewport, pages in shots:
             with tempfile.TemporaryDirectory(prefix="sweeplab-chromium-") as profile:

@@ -27,7 +27,10 @@ visit: sweeplab.tracking.ui_server):
   (sweeplab.tracking.ui_server);
 - the chart view: no bar at all (MLflow 3.17 draws bars without intervals), the validation curves and one target
   line (a run of its own draws it), a legend naming every configuration's curve and the target once, the section's
-  pointer to report.html wholly shown.
+  pointer to report.html wholly shown;
+- the spread view (`make ui`'s second address, every replicate): one line per job in its configuration's colour (as
+  many colours as configurations, read from the drawn lines) and one target line, a legend naming every job and the
+  target once, its section's title wholly shown.
 
 Then (at 1600x1000) the sweep's `report.html`, from disk and in MLflow's artifact view of the sweep run, must show
 its verdict (`#verdict`) and its table (`#configurations`) without scrolling, and a browser that chose GenAI (stored
@@ -122,6 +125,15 @@ for (const path of document.querySelectorAll('.js-plotly-plot .scatterlayer .tra
   if (d.length > 1) paths.add(d);
 }
 return paths.size;
+"""
+# the colour (`rgb(r, g, b)`) of each line that holds points, by its path (as LINES_JS tells them apart)
+LINE_COLORS_JS = """
+const colors = {};
+for (const path of document.querySelectorAll('.js-plotly-plot .scatterlayer .trace path.js-line')) {
+  const d = path.getAttribute('d') || '';
+  if (d.length > 1) colors[d] = path.style.stroke;
+}
+return Object.values(colors);
 """
 # the texts of the elements that hold only text and end with the given suffix (legend entries of one key)
 ENDING_WITH_JS = """
@@ -616,6 +628,46 @@ def check_charts(driver, url: str, rows: list[dict[str, str]], monitored: str, s
           f"section {saved_view.SECTION_NAME!r}", flush=True)
 
 
+def rgb(color: str) -> str:
+    """`#rrggbb` as the browser writes a computed colour: `rgb(r, g, b)`."""
+    return "rgb({}, {}, {})".format(*(int(color[i:i + 2], 16) for i in (1, 3, 5)))
+
+
+def check_spread(driver, url: str, uri: str, parent_id: str, rows: list[dict[str, str]], monitored: str,
+                 size: str) -> None:
+    """The spread view (every replicate): one line per job and one target line, each job in its configuration's
+    colour (as many colours as configurations, and the target's), a legend naming every job and the target once,
+    its section's title wholly shown."""
+    from sweeplab.core.records import ConfigurationRun
+    from sweeplab.report import config_runs, plots, saved_view
+    from sweeplab.tracking import mlflow_store
+
+    jobs = mlflow_store.sweep_jobs(uri, parent_id)
+    suffix = f"({monitored})"
+    wanted = [f"{job.info.run_name} {suffix}" for job in jobs] + [f"{config_runs.TARGET_RUN_NAME} {suffix}"]
+    driver.get(url)
+    wait_for(driver, lambda d: d.execute_script(LINES_JS) >= len(wanted), 90, f"{size}: the spread view's lines")
+    time.sleep(2.0)  # MLflow adds generated charts once the runs' metrics are in
+    lines = driver.execute_script(LINES_JS)
+    if lines != len(wanted):
+        raise CheckFailed(f"{size}: the spread view draws {lines} lines, not {len(jobs)} jobs and one target ({url})")
+    entries = driver.execute_script(ENDING_WITH_JS, suffix)
+    if sorted(entries) != sorted(wanted):
+        raise CheckFailed(f"{size}: the spread view's legend reads {sorted(entries)}, not {sorted(wanted)} ({url})")
+    colors = sorted(set(driver.execute_script(LINE_COLORS_JS)))
+    expected = sorted({rgb(ConfigurationRun.from_run(mlflow_store.read_run(uri, row["run_id"])).color or "")
+                       for row in rows} | {rgb(plots.TARGET_COLOR)})
+    if colors != expected or len(expected) != len(rows) + 1:
+        raise CheckFailed(f"{size}: the spread view draws in {colors}, not one colour per configuration and the "
+                          f"target's {expected} ({url})")
+    sections = driver.find_elements("xpath", f"//*[normalize-space(text())={json_literal(saved_view.SPREAD_SECTION_NAME)}]")
+    if not sections or (why := whole(driver, sections[0])):
+        raise CheckFailed(f"{size}: the spread view's section {saved_view.SPREAD_SECTION_NAME!r} is not wholly "
+                          f"shown: {why if sections else 'absent'} ({url})")
+    print(f"ok: {size}: the spread view: {len(jobs)} jobs' lines in {len(rows)} colours and one target line, "
+          f"{len(wanted)} legend entries", flush=True)
+
+
 def json_literal(text: str) -> str:
     """An XPath string literal for text (which holds no double quote)."""
     return f'"{text}"'
@@ -673,6 +725,9 @@ def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: s
     base = f"http://127.0.0.1:{port}"
     url = ui_links.latest_sweep_url(uri, base)  # what `make ui --port PORT` prints
     charts = ui_links.sweep_url(uri, base, parent_id, mode="CHART")
+    spread = ui_links.spread_url(uri, base, parent_id)  # what `make ui` prints beside its address
+    if spread is None:
+        raise CheckFailed("the sweep's report wrote no spread view (every replicate's curve)")
     print(f"make ui's address: {url}", flush=True)
     rows = configuration_rows(uri, parent_id)
     if not rows:
@@ -688,6 +743,7 @@ def checks_on_a_served_store(uri: str, port: int, chromium: str, chromedriver: s
                 check_runs_table(driver, url, rows, size)
                 check_training_mode(driver, base, parent.experiment_id, parent_id, parent.name, rows, size)
                 check_charts(driver, charts, rows, monitored, size)
+                check_spread(driver, spread, uri, parent_id, rows, monitored, size)
                 if (width, height) == VIEWPORT:
                     check_reports(driver, base, parent)
                     check_genai_choice_kept(driver, url, parent_id, parent.name, rows, size)

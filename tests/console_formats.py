@@ -50,6 +50,7 @@ PRINTED = [
     r"report: /.+/report\.html",  # the sweep's and the report's last line: where its page is
     # the sweep's closing line: where `make ui` opens its comparison, or how to get that address
     r"the comparison in the MLflow UI: (?:https?://\S+|`make ui` prints its address \(sweep run \w{32}\))",
+    r"every replicate's curve \(the spread\): https?://\S+",  # its second line, for a replicated sweep
 ]
 
 

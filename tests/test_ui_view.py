@@ -238,3 +238,59 @@ def test_bounds_too_wide_to_mean_anything_are_not_logged_as_metrics():
     sane = Estimate(1.14, Interval(0.9, 1.4, 0.99), 3)
     assert config_runs._bounds("speedup", wide) == {"speedup": 1.14}
     assert config_runs._bounds("speedup", sane) == {"speedup": 1.14, "speedup_low": 0.9, "speedup_high": 1.4}
+
+
+def test_the_spread_view_draws_every_replicate_by_step_and_hides_every_other_metric():
+    state = saved_view.spread_state("tags.x = 'y'", "val/cos", ["val/cos", "train/loss", "summary/samples_per_sec"])
+    (line,) = [c for c in state["compareRunCharts"] if not c["deleted"]]
+    assert line["type"] == "LINE" and line["selectedMetricKeys"] == ["val/cos"] and line["xAxisKey"] == "step"
+    assert {c["metricKey"] for c in state["compareRunCharts"] if c["deleted"]} == {"train/loss",
+                                                                                   "summary/samples_per_sec"}
+    # every replicate drawn (MLflow shows the first 10 rows' runs unless told), no group (its band's colour would be
+    # MLflow's hash of the group's name, not the configuration's)
+    assert state["runsHiddenMode"] == "SHOW_ALL" and "groupBy" not in state
+    assert state["searchFilter"] == "tags.x = 'y'" and state["runListHidden"] is True
+    assert saved_view.spread_view_id("abc") == "sweeplab-abc-spread" != saved_view.view_id("abc")
+
+
+def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_target_once(mlflow_uri, monkeypatch):
+    from sweeplab.report import tables as report
+    from sweeplab.study.record import VerdictOptions
+    from test_report_figures import recorded_sweep, synthetic_jobs
+
+    parent = recorded_sweep(mlflow_uri, synthetic_jobs())
+    report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
+    client = MlflowClient(mlflow_uri)
+    experiment_id = client.get_run(parent).info.experiment_id
+    name, state = saved_view.read_view(mlflow_uri, experiment_id, saved_view.spread_view_id(parent))
+    assert name.endswith(": val/cos of every replicate")
+    # MLflow adds a chart for every metric its runs log that no card names: the target's median-curve keys too
+    hidden = {c["metricKey"] for c in state["compareRunCharts"] if c["deleted"]}
+    assert {"median val/cos", "training seconds"} <= hidden and "val/cos" not in hidden
+    configurations = {r.tags["config"]: r for r in config_runs.configuration_runs(mlflow_uri, parent)}
+    jobs = mlflow_store.sweep_jobs(mlflow_uri, parent)
+    (target,) = runs_module.children(mlflow_uri, parent, None, "target")
+    shown = client.search_runs([experiment_id], state["searchFilter"])
+    # the view's filter finds the jobs and the target's line, not the configuration runs (no second legend entry)
+    assert {r.info.run_id for r in shown} == {j.info.run_id for j in jobs} | {target.run_id}
+    for job in jobs:
+        configuration = configurations[job.data.tags["config"]]
+        assert job.data.tags["mlflow.runColor"] == configuration.tags["mlflow.runColor"]
+        assert job.data.tags["sweeplab.spread_line"] == configuration.name
+    assert len({configurations[j.data.tags["config"]].tags["mlflow.runColor"] for j in jobs}) == len(configurations)
+    # the target under the jobs' own metric, from their first validation step to their last
+    job_steps = {m.step for j in jobs for m in client.get_metric_history(j.info.run_id, "val/cos")}
+    line = client.get_metric_history(target.run_id, "val/cos")
+    assert {m.value for m in line} == {0.8}
+    assert sorted(m.step for m in line) == [min(job_steps), max(job_steps)]
+    url = ui_links.spread_url(mlflow_uri, "http://ui", parent)
+    assert url == (f"http://ui/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey="
+                   f"sweeplab-{parent}-spread&compareRunsMode=CHART")
+    from sweeplab import ui  # make ui prints it under the comparison's address
+
+    found = ui.find_url(mlflow_uri, "http://ui", parent)
+    assert found[2] == url and ui.sweep_line(mlflow_uri, "http://ui", found).splitlines()[-1].endswith(url)
+    monkeypatch.setenv("SWEEPLAB_UI_URL", "http://ui")  # the sweep's closing lines, where the UI's address is known
+    assert ui_links.sweep_line(mlflow_uri, parent).splitlines() == [
+        f"the comparison in the MLflow UI: {ui_links.sweep_url(mlflow_uri, 'http://ui', parent)}",
+        f"every replicate's curve (the spread): {url}"]

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from sweeplab.core import channels, cli, orphans
 from sweeplab.core.errors import UserError, report_user_error
-from sweeplab.report.ui_links import sweep_url
+from sweeplab.report.ui_links import spread_url, sweep_url
 from sweeplab.tracking import mlflow_store
 
 APP_NAME = "sweeplab"  # pyproject.toml's entry point in group "mlflow.app": sweeplab.tracking.ui_server:create_app
@@ -204,7 +204,7 @@ def serve(uri: str, host: str, port: int, base: str, parent_id: str | None = Non
                 mlflow_store.create_store(uri)  # its schema, made once, before the server and the look-up open it
             with open(log_path, "wb") as log, stops.held():
                 server = start_server(uri, host, port, output=log.fileno(), token=token)
-            found: dict[str, tuple[str, str] | None] = {}
+            found: dict[str, tuple[str, str, str | None] | None] = {}
             looking = threading.Thread(target=lambda: found.update(url=find_url(uri, base, parent_id)), daemon=True)
             looking.start()
             print(f"starting the MLflow UI on {base} (its log: {log_path}; the address follows once it answers)...",
@@ -229,9 +229,9 @@ def serve(uri: str, host: str, port: int, base: str, parent_id: str | None = Non
                     _stop(server)
 
 
-def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, str] | None:
-    """(the sweep's name, its address): parent_id's, else the latest finished sweep's; None (with a line) for an
-    empty or unreadable store: it still gets a UI."""
+def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, str, str | None] | None:
+    """(the sweep's name, its address, its spread view's address or None): parent_id's, else the latest finished
+    sweep's; None (with a line) for an empty or unreadable store: it still gets a UI."""
     from sweeplab.core.records import SweepRun
 
     try:
@@ -244,16 +244,16 @@ def find_url(uri: str, base: str, parent_id: str | None = None) -> tuple[str, st
         if which != "sweep" and parent.status != "FINISHED":
             which = f"the latest sweep ({parent.status}: none finished)"
         name = SweepRun.from_run(parent).sweep_id or parent.name
-        return f"{which} {name} (run {parent_id})", sweep_url(uri, base, parent_id)
+        return f"{which} {name} (run {parent_id})", sweep_url(uri, base, parent_id), spread_url(uri, base, parent_id)
     except Exception as exc:
         print(f"(could not read {uri}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", flush=True)
         return None
 
 
-def sweep_line(uri: str, base: str, found: tuple[str, str] | None) -> str:
+def sweep_line(uri: str, base: str, found: tuple[str, str, str | None] | None) -> str:
     if found:
-        name, url = found
-        return f"{name}: {url}"
+        name, url, spread = found
+        return f"{name}: {url}" + (f"\n  every replicate's curve (the spread): {spread}" if spread else "")
     return (f"no sweep in {uri} yet (`make sweep` makes one); experiments: "
             f"{base}/#/experiments?{mlflow_store.UI_WORKFLOW_QUERY}")
 

@@ -281,6 +281,12 @@ class JobRun(_Record):
     error: str | None = tag("error")
     previous_error: str | None = tag("previous_error")
 
+    """Its line in the sweep's spread view (sweeplab.report.saved_view; a replicated sweep's report writes both): its
+    configuration's short label, which the view selects its runs by, and that configuration's colour (the UI reads
+    the tag), so the replicates of one configuration draw in one colour."""
+    spread_line: str | None = tag("sweeplab.spread_line")
+    color: str | None = tag("mlflow.runColor")
+
     """Params: the resolved config flattened to dotted keys (every key; values as strings, at most 6000 characters),
     and the ones the study reads by name."""
     config_params: Mapping[str, str] | None = params_named("{key}")
@@ -469,6 +475,8 @@ class ConfigurationRun(_Record):
     objective_mode: str | None = tag("objective_mode")
     # its colour in MLflow's charts (the UI reads this tag), the report figures' colour of the configuration
     color: str | None = tag("mlflow.runColor")
+    # the target's run only: its line in the spread view beside the jobs' (JobRun.spread_line), "target"
+    spread_line: str | None = tag("sweeplab.spread_line")
 
     """Its figures (sweeplab.study.verdict.FIGURES): jobs and jobs that reached the target (counts); each figure's
     median, ratio or difference with `_low` / `_high` bounds as metrics (`samples_per_sec`, `speedup_to_target`,

@@ -29,6 +29,7 @@ from sweeplab.core.records import (
     CONFIGURATION_ROLE,
     TARGET_ROLE,
     ConfigurationRun,
+    JobRun,
     SweepRun,
     key_of,
     merged,
@@ -176,9 +177,32 @@ def record_verdict(sweep: Sweep, lines: Sequence[str], summary: SweepSummary | N
     ]
     seconds = [s for js in jobs_by_config.values() for _, s, _ in median_curve(js)]
     if seconds and math.isfinite(summary.target):
-        _create_target_run(uri, parent, sweep.run, summary, min(seconds), max(seconds))
+        _create_target_run(uri, parent, sweep.run, summary, min(seconds), max(seconds), validation_steps(sweep.jobs))
     comparison_view(uri, parent_run_id)
+    spread_view(uri, parent, sweep.jobs, summary.metric_name)
     return ids
+
+
+def validation_steps(job_runs: Sequence[JobRecord]) -> tuple[int, int] | None:
+    """(first, last) step at which the jobs logged a validation (Lightning logs a validation at step s after (s + 1)
+    optimizer steps' samples), None where no job tells its samples per step."""
+    steps = [round(p.samples_seen / j.samples_per_step) - 1 for j in job_runs if j.samples_per_step
+             for p in j.curve]
+    return (min(steps), max(steps)) if steps else None
+
+
+def spread_view(uri: str, parent: RunRecord, job_runs: Sequence[JobRecord], monitored: str) -> str | None:
+    """Save the sweep's second view (sweeplab.report.saved_view.spread_state): every replicate's curve in its
+    configuration's colour and the target line; its id. None under an MLflow whose UI sweeplab has not checked."""
+    if not saved_view.view_supported():
+        return None
+    # every metric the view's runs log: the jobs', and the target line's median-curve keys (the comparison's chart)
+    logged = {key for job in job_runs for key in job.metrics}
+    logged |= {key_of(CONFIGURATION.curve, monitored), CONFIGURATION.curve_seconds}
+    state = saved_view.spread_state(mlflow_store.spread_filter(parent.run_id), monitored, metric_keys=sorted(logged))
+    name = saved_view.spread_view_name(SweepRun.from_run(parent).sweep_id or parent.run_id[:8], monitored)
+    return saved_view.write_comparison_view(uri, parent.experiment_id, parent.run_id, name, state,
+                                            saved_view.spread_view_id(parent.run_id))
 
 
 def comparison_view(uri: str, parent_run_id: str) -> str | None:
@@ -198,7 +222,7 @@ def comparison_view(uri: str, parent_run_id: str) -> str | None:
     state = saved_view.comparison_state(
         list(naming.config_values(first.config or "")), texts, final, monitored,
         mlflow_store.compared_filter(parent_run_id),
-        target, sorted({key for run in found for key in run.metrics}),
+        target, sorted({key for run in found for key in run.metrics} | {monitored}),  # the target's line logs it
     )
     name = saved_view.view_name(SweepRun.from_run(parent).sweep_id or parent_run_id[:8], target)
     return saved_view.write_comparison_view(uri, parent.experiment_id, parent_run_id, name, state)
@@ -252,6 +276,8 @@ def _create_configuration_run(uri: str, parent: RunRecord, sweep_run: SweepRun, 
         points += [(CONFIGURATION.curve_seconds, step, seconds), (curve_value, step, value)]
     runs.log_history(uri, run_id, points)
     runs.end(uri, run_id, "FINISHED", end_ms=end_ms)
+    for job in job_runs:  # its replicates' lines in the spread view: its label, its colour
+        mlflow_store.write(uri, job.run_id, JobRun(spread_line=name, color=color))
     return run_id
 
 
@@ -265,11 +291,13 @@ TARGET_RUN_NAME = "target"
 
 
 def _create_target_run(uri: str, parent: RunRecord, sweep_run: SweepRun, summary: SweepSummary, start: float,
-                       end: float) -> str:
+                       end: float, steps: tuple[int, int] | None = None) -> str:
     """The chart view's one target line: a run of its own under the sweep's run (role target) holding the target
     under the curves' key, from the first validation any configuration made to the last. MLflow 3.17's chart
     lists every selected key of every run in its legend, so a target logged by a configuration's run under a key
-    of its own gave one `<label> (the target)` entry per configuration; a run of its own gives one."""
+    of its own gave one `<label> (the target)` entry per configuration; a run of its own gives one. The spread view's
+    target line likewise: the target under the monitored metric's own key at the jobs' first and last validation
+    step (`steps`), the run's spread line `target`."""
     text = _target_text(summary.metric_name, summary.mode, summary.target)
     record = ConfigurationRun(
         role=TARGET_ROLE, name=TARGET_RUN_NAME, parent_run_id=parent.run_id, target_text=text,
@@ -277,11 +305,12 @@ def _create_target_run(uri: str, parent: RunRecord, sweep_run: SweepRun, summary
         description=f"The target's line in the sweep's chart view: {text}, the level each configuration's time to "
                     "target is timed to.",
         sweep_id=sweep_run.sweep_id, sweep_dir=sweep_run.sweep_dir,
-        color=plots.TARGET_COLOR)
+        color=plots.TARGET_COLOR, spread_line=TARGET_RUN_NAME if steps is not None else None)
     run_id = runs.create(uri, parent.experiment_id, record)
     curve_value = key_of(CONFIGURATION.curve, summary.metric_name)
     runs.log_history(uri, run_id, [(CONFIGURATION.curve_seconds, step, seconds) for step, seconds in enumerate((start, end))]
-                     + [(curve_value, step, summary.target) for step in range(2)])
+                     + [(curve_value, step, summary.target) for step in range(2)]
+                     + [(summary.metric_name, step, summary.target) for step in sorted(set(steps or ()))])
     runs.end(uri, run_id, "FINISHED")
     return run_id
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from sweeplab.core.records import CONFIGURATION, key_of
+from sweeplab.core.records import CONFIGURATION, JOB, key_of
 from sweeplab.study.verdict import shown_in_the_view
 from sweeplab.tracking import mlflow_store, runs
 
@@ -153,6 +153,47 @@ def chart_state(final_metric: str, monitored: str, target_text: str = "",
             "hideEmptyCharts": True, "runListHidden": True}
 
 
+SPREAD_SECTION_NAME = "Every replicate; the median: the other view"  # wholly shown at 1280 px
+SPREAD_SUFFIX = "-spread"
+
+
+def spread_view_id(parent_run_id: str) -> str:
+    """The sweep's second view, beside its comparison (view_id): every replicate's curve."""
+    return view_id(parent_run_id) + SPREAD_SUFFIX
+
+
+def spread_state(search_filter: str, monitored: str, metric_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """The spread view: in chart mode, the monitored metric of every job (a replicate) against its step, each in its
+    configuration's colour (the jobs' `mlflow.runColor`, set by the sweep's report), and the target as one line (the
+    target's run logs the target under the metric's key), wide, the runs list hidden. The replicates' spread is the
+    distance between the lines of one colour. MLflow 3.17 draws a band only for a run group ("Group by", min to
+    max), whose colour comes from a hash of the group's name or from the browser's storage, never from the store:
+    four configurations drew in four of MLflow's palette colours, not the report's (tried 2026-12-07). Thin lines
+    keep the report's colours. Every other metric the jobs log gets a deleted card, as in chart_state."""
+    section = _uuid("section:spread")
+    charts = [_chart("LINE", section, monitored,
+                     displayName=f"{monitored} of every replicate, by step",
+                     selectedMetricKeys=[monitored], xAxisKey="step", selectedXAxisMetricKey="",
+                     useGlobalXaxisKey=False, lineSmoothness=0, scaleType="linear", xAxisScaleType="linear",
+                     yAxisKey="metric", yAxisExpressions=[], range={}, ignoreOutliers=False,
+                     useGlobalLineSmoothing=False, displayPoints=False)]
+    charts += [{"uuid": _uuid(f"chart:spread-hidden:{key}"), "type": "BAR", "runsCountToCompare": 100,
+                "metricSectionId": section, "deleted": True, "isGenerated": False, "metricKey": key,
+                "displayName": key, "selectedMetricKeys": [key]}
+               for key in sorted(set(metric_keys) - {monitored})]
+    sections = [{"uuid": section, "name": SPREAD_SECTION_NAME, "display": True, "isReordered": True,
+                 "deleted": False, "isGenerated": False, "columns": CHART_COLUMNS, "cardHeight": CHART_HEIGHT}]
+    return {"searchFilter": search_filter, "orderByKey": column("tags", JOB.spread_line),
+            "orderByAsc": True, "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
+            "runsHiddenMode": "SHOW_ALL",  # every replicate (MLflow shows the first 10 rows' runs by default)
+            "compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True,
+            "hideEmptyCharts": True, "runListHidden": True}
+
+
+def spread_view_name(sweep_name: str, monitored: str) -> str:
+    return f"sweep {sweep_name}: {monitored} of every replicate"
+
+
 def view_name(sweep_name: str, target_text: str) -> str:
     """The view's name in the UI's view menu: the sweep and the target its figures are timed to."""
     return f"sweep {sweep_name}: time to {target_text}"
@@ -194,9 +235,11 @@ def comparison_state(swept_keys: Sequence[str], text_columns: Sequence[str], fin
     }
 
 
-def write_comparison_view(uri: str, experiment_id: str, parent_run_id: str, name: str, state: dict[str, Any]) -> str:
-    """Set the sweep's saved view on its experiment (replacing an earlier one of the same sweep); its id."""
-    key = view_id(parent_run_id)
+def write_comparison_view(uri: str, experiment_id: str, parent_run_id: str, name: str, state: dict[str, Any],
+                          key: str | None = None) -> str:
+    """Set the sweep's saved view (`key`: view_id, or spread_view_id) on its experiment (replacing an earlier one of
+    the same sweep); its id."""
+    key = key or view_id(parent_run_id)
     runs.set_experiment_tag(uri, experiment_id, VIEW_TAG_PREFIX + key, envelope(name, state, int(time.time() * 1000)))
     return key
 

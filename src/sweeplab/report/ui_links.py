@@ -38,14 +38,27 @@ def sweep_url(uri: str, base: str, parent_id: str, mode: str = "TABLE") -> str:
     )
 
 
+def spread_url(uri: str, base: str, parent_id: str) -> str | None:
+    """Where every replicate's curve of a replicated sweep is (its spread view, in chart mode: sweeplab.report.
+    saved_view.spread_state); None for a sweep whose report wrote none (no replicates, an older report, another
+    MLflow)."""
+    parent = mlflow_store.read_run(uri, parent_id, "sweep")
+    key = saved_view.spread_view_id(parent_id)
+    if not saved_view.view_supported() or saved_view.read_view(uri, parent.experiment_id, key) is None:
+        return None
+    return saved_view.view_url(base, parent.experiment_id, key, "CHART")
+
+
 def sweep_line(uri: str, parent_id: str) -> str:
-    """The sweep's closing line: where its comparison is in the UI (where the UI's address is known), else how to
-    get that address."""
+    """The sweep's closing line: where its comparison is in the UI (where the UI's address is known; its spread view's
+    address on a second line where its report wrote one), else how to get that address."""
     base = mlflow_store.ui_base(uri)
     fallback = f"the comparison in the MLflow UI: `make ui` prints its address (sweep run {parent_id})"
     if base is None:
         return fallback
     try:
-        return f"the comparison in the MLflow UI: {sweep_url(uri, base, parent_id)}"
+        line = f"the comparison in the MLflow UI: {sweep_url(uri, base, parent_id)}"
+        spread = spread_url(uri, base, parent_id)
+        return line + (f"\nevery replicate's curve (the spread): {spread}" if spread else "")
     except Exception:  # a line of the sweep's closing output: never the reason it fails
         return fallback

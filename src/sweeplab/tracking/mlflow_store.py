@@ -334,6 +334,12 @@ def compared_filter(parent_run_id: str) -> str:
     return f"tags.{JOB.parent_run_id} = '{parent_run_id}' and tags.`{ROLE_TAG}` LIKE '%'"
 
 
+def spread_filter(parent_run_id: str) -> str:
+    """The search filter of the runs the sweep's spread view shows: its jobs and its target line, the children a
+    replicated sweep's report gave a spread line (records.JobRun.spread_line; its configuration runs have none)."""
+    return f"tags.{JOB.parent_run_id} = '{parent_run_id}' and tags.`{JOB.spread_line}` LIKE '%'"
+
+
 def is_job_run(run) -> bool:
     """A training job's run (a RunRecord or MLflow's run): not a sweep's parent run, not a configuration's run nor
     the target line's (sweeplab.report.config_runs)."""
