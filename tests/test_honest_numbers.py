@@ -198,8 +198,10 @@ def test_the_host_probe_at_the_end_of_training_is_teardown_not_training_steps(de
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("sweeplab").experiment_id])
     metrics = run.data.metrics
+    # teardown is a fraction of a second without the probe (0.27 s a job in `make sweep` at the lowest priority beside
+    # CI): the probe's 2 s are in it, so not in `steps` (whose own time grows with the machine's load: 8-16 s for
+    # these 20 smoke steps at load 10, so no bound on it holds on a busy machine)
     assert metrics["summary/wall_breakdown/teardown_s"] >= probe
-    assert metrics["summary/wall_breakdown/steps_s"] < probe  # 20 smoke steps: a fraction of a second
     assert 0 <= metrics["summary/host_speed_spread"] < 10
 
 
