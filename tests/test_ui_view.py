@@ -127,7 +127,8 @@ def test_the_chart_view_opens_on_the_curve_with_its_target_and_no_bar_without_an
     assert state["runListHidden"] is True  # chart mode only: the curve gets the page's width, its legend names runs
 
 
-def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs(mlflow_uri):
+def _reported_sweep(mlflow_uri: str) -> tuple[str, MlflowClient, str]:
+    """A recorded replicated sweep reported with an explicit target: (its run id, a client, its experiment id)."""
     from sweeplab.report import tables as report
     from sweeplab.study.record import VerdictOptions
     from test_report_figures import recorded_sweep, synthetic_jobs
@@ -135,7 +136,11 @@ def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs
     parent = recorded_sweep(mlflow_uri, synthetic_jobs())
     report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
     client = MlflowClient(mlflow_uri)
-    experiment_id = client.get_run(parent).info.experiment_id
+    return parent, client, client.get_run(parent).info.experiment_id
+
+
+def test_make_ui_opens_the_sweeps_saved_view_written_with_its_configuration_runs(mlflow_uri):
+    parent, client, experiment_id = _reported_sweep(mlflow_uri)
     name, state = saved_view.read_view(mlflow_uri, experiment_id, saved_view.view_id(parent))
     assert name.endswith(": time to val/cos ≥ 0.8")
     assert state["searchFilter"] == mlflow_store.compared_filter(parent)  # what it finds: below
@@ -254,14 +259,7 @@ def test_the_spread_view_draws_every_replicate_by_step_and_hides_every_other_met
 
 
 def test_the_spread_view_shows_each_job_in_its_configurations_colour_and_the_target_once(mlflow_uri, monkeypatch):
-    from sweeplab.report import tables as report
-    from sweeplab.study.record import VerdictOptions
-    from test_report_figures import recorded_sweep, synthetic_jobs
-
-    parent = recorded_sweep(mlflow_uri, synthetic_jobs())
-    report.sweep_report(mlflow_uri, parent, None, options=VerdictOptions(target=0.8))
-    client = MlflowClient(mlflow_uri)
-    experiment_id = client.get_run(parent).info.experiment_id
+    parent, client, experiment_id = _reported_sweep(mlflow_uri)
     name, state = saved_view.read_view(mlflow_uri, experiment_id, saved_view.spread_view_id(parent))
     assert name.endswith(": val/cos of every replicate")
     # MLflow adds a chart for every metric its runs log that no card names: the target's median-curve keys too

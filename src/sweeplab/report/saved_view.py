@@ -122,6 +122,18 @@ def _chart(kind: str, section: str, metric: str, **fields: Any) -> dict[str, Any
     return {**card, **fields}
 
 
+def _deleted_charts(seed: str, section: str, keys: set[str]) -> list[dict[str, Any]]:
+    """A deleted card for each of `keys`: MLflow adds a chart for every metric no card names."""
+    return [{"uuid": _uuid(f"{seed}:{key}"), "type": "BAR", "runsCountToCompare": 100, "metricSectionId": section,
+             "deleted": True, "isGenerated": False, "metricKey": key, "displayName": key, "selectedMetricKeys": [key]}
+            for key in sorted(keys)]
+
+
+def _section(section: str, name: str) -> dict[str, Any]:
+    return {"uuid": section, "name": name, "display": True, "isReordered": True, "deleted": False,
+            "isGenerated": False, "columns": CHART_COLUMNS, "cardHeight": CHART_HEIGHT}
+
+
 SECTION_NAME = "Curve & target; rest: report.html"  # short: wholly shown at 1280 px (252 px there)
 
 
@@ -143,12 +155,8 @@ def chart_state(final_metric: str, monitored: str, target_text: str = "",
                      lineSmoothness=0, scaleType="linear", xAxisScaleType="linear", yAxisKey="metric",
                      yAxisExpressions=[], range={}, ignoreOutliers=False, useGlobalLineSmoothing=False,
                      displayPoints=True)]
-    charts += [{"uuid": _uuid(f"chart:hidden:{key}"), "type": "BAR", "runsCountToCompare": 100,
-                "metricSectionId": section, "deleted": True, "isGenerated": False, "metricKey": key,
-                "displayName": key, "selectedMetricKeys": [key]}
-               for key in sorted(set(metric_keys) - {curve})]
-    sections = [{"uuid": section, "name": SECTION_NAME, "display": True, "isReordered": True,
-                 "deleted": False, "isGenerated": False, "columns": CHART_COLUMNS, "cardHeight": CHART_HEIGHT}]
+    charts += _deleted_charts("chart:hidden", section, set(metric_keys) - {curve})
+    sections = [_section(section, SECTION_NAME)]
     return {"compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True,
             "hideEmptyCharts": True, "runListHidden": True}
 
@@ -177,12 +185,8 @@ def spread_state(search_filter: str, monitored: str, metric_keys: Sequence[str] 
                      useGlobalXaxisKey=False, lineSmoothness=0, scaleType="linear", xAxisScaleType="linear",
                      yAxisKey="metric", yAxisExpressions=[], range={}, ignoreOutliers=False,
                      useGlobalLineSmoothing=False, displayPoints=False)]
-    charts += [{"uuid": _uuid(f"chart:spread-hidden:{key}"), "type": "BAR", "runsCountToCompare": 100,
-                "metricSectionId": section, "deleted": True, "isGenerated": False, "metricKey": key,
-                "displayName": key, "selectedMetricKeys": [key]}
-               for key in sorted(set(metric_keys) - {monitored})]
-    sections = [{"uuid": section, "name": SPREAD_SECTION_NAME, "display": True, "isReordered": True,
-                 "deleted": False, "isGenerated": False, "columns": CHART_COLUMNS, "cardHeight": CHART_HEIGHT}]
+    charts += _deleted_charts("chart:spread-hidden", section, set(metric_keys) - {monitored})
+    sections = [_section(section, SPREAD_SECTION_NAME)]
     return {"searchFilter": search_filter, "orderByKey": column("tags", JOB.spread_line),
             "orderByAsc": True, "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
             "runsHiddenMode": "SHOW_ALL",  # every replicate (MLflow shows the first 10 rows' runs by default)
